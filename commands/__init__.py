@@ -1,0 +1,1 @@
+"""commands: one module per `fak` subcommand: flags, rendering, wiring."""

@@ -1,0 +1,14 @@
+"""`fak agent`: not landed yet."""
+
+from __future__ import annotations
+
+import typer
+
+from commands.notlanded import not_landed
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("agent", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+    def agent(ctx: typer.Context) -> None:
+        """Not implemented yet: its issue has not landed."""
+        not_landed("agent")

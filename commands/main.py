@@ -1,0 +1,56 @@
+"""The `fak` CLI: one typer app, one module per subcommand."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from engine.errors import EngineError
+from fak import __version__
+from fak.errors import FakError
+
+app = typer.Typer(
+    name="fak",
+    help="fak: a fused agent kernel. Every tool call is adjudicated, journaled, then dispatched.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"fak {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
+) -> None:
+    """fak: a fused agent kernel."""
+
+
+def _register() -> None:
+    # Imported here so `fak --help` stays cheap and each module owns its flags.
+    from commands import agent, audit, chat, guard, q4kdiag, run, serve
+
+    for mod in (run, agent, serve, guard, q4kdiag, chat):
+        mod.register(app)
+    app.add_typer(audit.app, name="audit")
+
+
+def main() -> None:
+    _register()
+    try:
+        app()
+    except (FakError, EngineError) as exc:
+        print(f"fak: error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

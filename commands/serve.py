@@ -1,0 +1,14 @@
+"""`fak serve`: not landed yet."""
+
+from __future__ import annotations
+
+import typer
+
+from commands.notlanded import not_landed
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("serve", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+    def serve(ctx: typer.Context) -> None:
+        """Not implemented yet: its issue has not landed."""
+        not_landed("serve")

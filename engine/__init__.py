@@ -1,0 +1,1 @@
+"""engine: the in-kernel model runtime (usable on its own; never imports fak/ or commands/)."""

@@ -1,0 +1,144 @@
+"""Paged KV cache: a pool of fixed-size blocks (all layers at once), refcounted, and per-lane page tables.
+
+A block holds `block_tokens` consecutive positions of K and V for every layer, so one block id
+is the unit the scheduler budgets, shares (prefix reuse), swaps and frees.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from engine.errors import EngineError
+
+
+class KVExhausted(EngineError):
+    """No free block left in a fixed-size pool (the scheduler preempts on this)."""
+
+
+class BlockPool:
+    """K/V storage of shape [layers, blocks, block_tokens, kv_heads, head_dim], a free list and refcounts.
+
+    `num_blocks=None` makes a growable pool (a standalone Session); a fixed pool raises KVExhausted.
+    """
+
+    def __init__(
+        self,
+        n_layers: int,
+        n_kv_heads: int,
+        head_dim: int,
+        num_blocks: int | None = None,
+        block_tokens: int = 16,
+        dtype: type = np.float32,
+    ) -> None:
+        if block_tokens <= 0:
+            raise EngineError(f"block_tokens must be positive, got {block_tokens}")
+        self.n_layers, self.n_kv_heads, self.head_dim = n_layers, n_kv_heads, head_dim
+        self.block_tokens = block_tokens
+        self.growable = num_blocks is None
+        cap = 8 if num_blocks is None else int(num_blocks)
+        shape = (n_layers, cap, block_tokens, n_kv_heads, head_dim)
+        self.k = np.zeros(shape, dtype=dtype)
+        self.v = np.zeros(shape, dtype=dtype)
+        self.refcount = np.zeros(cap, dtype=np.int32)
+        self._free: list[int] = list(range(cap - 1, -1, -1))  # pop() hands out low ids first
+
+    @property
+    def capacity(self) -> int:
+        return int(self.refcount.shape[0])
+
+    @property
+    def num_free(self) -> int:
+        return len(self._free)
+
+    @property
+    def num_used(self) -> int:
+        return self.capacity - len(self._free)
+
+    @property
+    def block_bytes(self) -> int:
+        """Bytes of one block, K and V, all layers (what a swap moves per block)."""
+        return 2 * self.n_layers * self.block_tokens * self.n_kv_heads * self.head_dim * self.k.itemsize
+
+    def _grow(self) -> None:
+        old = self.capacity
+        new = old * 2
+        pad = ((0, 0), (0, new - old), (0, 0), (0, 0), (0, 0))
+        self.k = np.pad(self.k, pad)
+        self.v = np.pad(self.v, pad)
+        self.refcount = np.concatenate([self.refcount, np.zeros(new - old, dtype=np.int32)])
+        self._free = list(range(new - 1, old - 1, -1)) + self._free
+
+    def allocate(self) -> int:
+        """A fresh block with refcount 1."""
+        if not self._free:
+            if not self.growable:
+                raise KVExhausted(f"KV pool exhausted ({self.capacity} blocks of {self.block_tokens} tokens)")
+            self._grow()
+        b = self._free.pop()
+        self.refcount[b] = 1
+        return b
+
+    def incref(self, block: int) -> None:
+        if self.refcount[block] <= 0:
+            raise EngineError(f"incref of free KV block {block}")
+        self.refcount[block] += 1
+
+    def release(self, block: int) -> bool:
+        """Drop one reference; True when the block became free."""
+        if self.refcount[block] <= 0:
+            raise EngineError(f"double free of KV block {block}")
+        self.refcount[block] -= 1
+        if self.refcount[block] == 0:
+            self._free.append(block)
+            return True
+        return False
+
+
+@dataclass
+class PageTable:
+    """One lane's view of the pool: the blocks that hold its positions 0..length-1, in order."""
+
+    pool: BlockPool
+    blocks: list[int] = field(default_factory=list)
+    length: int = 0
+
+    def blocks_needed(self, n_tokens: int) -> int:
+        """Extra blocks this lane needs to hold `n_tokens` positions in all."""
+        bt = self.pool.block_tokens
+        return max(0, -(-n_tokens // bt) - len(self.blocks))
+
+    def reserve(self, n_tokens: int) -> None:
+        """Make room for positions up to n_tokens-1 (allocates blocks; may raise KVExhausted)."""
+        for _ in range(self.blocks_needed(n_tokens)):
+            self.blocks.append(self.pool.allocate())
+
+    def write(self, layer: int, start: int, k: np.ndarray, v: np.ndarray) -> None:
+        """Store k, v ([T, kv_heads, head_dim]) at positions start..start+T-1 (already reserved)."""
+        bt = self.pool.block_tokens
+        t, end = 0, start + k.shape[0]
+        pos = start
+        while pos < end:
+            b, off = self.blocks[pos // bt], pos % bt
+            n = min(bt - off, end - pos)
+            self.pool.k[layer, b, off : off + n] = k[t : t + n]
+            self.pool.v[layer, b, off : off + n] = v[t : t + n]
+            pos += n
+            t += n
+
+    def gather(self, layer: int, n_tokens: int) -> tuple[np.ndarray, np.ndarray]:
+        """K and V of positions 0..n_tokens-1 as contiguous [n_tokens, kv_heads, head_dim] arrays."""
+        nb = -(-n_tokens // self.pool.block_tokens)
+        ids = self.blocks[:nb]
+        shape = (nb * self.pool.block_tokens, self.pool.n_kv_heads, self.pool.head_dim)
+        k = self.pool.k[layer, ids].reshape(shape)[:n_tokens]
+        v = self.pool.v[layer, ids].reshape(shape)[:n_tokens]
+        return k, v
+
+    def free(self) -> None:
+        """Release every block (shared blocks stay alive for their other owners)."""
+        for b in self.blocks:
+            self.pool.release(b)
+        self.blocks = []
+        self.length = 0

@@ -1,0 +1,3 @@
+"""fak: a fused agent kernel."""
+
+__version__ = "0.1.0"
