@@ -142,3 +142,26 @@ class PageTable:
             self.pool.release(b)
         self.blocks = []
         self.length = 0
+
+
+def export_blocks(pool: BlockPool, blocks: list[int]) -> bytes:
+    """K then V of `blocks` (all layers) as host bytes: what a swap-out moves off the pool."""
+    ids = np.asarray(blocks, dtype=np.int64)
+    return np.ascontiguousarray(pool.k[:, ids]).tobytes() + np.ascontiguousarray(pool.v[:, ids]).tobytes()
+
+
+def import_blocks(pool: BlockPool, data: bytes) -> list[int]:
+    """Allocate fresh blocks and fill them from `export_blocks` bytes (swap-in); all or nothing."""
+    per_block = pool.block_bytes
+    if per_block == 0 or len(data) % per_block:
+        raise EngineError(f"swap payload of {len(data)} bytes is not a whole number of {per_block}-byte KV blocks")
+    n = len(data) // per_block
+    if not pool.growable and pool.num_free < n:
+        raise KVExhausted(f"KV pool has {pool.num_free} free blocks, swap-in needs {n}")
+    blocks = [pool.allocate() for _ in range(n)]
+    ids = np.asarray(blocks, dtype=np.int64)
+    shape = (pool.n_layers, n, pool.block_tokens, pool.n_kv_heads, pool.head_dim)
+    half = len(data) // 2
+    pool.k[:, ids] = np.frombuffer(data, dtype=pool.k.dtype, count=half // pool.k.itemsize).reshape(shape)
+    pool.v[:, ids] = np.frombuffer(data, dtype=pool.v.dtype, offset=half).reshape(shape)
+    return blocks
