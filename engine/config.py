@@ -1,0 +1,149 @@
+"""ModelConfig: everything the forward pass needs to know, per-architecture differences as data.
+
+`from_gguf_metadata` maps `{arch}.*` GGUF keys (llama.cpp naming) to a config; the architectures
+differ only in the fields below, never in a copy of the forward pass.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any, Mapping
+
+from engine.errors import GGUFError
+
+SUPPORTED_ARCHS = ("llama", "qwen2", "qwen3", "gemma3")
+
+ROPE_NORM = "norm"  # llama.cpp mode 0: rotate adjacent pairs (2i, 2i+1); llama GGUF Q/K are permuted for it
+ROPE_NEOX = "neox"  # rotate (i, i + d/2): HF rotate_half; qwen2, qwen3, gemma3
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    arch: str
+    vocab_size: int
+    hidden: int
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    ffn: int
+    norm_eps: float = 1e-5
+    rope_base: float = 10000.0
+    rope_style: str = ROPE_NORM
+    rope_scale: float = 1.0  # linear position scaling (positions are divided by it)
+    rope_base_local: float | None = None  # sliding-window layers' own base (gemma3: 10000)
+    qkv_bias: bool = False  # qwen2
+    qk_norm: bool = False  # per-head RMSNorm of q and k before RoPE (qwen3, gemma3)
+    post_norms: bool = False  # gemma3: norm after attention and after the FFN, before the residual add
+    act: str = "silu"  # "silu" | "gelu_tanh" (gated in both cases)
+    embed_scale: float = 1.0  # gemma3: sqrt(hidden)
+    attn_scale: float = 0.0  # 0 -> 1/sqrt(head_dim)
+    sliding_window: int = 0  # 0 -> none
+    sliding_pattern: int = 0  # gemma3: 6 -> layer i is global when (i + 1) % 6 == 0; 0 -> all local if window
+    attn_softcap: float = 0.0  # gemma2-style; 0 -> off
+    final_softcap: float = 0.0
+    tied_embeddings: bool = True
+    context_length: int = 4096
+    bos_id: int | None = None
+    eos_id: int | None = None
+
+    @property
+    def q_dim(self) -> int:
+        return self.n_heads * self.head_dim
+
+    @property
+    def kv_dim(self) -> int:
+        return self.n_kv_heads * self.head_dim
+
+    @property
+    def scale(self) -> float:
+        return self.attn_scale if self.attn_scale > 0 else 1.0 / math.sqrt(self.head_dim)
+
+    def is_sliding(self, layer: int) -> bool:
+        if self.sliding_window <= 0:
+            return False
+        if self.sliding_pattern <= 0:
+            return True
+        return (layer + 1) % self.sliding_pattern != 0
+
+    def window(self, layer: int) -> int:
+        """Attention window of a layer in positions (0 = unbounded causal)."""
+        return self.sliding_window if self.is_sliding(layer) else 0
+
+    def rope_theta(self, layer: int) -> float:
+        if self.is_sliding(layer) and self.rope_base_local is not None:
+            return self.rope_base_local
+        return self.rope_base
+
+    def with_(self, **kw: Any) -> "ModelConfig":
+        return replace(self, **kw)
+
+
+def _get(md: Mapping[str, Any], key: str, where: str, default: Any = None) -> Any:
+    if key in md:
+        return md[key]
+    if default is None:
+        raise GGUFError(f"{where}: missing metadata key {key!r}")
+    return default
+
+
+def from_gguf_metadata(md: Mapping[str, Any], where: str = "<gguf>") -> ModelConfig:
+    """Metadata dict (key -> python value) -> ModelConfig; refuses unknown architectures."""
+    arch = md.get("general.architecture")
+    if arch is None:
+        raise GGUFError(f"{where}: missing metadata key 'general.architecture'")
+    if arch not in SUPPORTED_ARCHS:
+        raise GGUFError(f"{where}: unsupported architecture {arch!r} (supported: {', '.join(SUPPORTED_ARCHS)})")
+    a = arch
+    hidden = int(_get(md, f"{a}.embedding_length", where))
+    n_heads = int(_get(md, f"{a}.attention.head_count", where))
+    n_kv = int(md.get(f"{a}.attention.head_count_kv", n_heads))
+    head_dim = int(md.get(f"{a}.attention.key_length", hidden // n_heads))
+    vocab = md.get(f"{a}.vocab_size")
+    if vocab is None:
+        toks = md.get("tokenizer.ggml.tokens")
+        vocab = len(toks) if toks is not None else 0  # the loader fills it from token_embd otherwise
+    scaling = md.get(f"{a}.rope.scaling.type")
+    rope_scale = float(md.get(f"{a}.rope.scaling.factor", 1.0)) if scaling == "linear" else 1.0
+    base = dict(
+        arch=a,
+        vocab_size=int(vocab),
+        hidden=hidden,
+        n_layers=int(_get(md, f"{a}.block_count", where)),
+        n_heads=n_heads,
+        n_kv_heads=n_kv,
+        head_dim=head_dim,
+        ffn=int(_get(md, f"{a}.feed_forward_length", where)),
+        norm_eps=float(md.get(f"{a}.attention.layer_norm_rms_epsilon", 1e-5)),
+        rope_base=float(md.get(f"{a}.rope.freq_base", 10000.0)),
+        rope_scale=rope_scale,
+        context_length=int(md.get(f"{a}.context_length", 4096)),
+        bos_id=_opt_int(md.get("tokenizer.ggml.bos_token_id")),
+        eos_id=_opt_int(md.get("tokenizer.ggml.eos_token_id")),
+    )
+    if a == "llama":
+        return ModelConfig(**base, rope_style=ROPE_NORM)
+    if a == "qwen2":
+        return ModelConfig(**base, rope_style=ROPE_NEOX, qkv_bias=True)
+    if a == "qwen3":
+        return ModelConfig(**base, rope_style=ROPE_NEOX, qk_norm=True)
+    # gemma3 (llama.cpp: f_attention_scale = 1/sqrt(head_dim) except 27B, which uses hidden/heads)
+    window = int(md.get(f"{a}.attention.sliding_window", 0))
+    qpas = hidden // n_heads if base["n_layers"] == 62 else head_dim
+    return ModelConfig(
+        **base,
+        rope_style=ROPE_NEOX,
+        rope_base_local=10000.0,
+        qk_norm=True,
+        post_norms=True,
+        act="gelu_tanh",
+        embed_scale=math.sqrt(hidden),
+        attn_scale=1.0 / math.sqrt(qpas),
+        sliding_window=window,
+        sliding_pattern=6,
+    )
+
+
+def _opt_int(v: Any) -> int | None:
+    return None if v is None else int(v)

@@ -1,0 +1,62 @@
+"""Every weight product goes through here: plain float32 [out, in] arrays or resident quantized objects.
+
+Decode (`matmul`) must give each row a result that does not depend on how many rows are batched,
+so step_batch is bit-identical to serial steps: a numba kernel with a fixed accumulation order per
+output element, parallel over output rows (each weight row is read once for all lanes). Prefill
+(`matmul_prefill`) is compute bound and uses BLAS.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from numba import njit, prange
+
+
+@njit(parallel=True, fastmath=True, cache=True)
+def _rows_kernel(x: np.ndarray, w: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover - numba
+    b_rows, n = x.shape
+    for o in prange(w.shape[0]):
+        for b in range(b_rows):
+            acc = np.float32(0.0)
+            for i in range(n):
+                acc += x[b, i] * w[o, i]
+            out[b, o] = acc
+
+
+def matmul_rows(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """x [B, in] @ w[out, in].T with a per-row result independent of B (the reference-stable path)."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    out = np.empty((x.shape[0], w.shape[0]), dtype=np.float32)
+    _rows_kernel(x, w, out)
+    return out
+
+
+def is_plain(w: Any) -> bool:
+    return isinstance(w, np.ndarray)
+
+
+def matmul(x: np.ndarray, w: Any) -> np.ndarray:
+    """Decode product: f32[B, in] -> f32[B, out], deterministic per row."""
+    if isinstance(w, np.ndarray):
+        return matmul_rows(x, w)
+    return w.matmul(np.ascontiguousarray(x, dtype=np.float32))
+
+
+def matmul_prefill(x: np.ndarray, w: Any) -> np.ndarray:
+    """Prefill product (may use BLAS; rows may differ from `matmul` in the last bits)."""
+    if isinstance(w, np.ndarray):
+        return np.ascontiguousarray(x, dtype=np.float32) @ w.T
+    return w.matmul_prefill(np.ascontiguousarray(x, dtype=np.float32))
+
+
+def take(w: Any, ids: np.ndarray) -> np.ndarray:
+    """Embedding rows for token ids: f32[len(ids), in]."""
+    if isinstance(w, np.ndarray):
+        return w[ids].astype(np.float32, copy=True)
+    return np.asarray(w.take(ids), dtype=np.float32)
+
+
+def nbytes(w: Any) -> int:
+    return int(w.nbytes)

@@ -1,0 +1,98 @@
+"""Row-wise numeric ops of the forward pass (RMSNorm, gated activations, RoPE).
+
+Each row is computed by its own loop, so a row's result never depends on how many rows are in
+the batch (step_batch == serial step, bit for bit). Plain numpy references live next to them.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+import numpy as np
+from numba import njit, prange
+
+from engine.config import ROPE_NEOX
+
+
+@njit(parallel=True, fastmath=True, cache=True)
+def _rmsnorm(x: np.ndarray, w: np.ndarray, eps: float, out: np.ndarray) -> None:  # pragma: no cover
+    rows, n = x.shape
+    for r in prange(rows):
+        ss = np.float32(0.0)
+        for i in range(n):
+            ss += x[r, i] * x[r, i]
+        inv = np.float32(1.0) / np.sqrt(ss / np.float32(n) + np.float32(eps))
+        for i in range(n):
+            out[r, i] = (x[r, i] * inv) * w[i]
+
+
+def rmsnorm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
+    """x [..., n] * rsqrt(mean(x^2) + eps) * w  (w is the effective multiplier, gemma's +1 included)."""
+    shape = x.shape
+    x2 = np.ascontiguousarray(x, dtype=np.float32).reshape(-1, shape[-1])
+    out = np.empty_like(x2)
+    _rmsnorm(x2, w, float(eps), out)
+    return out.reshape(shape)
+
+
+def rmsnorm_ref(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
+    x64 = x.astype(np.float64)
+    return (x64 / np.sqrt((x64 * x64).mean(-1, keepdims=True) + eps) * w).astype(np.float32)
+
+
+@njit(parallel=True, cache=True)
+def _gated(g: np.ndarray, u: np.ndarray, gelu: bool, out: np.ndarray) -> None:  # pragma: no cover
+    rows, n = g.shape
+    c = np.float32(math.sqrt(2.0 / math.pi))
+    for r in prange(rows):
+        for i in range(n):
+            x = g[r, i]
+            if gelu:
+                a = np.float32(0.5) * x * (np.float32(1.0) + np.tanh(c * (x + np.float32(0.044715) * x * x * x)))
+            else:
+                a = x / (np.float32(1.0) + np.exp(-x))
+            out[r, i] = a * u[r, i]
+
+
+def gated_act(g: np.ndarray, u: np.ndarray, act: str) -> np.ndarray:
+    """act(gate) * up with act = silu or gelu (tanh approximation)."""
+    out = np.empty_like(g)
+    _gated(np.ascontiguousarray(g), np.ascontiguousarray(u), act == "gelu_tanh", out)
+    return out
+
+
+def gated_act_ref(g: np.ndarray, u: np.ndarray, act: str) -> np.ndarray:
+    x = g.astype(np.float64)
+    if act == "gelu_tanh":
+        a = 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
+    else:
+        a = x / (1 + np.exp(-x))
+    return (a * u).astype(np.float32)
+
+
+@lru_cache(maxsize=16)
+def _inv_freq(theta: float, dim: int) -> np.ndarray:
+    return theta ** (-np.arange(0, dim, 2, dtype=np.float64) / dim)
+
+
+def rope_tables(positions: np.ndarray, theta: float, dim: int, scale: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+    """cos, sin [T, dim/2] for absolute positions (angles in float64, then float32)."""
+    ang = (positions.astype(np.float64) / scale)[:, None] * _inv_freq(float(theta), dim)[None, :]
+    return np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
+
+
+def apply_rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, style: str) -> np.ndarray:
+    """Rotate x [T, H, D]: NEOX pairs (i, i + D/2), NORM pairs (2i, 2i + 1). Elementwise, so row-stable."""
+    c, s = cos[:, None, :], sin[:, None, :]
+    out = np.empty_like(x)
+    if style == ROPE_NEOX:
+        half = x.shape[-1] // 2
+        a, b = x[..., :half], x[..., half:]
+        out[..., :half] = a * c - b * s
+        out[..., half:] = b * c + a * s
+    else:
+        a, b = x[..., 0::2], x[..., 1::2]
+        out[..., 0::2] = a * c - b * s
+        out[..., 1::2] = b * c + a * s
+    return out

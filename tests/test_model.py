@@ -1,0 +1,152 @@
+"""The forward pass and its kernels against slow obvious references (float64, no paging)."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+
+from engine import Session, synthetic_model
+from engine.attention import paged_attention, reference_attention
+from engine.config import ROPE_NEOX, ModelConfig
+from engine.kv import BlockPool, PageTable
+from engine.linear import matmul_rows
+from engine.model import Model
+from engine.ops import gated_act, gated_act_ref, rmsnorm, rmsnorm_ref
+
+
+def ref_forward(m: Model, ids: list[int]) -> np.ndarray:
+    """Textbook transformer in float64 on contiguous arrays: logits [T, vocab]."""
+    c, w = m.config, m.weights
+    f = lambda a: np.asarray(a, dtype=np.float64)  # noqa: E731
+    T = len(ids)
+
+    def norm(x: np.ndarray, g: np.ndarray) -> np.ndarray:
+        return x / np.sqrt((x * x).mean(-1, keepdims=True) + c.norm_eps) * f(g)
+
+    def rope(x: np.ndarray, theta: float) -> np.ndarray:  # x [T, H, D]
+        d = c.head_dim
+        inv = theta ** (-np.arange(0, d, 2) / d)
+        ang = np.arange(T)[:, None] / c.rope_scale * inv[None, :]
+        cos, sin = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+        if c.rope_style == ROPE_NEOX:
+            a, b = x[..., : d // 2], x[..., d // 2 :]
+            return np.concatenate([a * cos - b * sin, b * cos + a * sin], -1)
+        a, b = x[..., 0::2], x[..., 1::2]
+        out = np.empty_like(x)
+        out[..., 0::2], out[..., 1::2] = a * cos - b * sin, b * cos + a * sin
+        return out
+
+    x = f(w.token_embd)[ids] * c.embed_scale
+    for li, lw in enumerate(w.layers):
+        h = norm(x, lw.attn_norm)
+        bq, bk, bv = (0.0, 0.0, 0.0) if lw.bq is None else (f(lw.bq), f(lw.bk), f(lw.bv))
+        q = (h @ f(lw.wq).T + bq).reshape(T, c.n_heads, c.head_dim)
+        k = (h @ f(lw.wk).T + bk).reshape(T, c.n_kv_heads, c.head_dim)
+        v = (h @ f(lw.wv).T + bv).reshape(T, c.n_kv_heads, c.head_dim)
+        if lw.q_norm is not None:
+            q, k = norm(q, lw.q_norm), norm(k, lw.k_norm)
+        q, k = rope(q, c.rope_theta(li)), rope(k, c.rope_theta(li))
+        rep = c.n_heads // c.n_kv_heads
+        k, v = np.repeat(k, rep, axis=1), np.repeat(v, rep, axis=1)
+        s = np.einsum("thd,shd->hts", q, k) * c.scale
+        i, j = np.arange(T)[:, None], np.arange(T)[None, :]
+        mask = j > i
+        if c.window(li):
+            mask |= (i - j) >= c.window(li)
+        s[:, mask] = -np.inf
+        p = np.exp(s - s.max(-1, keepdims=True))
+        p /= p.sum(-1, keepdims=True)
+        o = np.einsum("hts,shd->thd", p, v).reshape(T, -1) @ f(lw.wo).T
+        if lw.post_attn_norm is not None:
+            o = norm(o, lw.post_attn_norm)
+        x = x + o
+        h = norm(x, lw.ffn_norm)
+        g, u = h @ f(lw.w_gate).T, h @ f(lw.w_up).T
+        a = 0.5 * g * (1 + np.tanh(np.sqrt(2 / np.pi) * (g + 0.044715 * g**3))) if c.act == "gelu_tanh" else g / (1 + np.exp(-g))
+        d = (a * u) @ f(lw.w_down).T
+        if lw.post_ffn_norm is not None:
+            d = norm(d, lw.post_ffn_norm)
+        x = x + d
+    return norm(x, w.output_norm) @ f(w.output).T
+
+
+@pytest.fixture(scope="module")
+def model() -> Model:
+    return synthetic_model()
+
+
+def test_synthetic_config(model: Model) -> None:
+    c = model.config
+    assert (c.vocab_size, c.hidden, c.n_layers, c.n_heads, c.n_kv_heads) == (256, 64, 3, 4, 2)
+    assert [c.window(i) for i in range(3)] == [32, 32, 0]
+
+
+def test_forward_matches_reference_across_sliding_window(model: Model) -> None:
+    ids = list(np.random.default_rng(1).integers(0, 256, size=70))  # longer than the window of 32
+    ref = ref_forward(model, ids)
+    _, logits = model.hidden_states(ids)
+    np.testing.assert_allclose(logits, ref, atol=2e-4, rtol=1e-4)
+    s = Session(model)
+    np.testing.assert_allclose(s.prefill(ids), ref[-1], atol=2e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("rope_style,qkv_bias", [("norm", True), ("neox", False)])
+def test_llama_like_variant_matches_reference(model: Model, rope_style: str, qkv_bias: bool) -> None:
+    # The same weights read as a llama/qwen2-like model: no q/k norms, no post norms, silu, no window.
+    c: ModelConfig = model.config.with_(arch="llama", rope_style=rope_style, qk_norm=False, post_norms=False,
+                                        act="silu", embed_scale=1.0, sliding_window=0, rope_base=10000.0)
+    w = copy.deepcopy(model.weights)
+    rng = np.random.default_rng(3)
+    for lw in w.layers:
+        lw.q_norm = lw.k_norm = lw.post_attn_norm = lw.post_ffn_norm = None
+        if qkv_bias:
+            lw.bq = rng.standard_normal(c.q_dim).astype(np.float32) * 0.1
+            lw.bk = rng.standard_normal(c.kv_dim).astype(np.float32) * 0.1
+            lw.bv = rng.standard_normal(c.kv_dim).astype(np.float32) * 0.1
+    m = Model(c, w)
+    ids = list(b"variant check, twenty-some tokens")
+    ref = ref_forward(m, ids)
+    _, logits = m.hidden_states(ids)
+    np.testing.assert_allclose(logits, ref, atol=2e-4, rtol=1e-4)
+
+
+def test_matmul_rows_is_row_stable_and_correct() -> None:
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((300, 640)).astype(np.float32)
+    x = rng.standard_normal((7, 640)).astype(np.float32)
+    full = matmul_rows(x, w)
+    np.testing.assert_allclose(full, x.astype(np.float64) @ w.T.astype(np.float64), atol=1e-3, rtol=1e-4)
+    for b in range(7):
+        assert np.array_equal(matmul_rows(x[b : b + 1], w)[0], full[b])
+        assert np.array_equal(matmul_rows(x[b:], w)[0], full[b])
+
+
+def test_ops_match_references() -> None:
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((5, 130)).astype(np.float32) * 3
+    g = rng.standard_normal(130).astype(np.float32)
+    np.testing.assert_allclose(rmsnorm(x, g, 1e-6), rmsnorm_ref(x, g, 1e-6), rtol=1e-5, atol=1e-6)
+    u = rng.standard_normal((5, 130)).astype(np.float32)
+    for act in ("silu", "gelu_tanh"):
+        np.testing.assert_allclose(gated_act(x, u, act), gated_act_ref(x, u, act), rtol=1e-5, atol=1e-6)
+        assert np.array_equal(gated_act(x[2:3], u[2:3], act)[0], gated_act(x, u, act)[2])
+    assert np.array_equal(rmsnorm(x[3:4], g, 1e-6)[0], rmsnorm(x, g, 1e-6)[3])
+
+
+@pytest.mark.parametrize("window,softcap", [(0, 0.0), (5, 0.0), (0, 20.0)])
+def test_paged_attention_matches_reference(window: int, softcap: float) -> None:
+    rng = np.random.default_rng(4)
+    L, H, KVH, D, start = 23, 4, 2, 8, 15
+    pool = BlockPool(1, KVH, D, num_blocks=None, block_tokens=4)
+    kv = PageTable(pool)
+    kv.reserve(L)
+    kv.blocks = kv.blocks[::-1]  # non-contiguous, out-of-order blocks
+    k = rng.standard_normal((L, KVH, D)).astype(np.float32)
+    v = rng.standard_normal((L, KVH, D)).astype(np.float32)
+    kv.write(0, 0, k, v)
+    q = rng.standard_normal((L - start, H, D)).astype(np.float32)
+    got = paged_attention(q, pool.k[0], pool.v[0], kv.blocks, start, window, 0.3, softcap)
+    want = reference_attention(q, k, v, start, window, 0.3, softcap)
+    np.testing.assert_allclose(got, want, atol=1e-5)
