@@ -1,0 +1,479 @@
+"""NativeScheduler: continuous batching over a paged KV cache (one loop thread).
+
+Each loop iteration: take new requests and cancels; readmit preempted lanes (by preemption round, then
+admission order), then promote waiting lanes (FIFO, or earliest deadline first) up to max_running;
+plan the step (one prefill chunk per prefilling lane within a token budget, one token per decoding
+lane); meet the KV budget (evict reclaimable prefix blocks, then preempt victims); run the prefill
+chunks, then ONE batched decode step for every decoding lane; sample, stream, finish.
+
+Numerics: prefill chunks end at absolute multiples of `prefill_chunk` and decode steps go through the
+batch-invariant `step_batch`, so a greedy lane's output never depends on its batch mates, on prefix
+hits, or on preemption (recompute replays generated ids through decode steps, swap copies bytes).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections import deque
+from typing import Any
+
+import numpy as np
+
+from engine.errors import EngineError
+from engine.kv import KVExhausted
+from engine.lane import FinishReason, Handle, Lane, LaneState, Request, TextTracker, now
+from engine.preemption import (
+    PREEMPT_MODES,
+    VICTIM_RULES,
+    attach,
+    choose_victim,
+    drop_for_recompute,
+    swap_in,
+    swap_out,
+)
+from engine.prefix import PrefixCache
+from engine.sampling import sample
+from engine.sched_stats import RateMeter, SchedStats
+
+
+class NativeScheduler:
+    def __init__(
+        self,
+        model: Any,
+        *,
+        max_running: int = 0,
+        kv_blocks: int | None = None,
+        block_tokens: int = 16,
+        preempt: str = "swap",
+        victim: str = "most-recent",
+        prefill_chunk: int = 128,
+        tokenizer: Any = None,
+        prefix_cache: bool = True,
+        eos_ids: tuple[int, ...] | None = None,
+        thread: bool = True,
+    ) -> None:
+        if max_running < 0:
+            raise EngineError(f"max_running must be >= 0 (0 = unbounded), got {max_running}")
+        if kv_blocks is not None and kv_blocks < 1:
+            raise EngineError(f"kv_blocks must be >= 1, got {kv_blocks}")
+        if preempt not in PREEMPT_MODES:
+            raise EngineError(f"unknown preempt mode {preempt!r} (known: {', '.join(PREEMPT_MODES)})")
+        if victim not in VICTIM_RULES:
+            raise EngineError(f"unknown victim rule {victim!r} (known: {', '.join(VICTIM_RULES)})")
+        if prefill_chunk < 1:
+            raise EngineError(f"prefill_chunk must be >= 1, got {prefill_chunk}")
+        from engine.session import Session, step_batch  # the model layer (task C)
+
+        self._Session, self._step_batch = Session, step_batch
+        self.model = model
+        self.max_running = max_running
+        self.preempt_mode, self.victim_rule = preempt, victim
+        self.prefill_chunk = prefill_chunk
+        self.tokenizer = tokenizer
+        self.vocab_size = int(model.config.vocab_size)
+        if eos_ids is None:
+            eos_ids = tuple(getattr(tokenizer, "eos_ids", ()) or ()) if tokenizer is not None else ()
+        self.eos_ids = frozenset(eos_ids)
+        self.pool = model.new_pool(kv_blocks, block_tokens)
+        self.kv_blocks = kv_blocks
+        self.prefix = PrefixCache(self.pool) if prefix_cache else None
+
+        self._cond = threading.Condition()
+        self._intake: list[Lane] = []
+        self._closed = False
+        self._seq = itertools.count()
+        self._waiting: list[Lane] = []
+        self._running: list[Lane] = []
+        self._preempted: list[Lane] = []
+        self._iter_no = 0  # loop iterations: a lane's preemption round is the iteration that evicted it
+        self.events: deque[tuple[str, int]] = deque(maxlen=4096)  # ("preempt"|"readmit", seq): a debug trace
+        # counters (loop thread only); published as an immutable SchedStats
+        self._c: dict[str, int] = dict.fromkeys(
+            ("steps", "tokens", "prefill_tokens", "admitted", "swap", "recompute", "bytes_out", "bytes_in",
+             "readmitted", "max_running"), 0)
+        self._finished: dict[str, int] = {}
+        self._last_victim = None
+        self._rate = RateMeter()
+        self._snapshot = SchedStats()
+        self._publish()
+        self._thread: threading.Thread | None = None
+        if thread:
+            self._thread = threading.Thread(target=self._loop, name="fak-scheduler", daemon=True)
+            self._thread.start()
+
+    # ------------------------------------------------------------------ caller side (any thread)
+    def admit(self, request: Request) -> Handle:
+        """Queue a request (WAITING) and return its handle; raises EngineError on bad input or after close()."""
+        ids = self._validate(request)
+        seq = next(self._seq)
+        handle = Handle(request, request.request_id or f"req-{seq}", self._request_cancel)
+        lane = Lane(request=request, seq=seq, prompt_ids=ids, handle=handle, admitted_at=now())
+        if self.tokenizer is not None:
+            lane.text = TextTracker(self.tokenizer, request.stop_strings)
+        lane.rng = np.random.default_rng(request.sampling.seed if request.sampling.seed is not None else seq)
+        handle._lane = lane  # type: ignore[attr-defined]
+        with self._cond:
+            if self._closed:
+                raise EngineError("scheduler is closed: admit() after close()")
+            self._intake.append(lane)
+            self._cond.notify()
+        return handle
+
+    def _validate(self, r: Request) -> list[int]:
+        if isinstance(r.prompt, str):
+            if self.tokenizer is None:
+                raise EngineError("text prompt given but the scheduler has no tokenizer: pass token ids")
+            ids = list(self.tokenizer.encode(r.prompt))
+        else:
+            ids = [int(t) for t in r.prompt]
+        if not ids:
+            raise EngineError("empty prompt: a request needs at least one token")
+        bad = [t for t in ids if not 0 <= t < self.vocab_size]
+        if bad:
+            raise EngineError(f"prompt token id {bad[0]} outside the vocabulary (0..{self.vocab_size - 1})")
+        if r.max_new_tokens < 1:
+            raise EngineError(f"max_new_tokens must be >= 1, got {r.max_new_tokens}")
+        if r.stop_strings and self.tokenizer is None:
+            raise EngineError("stop strings need a tokenizer (pass tokenizer= to the scheduler)")
+        if self.kv_blocks is not None:
+            need = -(-(len(ids) + 1) // self.pool.block_tokens)
+            if need > self.kv_blocks:
+                raise EngineError(
+                    f"prompt of {len(ids)} tokens needs {need} KV blocks, the budget is {self.kv_blocks}"
+                )
+        return ids
+
+    def _request_cancel(self, handle: Handle) -> None:
+        with self._cond:
+            handle._lane.cancel_requested = True  # type: ignore[attr-defined]
+            self._cond.notify()
+
+    def stats(self) -> SchedStats:
+        """The latest snapshot (immutable; published by the loop thread every iteration)."""
+        return self._snapshot
+
+    def close(self, timeout: float | None = 30.0) -> None:
+        """Abort every request (finish reason cancelled), stop the loop and join it. Idempotent."""
+        with self._cond:
+            already = self._closed
+            self._closed = True
+            self._cond.notify()
+        if self._thread is None:
+            if not already:
+                self._shutdown()
+            return
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            raise EngineError(f"scheduler loop did not stop within {timeout} s")
+
+    def step(self) -> bool:
+        """Run one loop iteration in the calling thread (schedulers built with thread=False: tests, replays).
+
+        Returns True while any request is unfinished.
+        """
+        if self._thread is not None:
+            raise EngineError("step() drives a scheduler built with thread=False; this one runs its own loop")
+        with self._cond:
+            if self._closed:
+                raise EngineError("scheduler is closed")
+            new, self._intake = self._intake, []
+        self._guarded_iteration(new)
+        return self._has_work()
+
+    def __enter__(self) -> NativeScheduler:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ loop thread
+    def _loop(self) -> None:
+        try:
+            while True:
+                with self._cond:
+                    while not self._closed and not self._intake and not self._has_work():
+                        self._publish()
+                        self._cond.wait()
+                    if self._closed:
+                        return
+                    new, self._intake = self._intake, []
+                self._guarded_iteration(new)
+        finally:
+            self._shutdown()
+
+    def _guarded_iteration(self, new: list[Lane]) -> None:
+        try:
+            self._iteration(new)
+        except Exception as e:  # a model failure must not kill the loop: fail the running lanes
+            for lane in list(self._running):
+                self._finish(lane, FinishReason.ERROR, f"{type(e).__name__}: {e}")
+        self._publish()
+
+    def _has_work(self) -> bool:
+        return bool(self._running or self._waiting or self._preempted)
+
+    def _iteration(self, new: list[Lane]) -> None:
+        self._iter_no += 1
+        for lane in new:
+            self._c["admitted"] += 1
+            self._waiting.append(lane)
+        for q in (self._waiting, self._running, self._preempted):
+            for lane in [ln for ln in q if ln.cancel_requested]:
+                self._finish(lane, FinishReason.CANCELLED)
+        self._promote()
+        self._c["max_running"] = max(self._c["max_running"], len(self._running))
+        chunks, decoders = self._plan()
+        if not self._meet_budget(chunks, decoders):
+            return
+        for lane, ids in chunks:
+            if lane.state is LaneState.PREFILLING:
+                self._prefill(lane, ids)
+        decoders = [ln for ln in decoders if ln.state is LaneState.DECODING]
+        if decoders:
+            self._decode(decoders)
+
+    # -- admission
+    def _headroom(self) -> int:
+        """Blocks a newcomer may take now, keeping one spare block per running lane."""
+        if self.kv_blocks is None:
+            return 1 << 30
+        reclaim = self.prefix.reclaimable() if self.prefix else 0
+        return self.pool.num_free + reclaim - len(self._running)
+
+    def _blocks_for(self, n_tokens: int) -> int:
+        return -(-n_tokens // self.pool.block_tokens)
+
+    def _promote(self) -> None:
+        limit = self.max_running or (1 << 30)
+        self._preempted.sort(key=lambda ln: (ln.preempt_round, ln.seq))
+        while self._preempted and len(self._running) < limit:
+            lane = self._preempted[0]
+            need = (len(lane.swap_data) // self.pool.block_bytes + 1) if lane.swap_data is not None else (
+                self._blocks_for(min(len(lane.prompt_ids), self.prefill_chunk)) + 1)
+            if self._running and need > self._headroom():
+                return  # wait for room; preempted lanes go first, so no newcomer either
+            self._readmit(lane)
+        if self._preempted:
+            return
+        if any(ln.request.deadline is not None for ln in self._waiting):
+            self._waiting.sort(key=lambda ln: (ln.request.deadline is None, ln.request.deadline or 0.0, ln.seq))
+        while self._waiting and len(self._running) < limit:
+            lane = self._waiting[0]
+            need = self._blocks_for(min(len(lane.prompt_ids), self.prefill_chunk)) + 1
+            if self._running and need > self._headroom():
+                return
+            self._waiting.pop(0)
+            self._start(lane)
+
+    def _new_session(self, lane: Lane) -> None:
+        """Fresh session for the lane, with the cached prefix of its prompt mapped in."""
+        s = self._Session(self.model, pool=self.pool)
+        lane.session = s
+        if self.prefix is None:
+            return
+        # keep >= 1 prompt token to prefill: its logits give the first token
+        blocks = self.prefix.match(lane.prompt_ids, len(lane.prompt_ids) - 1)
+        if blocks:
+            n = len(blocks) * self.pool.block_tokens
+            self._map(s, blocks, lane.prompt_ids[:n])
+            lane.prefix_hit_tokens += n
+
+    def _map(self, session: Any, blocks: list[int], tokens: list[int]) -> None:
+        attach(session, blocks, len(tokens))
+        session.tokens = list(tokens)
+
+    def _start(self, lane: Lane) -> None:
+        self._new_session(lane)
+        lane.to(LaneState.PREFILLING)
+        lane.pinned_until = now() + lane.request.pin_ttl
+        self._running.append(lane)
+
+    def _readmit(self, lane: Lane) -> None:
+        self._preempted.pop(0)
+        self._c["readmitted"] += 1
+        self.events.append(("readmit", lane.seq))
+        if lane.swap_data is not None:
+            short = len(lane.swap_data) // self.pool.block_bytes - self.pool.num_free
+            if short > 0 and self.prefix is not None:
+                self.prefix.evict(short)
+            self._c["bytes_in"] += swap_in(lane, self.pool)
+            lane.to(lane.resume_state)
+            lane.pinned_until = now() + lane.request.pin_ttl
+            self._running.append(lane)
+        else:
+            self._start(lane)
+
+    # -- planning and the KV budget
+    def _plan(self) -> tuple[list[tuple[Lane, list[int]]], list[Lane]]:
+        """Prefill chunks (ending on absolute multiples of prefill_chunk) within a token budget; decoders."""
+        chunks: list[tuple[Lane, list[int]]] = []
+        budget = self.prefill_chunk
+        for lane in self._running:
+            if lane.state is not LaneState.PREFILLING:
+                continue
+            start = lane.session.length
+            end = min(len(lane.prompt_ids), (start // self.prefill_chunk + 1) * self.prefill_chunk)
+            if chunks and end - start > budget:
+                break
+            chunks.append((lane, lane.prompt_ids[start:end]))
+            budget -= end - start
+        decoders = [ln for ln in self._running if ln.state is LaneState.DECODING]
+        return chunks, decoders
+
+    def _meet_budget(self, chunks: list[tuple[Lane, list[int]]], decoders: list[Lane]) -> bool:
+        """Make the step's blocks available: evict reclaimable prefix blocks, then preempt victims."""
+        if self.kv_blocks is None:
+            return True
+        while True:
+            demand = {ln.seq: ln.session.kv.blocks_needed(ln.session.length + len(ids)) for ln, ids in chunks}
+            demand.update({ln.seq: ln.session.kv.blocks_needed(ln.session.length + 1) for ln in decoders})
+            need = sum(demand.values())
+            reclaim = self.prefix.reclaimable() if self.prefix else 0
+            if need <= self.pool.num_free + reclaim:
+                break
+            if len(self._running) < 2:  # a lone lane is never preempted: it cannot fit at all
+                lane = self._running[0]
+                self._finish(lane, FinishReason.ERROR,
+                             f"KV budget of {self.kv_blocks} blocks too small for {lane.session.length + 1} tokens")
+                return False
+            self._preempt(f"step needs {need} blocks, {self.pool.num_free + reclaim} available")
+            chunks = [(ln, ids) for ln, ids in chunks if ln.state is LaneState.PREFILLING]
+            decoders = [ln for ln in decoders if ln.state is LaneState.DECODING]
+        short = need - self.pool.num_free
+        if short > 0 and self.prefix is not None:
+            self.prefix.evict(short)
+        return True
+
+    def _preempt(self, reason: str) -> None:
+        hits = self.prefix.block_hits if self.prefix else (lambda b: 0)
+        v = choose_victim(self._running, self.victim_rule, now(), self.pool.block_bytes, hits,
+                          self.preempt_mode, reason)
+        lane = next(ln for ln in self._running if ln.seq == v.seq)
+        self._running.remove(lane)
+        if self.preempt_mode == "swap":
+            self._c["bytes_out"] += swap_out(lane, self.pool)
+            self._c["swap"] += 1
+        else:
+            drop_for_recompute(lane)
+            self._c["recompute"] += 1
+        lane.to(LaneState.PREEMPTED)
+        lane.preemptions += 1
+        lane.preempt_round = self._iter_no
+        self.events.append(("preempt", lane.seq))
+        self._preempted.append(lane)
+        self._last_victim = v
+
+    # -- model work
+    def _prefill(self, lane: Lane, ids: list[int]) -> None:
+        try:
+            logits = lane.session.prefill(ids)
+        except KVExhausted:
+            return  # budget estimate was short (growable accounting aside): retry next iteration
+        except Exception as e:
+            self._finish(lane, FinishReason.ERROR, f"prefill failed: {type(e).__name__}: {e}")
+            return
+        self._c["prefill_tokens"] += len(ids)
+        s = lane.session
+        if self.prefix is not None:
+            full = min(s.length, len(lane.prompt_ids)) // self.pool.block_tokens
+            self.prefix.insert(lane.prompt_ids, s.kv.blocks, full)
+        if s.length < len(lane.prompt_ids):
+            return
+        lane.to(LaneState.DECODING)
+        if lane.generated:  # recompute readmission: the prompt is back, now replay the generated ids
+            lane.replay = lane.generated[:-1]
+        else:
+            self._emit(lane, sample(logits, lane.request.sampling, lane.rng))
+
+    def _decode(self, lanes: list[Lane]) -> None:
+        feed = [ln.replay[0] if ln.replay else ln.pending for ln in lanes]
+        try:
+            logits = self._step_batch([ln.session for ln in lanes], feed)
+        except KVExhausted:
+            return
+        self._c["steps"] += 1
+        for lane, row in zip(lanes, logits):
+            if lane.replay:
+                lane.replay.pop(0)
+            else:
+                self._emit(lane, sample(row, lane.request.sampling, lane.rng))
+
+    def _emit(self, lane: Lane, token: int) -> None:
+        t = now()
+        if lane.first_token_at is None:
+            lane.first_token_at = t
+        self._rate.add(t, 1)
+        self._c["tokens"] += 1
+        req = lane.request
+        if req.stop_on_eos and token in self.eos_ids:
+            self._finish(lane, FinishReason.EOS)
+            return
+        if token in req.stop_ids:
+            self._finish(lane, FinishReason.STOP)
+            return
+        lane.generated.append(token)
+        lane.pending = token
+        piece = lane.text.push(token) if lane.text is not None else ""
+        lane.handle._push(token, piece)
+        if lane.text is not None and lane.text.stopped:
+            self._finish(lane, FinishReason.STOP)
+        elif len(lane.generated) >= req.max_new_tokens:
+            self._finish(lane, FinishReason.LENGTH)
+
+    def _finish(self, lane: Lane, reason: FinishReason, error: str | None = None) -> None:
+        if lane.session is not None and lane.session.kv.blocks:
+            lane.session.kv.free()
+        lane.session, lane.swap_data, lane.replay = None, None, []
+        for q in (self._waiting, self._running, self._preempted):
+            if lane in q:
+                q.remove(lane)
+        lane.to(LaneState.FINISHED)
+        lane.finish_reason, lane.error = reason, error
+        self._finished[reason.value] = self._finished.get(reason.value, 0) + 1
+        tail = lane.text.finish() if lane.text is not None else ""
+        lane.handle._set_result(lane.result(now()), tail)
+
+    def _shutdown(self) -> None:
+        with self._cond:
+            self._closed = True
+            new, self._intake = self._intake, []
+        self._waiting.extend(new)
+        for q in (self._running, self._preempted, self._waiting):
+            for lane in list(q):
+                self._finish(lane, FinishReason.CANCELLED, "scheduler closed")
+        if self.prefix is not None:
+            self.prefix.clear()
+        self._publish()
+
+    def _publish(self) -> None:
+        c = self._c
+        self._snapshot = SchedStats(
+            running=len(self._running),
+            waiting=len(self._waiting) + len(self._intake),
+            preempted=len(self._preempted),
+            tokens_per_s=self._rate.rate(now()),
+            used_blocks=self.pool.num_used,
+            max_blocks=self.kv_blocks,
+            cached_blocks=len(self.prefix) if self.prefix else 0,
+            reclaimable_blocks=self.prefix.reclaimable() if self.prefix else 0,
+            block_tokens=self.pool.block_tokens,
+            steps=c["steps"],
+            tokens_generated=c["tokens"],
+            prefill_tokens=c["prefill_tokens"],
+            admitted=c["admitted"],
+            finished=dict(self._finished),
+            preemptions_swap=c["swap"],
+            preemptions_recompute=c["recompute"],
+            swap_bytes_out=c["bytes_out"],
+            swap_bytes_in=c["bytes_in"],
+            readmitted=c["readmitted"],
+            last_victim=self._last_victim,
+            prefix_queries=self.prefix.queries if self.prefix else 0,
+            prefix_hits=self.prefix.hits if self.prefix else 0,
+            prefix_hit_tokens=self.prefix.hit_tokens if self.prefix else 0,
+            max_running_observed=c["max_running"],
+            max_running=self.max_running,
+            preempt_mode=self.preempt_mode,
+            victim_rule=self.victim_rule,
+        )
