@@ -1,0 +1,1 @@
+"""Policy files shipped with fak (package data): `coding-floor.json` is the default floor."""
