@@ -1,0 +1,50 @@
+"""Shared helpers for the scheduler tests: the synthetic model and a solo greedy reference."""
+
+from __future__ import annotations
+
+import dataclasses
+from functools import lru_cache
+
+import numpy as np
+
+from engine import Session
+from engine.model import Model
+from engine.synthetic import SYNTHETIC_CONFIG, synthetic_weights
+
+
+@lru_cache(maxsize=1)
+def model() -> Model:
+    """The synthetic checkpoint with a stronger attention path and an untied random head.
+
+    The stock synthetic model (tied head, large embeddings) greedily repeats the last prompt token,
+    so comparing outputs would not notice a wrong KV cache. This variant's greedy output depends on
+    the whole context (changing the first prompt token changes most later tokens) and keeps logit
+    gaps ~0.1, far above float32 noise.
+    """
+    w = synthetic_weights()
+    for lw in w.layers:
+        lw.wo = (lw.wo * 3.0).astype(np.float32)
+    w.token_embd = (w.token_embd * 0.5).astype(np.float32)
+    w.output = (np.random.default_rng(7).standard_normal((256, 64)) * 0.5).astype(np.float32)
+    return Model(dataclasses.replace(SYNTHETIC_CONFIG, tied_embeddings=False), w, name="synthetic-mix")
+
+
+@lru_cache(maxsize=4096)
+def _solo(prompt: tuple[int, ...], n: int, chunk: int) -> tuple[int, ...]:
+    s = Session(model())
+    for i in range(0, len(prompt), chunk):  # same absolute chunk boundaries as the scheduler
+        logits = s.prefill(list(prompt[i : i + chunk]))
+    out = [int(np.argmax(logits))]
+    while len(out) < n:
+        out.append(int(np.argmax(s.step(out[-1]))))
+    s.free()
+    return tuple(out)
+
+
+def solo(prompt: list[int], n: int, chunk: int = 128) -> list[int]:
+    """Greedy tokens of one request run alone on a plain Session (no scheduler, no sharing)."""
+    return list(_solo(tuple(prompt), n, chunk))
+
+
+def rand_prompt(rng: np.random.Generator, n: int) -> list[int]:
+    return [int(t) for t in rng.integers(0, 256, size=n)]

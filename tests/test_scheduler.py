@@ -1,0 +1,210 @@
+"""NativeScheduler behaviour on the synthetic model: batching invariance, queues, stops, cancel, close."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+from sched_helpers import model, rand_prompt, solo
+
+from engine.errors import EngineError
+from engine.lane import FinishReason, Handle, Lane, LaneState, Request, TextTracker
+from engine.sampling import SamplingParams
+from engine.scheduler import NativeScheduler
+
+
+def test_concurrent_greedy_outputs_equal_solo_and_stream_matches_result() -> None:
+    rng = np.random.default_rng(0)
+    prompts = [rand_prompt(rng, n) for n in (3, 17, 40, 9, 150, 1)]
+    with NativeScheduler(model(), prefill_chunk=32) as sched:
+        handles = [sched.admit(Request(p, max_new_tokens=12)) for p in prompts]
+        streamed = [list(h) for h in handles]
+        results = [h.result(timeout=60) for h in handles]
+    for p, s, r in zip(prompts, streamed, results):
+        assert r.finish_reason is FinishReason.LENGTH
+        assert r.token_ids == s == solo(p, 12, 32)
+        assert r.prompt_tokens == len(p) and r.ttft_s is not None and r.ttft_s <= r.latency_s
+    assert sched.pool.num_used == 0
+
+
+def test_max_running_bound_and_fifo_promotion() -> None:
+    sched = NativeScheduler(model(), max_running=2, thread=False, prefix_cache=False)
+    rng = np.random.default_rng(1)
+    hs = [sched.admit(Request(rand_prompt(rng, 5), max_new_tokens=4)) for _ in range(5)]
+    order: list[int] = []
+    while sched.step():
+        assert sched.stats().running <= 2
+        for i, h in enumerate(hs):
+            if h.state is not LaneState.WAITING and i not in order:
+                order.append(i)
+    assert order == [0, 1, 2, 3, 4]
+    assert sched.stats().max_running_observed == 2
+    assert all(h.result(0).finish_reason is FinishReason.LENGTH for h in hs)
+    sched.close()
+
+
+def test_earliest_deadline_first_then_fifo() -> None:
+    sched = NativeScheduler(model(), max_running=1, thread=False)
+    p = [1, 2, 3]
+    h_none = sched.admit(Request(p, max_new_tokens=2))
+    h_late = sched.admit(Request(p, max_new_tokens=2, deadline=20.0))
+    h_soon = sched.admit(Request(p, max_new_tokens=2, deadline=10.0))
+    h_none2 = sched.admit(Request(p, max_new_tokens=2))
+    started: list[Handle] = []
+    while sched.step():
+        for h in (h_none, h_late, h_soon, h_none2):
+            if h.state is not LaneState.WAITING and h not in started:
+                started.append(h)
+    assert started == [h_soon, h_late, h_none, h_none2]
+    sched.close()
+
+
+def test_stop_ids_eos_and_length() -> None:
+    p = [5, 6, 7, 8]
+    ref = solo(p, 12)
+    i = next(k for k in range(2, 12) if ref[k] not in ref[:k])
+    with NativeScheduler(model(), eos_ids=(ref[i],)) as sched:
+        eos = sched.admit(Request(p, max_new_tokens=12))
+        no_eos = sched.admit(Request(p, max_new_tokens=12, stop_on_eos=False))
+        stop = sched.admit(Request(p, max_new_tokens=12, stop_on_eos=False, stop_ids=(ref[i],)))
+        short = sched.admit(Request(p, max_new_tokens=1))
+        r_eos, r_no, r_stop, r_short = (h.result(timeout=60) for h in (eos, no_eos, stop, short))
+    assert (r_eos.finish_reason, r_eos.token_ids) == (FinishReason.EOS, ref[:i])
+    assert (r_stop.finish_reason, r_stop.token_ids) == (FinishReason.STOP, ref[:i])
+    assert (r_no.finish_reason, r_no.token_ids) == (FinishReason.LENGTH, ref)
+    assert (r_short.finish_reason, r_short.token_ids) == (FinishReason.LENGTH, ref[:1])
+
+
+def test_seeded_sampling_does_not_depend_on_batch_mates() -> None:
+    sp = SamplingParams(temperature=0.8, top_k=40, top_p=0.9, seed=123)
+    p = [9, 8, 7, 6, 5]
+    with NativeScheduler(model()) as sched:
+        alone = sched.admit(Request(p, max_new_tokens=10, sampling=sp)).result(timeout=60).token_ids
+    rng = np.random.default_rng(2)
+    with NativeScheduler(model()) as sched:
+        others = [sched.admit(Request(rand_prompt(rng, 20), max_new_tokens=15)) for _ in range(3)]
+        mine = sched.admit(Request(p, max_new_tokens=10, sampling=sp))
+        crowd = mine.result(timeout=60).token_ids
+        [h.result(timeout=60) for h in others]
+    assert alone == crowd and len(crowd) == 10
+
+
+def test_cancel_frees_kv_between_steps() -> None:
+    sched = NativeScheduler(model(), thread=False, prefix_cache=False, kv_blocks=32)
+    h = sched.admit(Request(list(range(40)), max_new_tokens=200))
+    other = sched.admit(Request([1, 2], max_new_tokens=200))
+    for _ in range(5):
+        sched.step()
+    assert h.state is LaneState.DECODING and sched.pool.num_used > 0
+    h.cancel()
+    sched.step()
+    r = h.result(0)
+    assert r.finish_reason is FinishReason.CANCELLED and 0 < len(r.token_ids) < 200
+    assert sched.pool.num_used == len(other._lane.session.kv.blocks) == 1  # type: ignore[attr-defined]
+    other.cancel()
+    sched.step()
+    assert sched.pool.num_used == 0 and not sched.step()
+    sched.close()
+
+
+def test_close_aborts_everything_joins_and_rejects_admits() -> None:
+    sched = NativeScheduler(model(), max_running=2, kv_blocks=16)
+    hs = [sched.admit(Request(list(range(1, 30)), max_new_tokens=500)) for _ in range(5)]
+    next(iter(hs[0]))  # the loop is running
+    sched.close()
+    assert not sched._thread.is_alive()  # type: ignore[union-attr]
+    assert all(h.result(0).finish_reason is FinishReason.CANCELLED for h in hs)
+    assert sched.pool.num_used == 0
+    with pytest.raises(EngineError, match="closed"):
+        sched.admit(Request([1], max_new_tokens=1))
+    sched.close()  # idempotent
+    assert not any(t.name == "fak-scheduler" for t in threading.enumerate())
+
+
+def test_lone_lane_that_cannot_fit_finishes_with_error_others_continue() -> None:
+    with NativeScheduler(model(), kv_blocks=3, block_tokens=4, max_running=1) as sched:
+        big = sched.admit(Request([1, 2, 3], max_new_tokens=30))
+        small = sched.admit(Request([4, 5], max_new_tokens=3))
+        rb, rs = big.result(timeout=60), small.result(timeout=60)
+    assert rb.finish_reason is FinishReason.ERROR and "KV budget" in (rb.error or "")
+    assert rb.token_ids == solo([1, 2, 3], len(rb.token_ids)) and len(rb.token_ids) == 12 - 3 + 1
+    assert rs.finish_reason is FinishReason.LENGTH and rs.token_ids == solo([4, 5], 3)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "request_", "match"),
+    [
+        ({}, Request([]), "empty prompt"),
+        ({}, Request([1, 256]), "outside the vocabulary"),
+        ({}, Request([1], max_new_tokens=0), "max_new_tokens"),
+        ({}, Request("hello"), "no tokenizer"),
+        ({}, Request([1], stop_strings=("x",)), "stop strings need a tokenizer"),
+        ({"kv_blocks": 2, "block_tokens": 4}, Request(list(range(8))), "needs 3 KV blocks, the budget is 2"),
+    ],
+)
+def test_bad_requests_are_one_clear_error(kwargs: dict, request_: Request, match: str) -> None:
+    with NativeScheduler(model(), **kwargs) as sched, pytest.raises(EngineError, match=match):
+        sched.admit(request_)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [({"preempt": "drop"}, "unknown preempt mode"), ({"victim": "oldest"}, "unknown victim rule"),
+     ({"max_running": -1}, "max_running"), ({"kv_blocks": 0}, "kv_blocks"), ({"prefill_chunk": 0}, "prefill_chunk")],
+)
+def test_bad_config(kwargs: dict, match: str) -> None:
+    with pytest.raises(EngineError, match=match):
+        NativeScheduler(model(), **kwargs)
+
+
+def test_lane_state_machine_rejects_illegal_moves() -> None:
+    lane = Lane(Request([1]), 0, [1], Handle(Request([1]), "r", lambda h: None), 0.0)
+    with pytest.raises(EngineError, match="waiting -> decoding"):
+        lane.to(LaneState.DECODING)
+    for s in (LaneState.PREFILLING, LaneState.PREEMPTED, LaneState.DECODING, LaneState.PREEMPTED,
+              LaneState.FINISHED):
+        lane.to(s)
+    assert lane.handle.state is LaneState.FINISHED
+    with pytest.raises(EngineError, match="finished -> waiting"):
+        lane.to(LaneState.WAITING)
+
+
+class _Latin1:
+    """A byte-per-token stand-in for the tokenizer stream (text tracking is tokenizer-agnostic)."""
+
+    eos_ids: tuple[int, ...] = ()
+
+    def stream(self) -> object:
+        class S:
+            def push(self, t: int) -> str:
+                return chr(t)
+
+            def flush(self) -> str:
+                return ""
+
+        return S()
+
+
+def test_text_tracker_holds_back_partial_stop_strings() -> None:
+    tt = TextTracker(_Latin1(), ("xyz", "ab"))
+    pieces = [tt.push(ord(c)) for c in "qxyqa"]
+    assert "".join(pieces) == "qxyq" and pieces[1:3] == ["", ""]  # "x", "xy" held, released on "q"
+    assert tt.push(ord("b")) == "" and tt.stopped and tt.text == "qxyq"
+    tt2 = TextTracker(_Latin1(), ("zz",))
+    out = "".join(tt2.push(ord(c)) for c in "az") + tt2.finish()
+    assert out == tt2.text == "az" and not tt2.stopped
+
+
+def test_stop_string_through_the_scheduler() -> None:
+    p = [65, 66, 67]
+    ref = solo(p, 10)
+    text = "".join(chr(t) for t in ref)
+    stop = text[4:6]
+    cut = text.index(stop)
+    with NativeScheduler(model(), tokenizer=_Latin1()) as sched:
+        h = sched.admit(Request(p, max_new_tokens=10, stop_strings=(stop,)))
+        pieces = list(h.pieces(timeout=60))
+        r = h.result(timeout=60)
+    assert r.finish_reason is FinishReason.STOP
+    assert r.text == "".join(pieces) == text[:cut]
