@@ -87,7 +87,8 @@ class NativeScheduler:
         self._running: list[Lane] = []
         self._preempted: list[Lane] = []
         self._iter_no = 0  # loop iterations: a lane's preemption round is the iteration that evicted it
-        self.events: deque[tuple[str, int]] = deque(maxlen=4096)  # ("preempt"|"readmit", seq): a debug trace
+        # ("preempt"|"readmit", lane seq, preemption round): a bounded trace for debugging and tests
+        self.events: deque[tuple[str, int, int]] = deque(maxlen=4096)
         # counters (loop thread only); published as an immutable SchedStats
         self._c: dict[str, int] = dict.fromkeys(
             ("steps", "tokens", "prefill_tokens", "admitted", "swap", "recompute", "bytes_out", "bytes_in",
@@ -244,13 +245,19 @@ class NativeScheduler:
     def _blocks_for(self, n_tokens: int) -> int:
         return -(-n_tokens // self.pool.block_tokens)
 
+    def _footprint(self, lane: Lane) -> int:
+        """Blocks a (re)admitted lane reaches before it emits its next token: admit only when they fit,
+        so a newcomer does not push running lanes out (thrash). Prefix hits are not subtracted."""
+        if lane.swap_data is not None:
+            return len(lane.swap_data) // self.pool.block_bytes + 1
+        return self._blocks_for(len(lane.prompt_ids) + max(0, len(lane.generated) - 1) + 1)
+
     def _promote(self) -> None:
         limit = self.max_running or (1 << 30)
         self._preempted.sort(key=lambda ln: (ln.preempt_round, ln.seq))
         while self._preempted and len(self._running) < limit:
             lane = self._preempted[0]
-            need = (len(lane.swap_data) // self.pool.block_bytes + 1) if lane.swap_data is not None else (
-                self._blocks_for(min(len(lane.prompt_ids), self.prefill_chunk)) + 1)
+            need = self._footprint(lane)
             if self._running and need > self._headroom():
                 return  # wait for room; preempted lanes go first, so no newcomer either
             self._readmit(lane)
@@ -260,7 +267,7 @@ class NativeScheduler:
             self._waiting.sort(key=lambda ln: (ln.request.deadline is None, ln.request.deadline or 0.0, ln.seq))
         while self._waiting and len(self._running) < limit:
             lane = self._waiting[0]
-            need = self._blocks_for(min(len(lane.prompt_ids), self.prefill_chunk)) + 1
+            need = self._footprint(lane)
             if self._running and need > self._headroom():
                 return
             self._waiting.pop(0)
@@ -292,7 +299,7 @@ class NativeScheduler:
     def _readmit(self, lane: Lane) -> None:
         self._preempted.pop(0)
         self._c["readmitted"] += 1
-        self.events.append(("readmit", lane.seq))
+        self.events.append(("readmit", lane.seq, lane.preempt_round))
         if lane.swap_data is not None:
             short = len(lane.swap_data) // self.pool.block_bytes - self.pool.num_free
             if short > 0 and self.prefix is not None:
@@ -360,7 +367,7 @@ class NativeScheduler:
         lane.to(LaneState.PREEMPTED)
         lane.preemptions += 1
         lane.preempt_round = self._iter_no
-        self.events.append(("preempt", lane.seq))
+        self.events.append(("preempt", lane.seq, lane.preempt_round))
         self._preempted.append(lane)
         self._last_victim = v
 
