@@ -52,6 +52,7 @@ class NativeScheduler:
         prefix_cache: bool = True,
         eos_ids: tuple[int, ...] | None = None,
         thread: bool = True,
+        numba_threads: int | None = None,
     ) -> None:
         if max_running < 0:
             raise EngineError(f"max_running must be >= 0 (0 = unbounded), got {max_running}")
@@ -67,6 +68,7 @@ class NativeScheduler:
 
         self._Session, self._step_batch = Session, step_batch
         self.model = model
+        self.numba_threads = numba_threads  # numba's thread count is per thread: applied in the loop thread
         self.max_running = max_running
         self.preempt_mode, self.victim_rule = preempt, victim
         self.prefill_chunk = prefill_chunk
@@ -190,6 +192,10 @@ class NativeScheduler:
 
     # ------------------------------------------------------------------ loop thread
     def _loop(self) -> None:
+        if self.numba_threads:
+            import numba
+
+            numba.set_num_threads(self.numba_threads)
         try:
             while True:
                 with self._cond:

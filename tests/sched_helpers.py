@@ -5,11 +5,17 @@ from __future__ import annotations
 import dataclasses
 from functools import lru_cache
 
+import numba
 import numpy as np
 
 from engine import Session
 from engine.model import Model
 from engine.synthetic import SYNTHETIC_CONFIG, synthetic_weights
+
+
+# The synthetic model's kernels are tiny: numba's parallel regions only add latency on a shared
+# 2-core box (ms per call under load). Threaded schedulers in these tests pass numba_threads=1 too.
+numba.set_num_threads(1)
 
 
 @lru_cache(maxsize=1)

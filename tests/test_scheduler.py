@@ -17,7 +17,7 @@ from engine.scheduler import NativeScheduler
 def test_concurrent_greedy_outputs_equal_solo_and_stream_matches_result() -> None:
     rng = np.random.default_rng(0)
     prompts = [rand_prompt(rng, n) for n in (3, 17, 40, 9, 150, 1)]
-    with NativeScheduler(model(), prefill_chunk=32) as sched:
+    with NativeScheduler(model(), numba_threads=1, prefill_chunk=32) as sched:
         handles = [sched.admit(Request(p, max_new_tokens=12)) for p in prompts]
         streamed = [list(h) for h in handles]
         results = [h.result(timeout=60) for h in handles]
@@ -29,7 +29,7 @@ def test_concurrent_greedy_outputs_equal_solo_and_stream_matches_result() -> Non
 
 
 def test_max_running_bound_and_fifo_promotion() -> None:
-    sched = NativeScheduler(model(), max_running=2, thread=False, prefix_cache=False)
+    sched = NativeScheduler(model(), numba_threads=1, max_running=2, thread=False, prefix_cache=False)
     rng = np.random.default_rng(1)
     hs = [sched.admit(Request(rand_prompt(rng, 5), max_new_tokens=4)) for _ in range(5)]
     order: list[int] = []
@@ -45,7 +45,7 @@ def test_max_running_bound_and_fifo_promotion() -> None:
 
 
 def test_earliest_deadline_first_then_fifo() -> None:
-    sched = NativeScheduler(model(), max_running=1, thread=False)
+    sched = NativeScheduler(model(), numba_threads=1, max_running=1, thread=False)
     p = [1, 2, 3]
     h_none = sched.admit(Request(p, max_new_tokens=2))
     h_late = sched.admit(Request(p, max_new_tokens=2, deadline=20.0))
@@ -64,7 +64,7 @@ def test_stop_ids_eos_and_length() -> None:
     p = [5, 6, 7, 8]
     ref = solo(p, 12)
     i = next(k for k in range(2, 12) if ref[k] not in ref[:k])
-    with NativeScheduler(model(), eos_ids=(ref[i],)) as sched:
+    with NativeScheduler(model(), numba_threads=1, eos_ids=(ref[i],)) as sched:
         eos = sched.admit(Request(p, max_new_tokens=12))
         no_eos = sched.admit(Request(p, max_new_tokens=12, stop_on_eos=False))
         stop = sched.admit(Request(p, max_new_tokens=12, stop_on_eos=False, stop_ids=(ref[i],)))
@@ -79,10 +79,10 @@ def test_stop_ids_eos_and_length() -> None:
 def test_seeded_sampling_does_not_depend_on_batch_mates() -> None:
     sp = SamplingParams(temperature=0.8, top_k=40, top_p=0.9, seed=123)
     p = [9, 8, 7, 6, 5]
-    with NativeScheduler(model()) as sched:
+    with NativeScheduler(model(), numba_threads=1) as sched:
         alone = sched.admit(Request(p, max_new_tokens=10, sampling=sp)).result(timeout=60).token_ids
     rng = np.random.default_rng(2)
-    with NativeScheduler(model()) as sched:
+    with NativeScheduler(model(), numba_threads=1) as sched:
         others = [sched.admit(Request(rand_prompt(rng, 20), max_new_tokens=15)) for _ in range(3)]
         mine = sched.admit(Request(p, max_new_tokens=10, sampling=sp))
         crowd = mine.result(timeout=60).token_ids
@@ -91,7 +91,7 @@ def test_seeded_sampling_does_not_depend_on_batch_mates() -> None:
 
 
 def test_cancel_frees_kv_between_steps() -> None:
-    sched = NativeScheduler(model(), thread=False, prefix_cache=False, kv_blocks=32)
+    sched = NativeScheduler(model(), numba_threads=1, thread=False, prefix_cache=False, kv_blocks=32)
     h = sched.admit(Request(list(range(40)), max_new_tokens=200))
     other = sched.admit(Request([1, 2], max_new_tokens=200))
     for _ in range(5):
@@ -109,7 +109,7 @@ def test_cancel_frees_kv_between_steps() -> None:
 
 
 def test_close_aborts_everything_joins_and_rejects_admits() -> None:
-    sched = NativeScheduler(model(), max_running=2, kv_blocks=16)
+    sched = NativeScheduler(model(), numba_threads=1, max_running=2, kv_blocks=16)
     hs = [sched.admit(Request(list(range(1, 30)), max_new_tokens=500)) for _ in range(5)]
     next(iter(hs[0]))  # the loop is running
     sched.close()
@@ -123,7 +123,7 @@ def test_close_aborts_everything_joins_and_rejects_admits() -> None:
 
 
 def test_lone_lane_that_cannot_fit_finishes_with_error_others_continue() -> None:
-    with NativeScheduler(model(), kv_blocks=3, block_tokens=4, max_running=1) as sched:
+    with NativeScheduler(model(), numba_threads=1, kv_blocks=3, block_tokens=4, max_running=1) as sched:
         big = sched.admit(Request([1, 2, 3], max_new_tokens=30))
         small = sched.admit(Request([4, 5], max_new_tokens=3))
         rb, rs = big.result(timeout=60), small.result(timeout=60)
@@ -144,7 +144,7 @@ def test_lone_lane_that_cannot_fit_finishes_with_error_others_continue() -> None
     ],
 )
 def test_bad_requests_are_one_clear_error(kwargs: dict, request_: Request, match: str) -> None:
-    with NativeScheduler(model(), **kwargs) as sched, pytest.raises(EngineError, match=match):
+    with NativeScheduler(model(), numba_threads=1, **kwargs) as sched, pytest.raises(EngineError, match=match):
         sched.admit(request_)
 
 
@@ -155,7 +155,7 @@ def test_bad_requests_are_one_clear_error(kwargs: dict, request_: Request, match
 )
 def test_bad_config(kwargs: dict, match: str) -> None:
     with pytest.raises(EngineError, match=match):
-        NativeScheduler(model(), **kwargs)
+        NativeScheduler(model(), numba_threads=1, **kwargs)
 
 
 def test_lane_state_machine_rejects_illegal_moves() -> None:
@@ -202,7 +202,7 @@ def test_stop_string_through_the_scheduler() -> None:
     text = "".join(chr(t) for t in ref)
     stop = text[4:6]
     cut = text.index(stop)
-    with NativeScheduler(model(), tokenizer=_Latin1()) as sched:
+    with NativeScheduler(model(), numba_threads=1, tokenizer=_Latin1()) as sched:
         h = sched.admit(Request(p, max_new_tokens=10, stop_strings=(stop,)))
         pieces = list(h.pieces(timeout=60))
         r = h.result(timeout=60)

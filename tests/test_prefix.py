@@ -1,0 +1,118 @@
+"""Prefix reuse: chained block hashes, refcounted sharing, LRU eviction, and a shared system prompt."""
+
+from __future__ import annotations
+
+import numpy as np
+from sched_helpers import model, rand_prompt, solo
+
+from engine.kv import BlockPool
+from engine.lane import FinishReason, Request
+from engine.prefix import PrefixCache, chain_hashes
+from engine.scheduler import NativeScheduler
+
+
+def _pool(n: int = 8) -> BlockPool:
+    return BlockPool(1, 1, 2, num_blocks=n, block_tokens=4)
+
+
+def test_chain_hash_depends_on_every_earlier_block() -> None:
+    a = chain_hashes([1, 2, 3, 4, 5, 6, 7, 8], 4, 2)
+    b = chain_hashes([9, 2, 3, 4, 5, 6, 7, 8], 4, 2)
+    assert a[1] != b[1] and chain_hashes([1, 2, 3, 4], 4, 1) == a[:1]
+
+
+def test_match_insert_refcounts_and_lru_eviction() -> None:
+    pool = _pool()
+    cache = PrefixCache(pool)
+    toks = list(range(12))
+    blocks = [pool.allocate() for _ in range(3)]
+    cache.insert(toks, blocks, 3)
+    assert [int(pool.refcount[b]) for b in blocks] == [2, 2, 2] and cache.reclaimable() == 0
+    assert cache.match(toks, 11) == blocks[:2]  # max_tokens 11: two full blocks at most
+    assert cache.match(toks[:4] + [99] * 8, 12) == blocks[:1]  # diverges in block 1
+    assert cache.match([5] + toks[1:], 12) == []
+    assert (cache.queries, cache.hits, cache.hit_tokens) == (3, 2, 12)
+    assert cache.block_hits(blocks[0]) == 2 and cache.block_hits(blocks[2]) == 0
+    for b in blocks[:2] + blocks[:1] + blocks:  # the matchers and the original owner let go
+        pool.release(b)
+    assert cache.reclaimable() == 3 and pool.num_used == 3
+    # LRU evicts the leaf first (block 2 was never touched by a match), parents stay usable
+    assert cache.evict(1) == 1 and cache.match(toks, 12) == blocks[:2]
+    for b in blocks[:2]:
+        pool.release(b)
+    cache.clear()
+    assert pool.num_used == 0 and len(cache) == 0
+
+
+def test_referenced_blocks_are_never_evicted() -> None:
+    pool = _pool()
+    cache = PrefixCache(pool)
+    blocks = [pool.allocate() for _ in range(2)]
+    cache.insert(list(range(8)), blocks, 2)
+    pool.release(blocks[1])  # the owner still holds block 0
+    assert cache.evict(5) == 1 and int(pool.refcount[blocks[0]]) == 2
+    assert cache.match(list(range(8)), 8) == [blocks[0]]
+
+
+def test_shared_256_token_system_prompt_prefills_only_the_suffix() -> None:
+    rng = np.random.default_rng(3)
+    system = rand_prompt(rng, 256)
+    q1, q2 = rand_prompt(rng, 21), rand_prompt(rng, 37)
+    with NativeScheduler(model(), numba_threads=1, prefill_chunk=64) as sched:
+        r1 = sched.admit(Request(system + q1, max_new_tokens=10)).result(timeout=60)
+        before = sched.stats()
+        r2 = sched.admit(Request(system + q2, max_new_tokens=10)).result(timeout=60)
+        after = sched.stats()
+    assert r1.prefix_hit_tokens == 0 and r2.prefix_hit_tokens == 256
+    assert after.prefill_tokens - before.prefill_tokens == len(q2)
+    assert after.prefix_hit_tokens - before.prefix_hit_tokens == 256 and after.prefix_hits == 1
+    with NativeScheduler(model(), numba_threads=1, prefill_chunk=64, prefix_cache=False) as plain:
+        p2 = plain.admit(Request(system + q2, max_new_tokens=10)).result(timeout=60)
+    assert p2.prefix_hit_tokens == 0
+    assert r2.token_ids == p2.token_ids == solo(system + q2, 10, 64)
+    assert r1.token_ids == solo(system + q1, 10, 64)
+
+
+def test_prompt_that_is_all_cached_still_prefills_its_last_token() -> None:
+    p = list(range(1, 33))  # exactly two 16-token blocks
+    with NativeScheduler(model(), numba_threads=1) as sched:
+        a = sched.admit(Request(p, max_new_tokens=5)).result(timeout=60)
+        b = sched.admit(Request(p, max_new_tokens=5)).result(timeout=60)
+        st = sched.stats()
+    assert b.prefix_hit_tokens == 16 and st.prefill_tokens == 32 + 16
+    assert a.token_ids == b.token_ids == solo(p, 5)
+
+
+def test_cached_blocks_are_reclaimed_under_budget_no_leak() -> None:
+    rng = np.random.default_rng(4)
+    with NativeScheduler(model(), numba_threads=1, kv_blocks=8, block_tokens=4, thread=False) as sched:
+        for _ in range(6):  # each leaves 3-4 cached blocks behind; the budget is 8
+            p = rand_prompt(rng, 14)
+            h = sched.admit(Request(p, max_new_tokens=6))
+            while sched.step():
+                assert sched.pool.num_used <= 8
+            r = h.result(0)
+            assert r.finish_reason is FinishReason.LENGTH and r.token_ids == solo(p, 6)
+        st = sched.stats()
+        assert st.cached_blocks == st.reclaimable_blocks == st.used_blocks > 0
+        assert sched.prefix is not None and sched.prefix.evictions > 0
+    assert sched.pool.num_used == 0
+
+
+def test_concurrent_lanes_share_prefix_blocks() -> None:
+    rng = np.random.default_rng(6)
+    system = rand_prompt(rng, 64)
+    sched = NativeScheduler(model(), numba_threads=1, thread=False, prefill_chunk=64, max_running=1)
+    first = sched.admit(Request(system + [1], max_new_tokens=40))
+    while first.state.value != "decoding":
+        sched.step()
+    sched.max_running = 0  # let the others in while the first still runs
+    hs = [sched.admit(Request(system + rand_prompt(rng, 5), max_new_tokens=4)) for _ in range(3)]
+    sched.step()
+    shared = sched._running[0].session.kv.blocks[:4]  # type: ignore[union-attr]
+    assert all(int(sched.pool.refcount[b]) == 5 for b in shared)  # 4 lanes + the cache
+    while sched.step():
+        pass
+    assert all(h.result(0).prefix_hit_tokens == 64 for h in hs)
+    sched.close()
+    assert sched.pool.num_used == 0
