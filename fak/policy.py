@@ -33,6 +33,8 @@ import fnmatch
 import json
 import os
 import re
+import re._constants as _C  # the regex parser: needles for the fast path (private but stable in 3.11+)
+import re._parser as _sre_parse
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -50,8 +52,56 @@ _KNOWN_FIELDS = {
 _PATCH_HDR = re.compile(r"^\*\*\* (?:Add|Update|Delete) File: (.+?)\s*$|^\*\*\* Move to: (.+?)\s*$", re.M)
 _REDIRECT = re.compile(r"(?:&>>?|\d?>>?\|?)\s*(?!&)([\"']?)([^\s;&|<>\"'()]+)\1|\btee\s+(?:-\w+\s+)*([^\s;&|<>()]+)")
 _PLAN_CACHE_MAX = 4096
-_BACKREF = re.compile(r"\\[1-9]|\(\?P=")
 _GLOBAL_FLAGS = re.compile(r"^\(\?([aiLmsux]+)\)")
+
+
+def _needles(pattern: str) -> tuple[str, ...] | None:
+    """Literal strings of which every match of `pattern` contains at least one (None: unknown).
+
+    This is the decision fast path: a rule whose needles are all absent from the text cannot match,
+    so its regex is not run. Derived from the parsed regex, never hand-written, so it cannot drift."""
+    try:
+        parsed = _sre_parse.parse(pattern)
+    except re.error:
+        return None
+    if parsed.state.flags & (re.IGNORECASE | re.VERBOSE):
+        return None
+    return _seq_needles(list(parsed))
+
+
+def _seq_needles(seq: list[tuple[Any, Any]]) -> tuple[str, ...] | None:
+    candidates: list[tuple[str, ...]] = []
+    run: list[str] = []
+
+    def flush() -> None:
+        if run:
+            candidates.append(("".join(run),))
+            run.clear()
+
+    for op, av in seq:
+        if op is _C.LITERAL:
+            run.append(chr(av))
+            continue
+        flush()
+        inner: tuple[str, ...] | None = None
+        if op is _C.SUBPATTERN:
+            _group, add_flags, _del, sub = av
+            if not add_flags & (re.IGNORECASE | re.VERBOSE):
+                inner = _seq_needles(list(sub))
+        elif op is _C.ATOMIC_GROUP:
+            inner = _seq_needles(list(av))
+        elif op is _C.BRANCH:
+            alts = [_seq_needles(list(b)) for b in av[1]]
+            if all(a is not None for a in alts):
+                inner = tuple(x for a in alts for x in a)  # type: ignore[union-attr]
+        elif op in (_C.MAX_REPEAT, _C.MIN_REPEAT, _C.POSSESSIVE_REPEAT) and av[0] >= 1:
+            inner = _seq_needles(list(av[2]))
+        if inner:
+            candidates.append(inner)
+    flush()
+    good = [c for c in candidates if all(c)]
+    # Most selective: longest shortest-needle, then fewest needles.
+    return max(good, key=lambda c: (min(map(len, c)), -len(c))) if good else None
 
 
 def _combine(patterns: list[str]) -> re.Pattern[str]:
@@ -73,15 +123,18 @@ class ArgRule:
     detail: str = ""
     redact: tuple[tuple[str, ...], ...] = ()  # transforms only
     replace: str = "[REDACTED]"  # transforms only
+    verdict: Verdict | None = None  # the prebuilt DENY of an arg rule (set by Policy)
 
 
 @dataclass(slots=True)
 class _Check:
-    """All arg rules of one tool that read the same field, behind one combined regex (fast no-match)."""
+    """The arg rules of one tool that read the same field. A rule's regex runs only if one of its
+    needles (literals every match contains) is in the text, or if it has none (`always`)."""
 
     field: tuple[str, ...] | None
-    combined: re.Pattern[str]
     rules: list[ArgRule]
+    needles: list[tuple[str, int]]  # (needle, index into rules)
+    always: list[int]
 
 
 @dataclass(slots=True)
@@ -140,6 +193,10 @@ class Policy:
 
     def __post_init__(self) -> None:
         self.by = f"policy:{self.name}"
+        # Literals every protected path contains: most paths are cleared without running the globs.
+        self._sm_needles = _needles(self.self_modify.pattern) if self.self_modify is not None else None
+        for r in self.arg_rules:  # verdicts are immutable values: build each rule's DENY once
+            r.verdict = Verdict.deny(r.reason, self.by, r.detail or f"arg rule {r.id}")
         self._allow_v = Verdict.allow(self.by)
         self._defer_v = Verdict(VerdictKind.DEFER, Reason.NONE, self.by)
 
@@ -152,11 +209,15 @@ class Policy:
                 by_field.setdefault(r.field, []).append(r)
         checks: list[_Check] = []
         for f, rs in by_field.items():
-            # Rules with back-references cannot share one alternation (group numbers shift).
-            plain = [r for r in rs if r.regex is not None and not _BACKREF.search(r.regex.pattern)]
-            if plain:
-                checks.append(_Check(f, _combine([r.regex.pattern for r in plain if r.regex]), plain))
-            checks += [_Check(f, r.regex, [r]) for r in rs if r.regex is not None and r not in plain]
+            needles: list[tuple[str, int]] = []
+            always: list[int] = []
+            for i, r in enumerate(rs):
+                ns = _needles(r.regex.pattern) if r.regex is not None else None
+                if ns is None:
+                    always.append(i)
+                else:
+                    needles += [(n, i) for n in dict.fromkeys(ns)]
+            checks.append(_Check(f, rs, needles, always))
         plan = _Plan(
             known=known or self.default == "allow",
             denied=tool in self.deny,
@@ -182,10 +243,16 @@ class Policy:
             return Verdict.deny(Reason.UNKNOWN_TOOL, self.by, f"tool {call.tool!r} is not allowed")
         for chk in plan.checks:
             text = call.args_text if chk.field is None else _field_value(call.args_obj, chk.field)
-            if text is not None and chk.combined.search(text) is not None:
-                for r in chk.rules:  # rare path: find which rule hit
+            if text is None:
+                continue
+            hits = [i for n, i in chk.needles if n in text]
+            if chk.always:
+                hits += chk.always
+            if hits:
+                for i in sorted(set(hits)):  # policy order decides which rule names the reason
+                    r = chk.rules[i]
                     if r.regex is not None and r.regex.search(text) is not None:
-                        return Verdict.deny(r.reason, self.by, r.detail or f"arg rule {r.id}")
+                        return r.verdict or Verdict.deny(r.reason, self.by, r.detail or f"arg rule {r.id}")
         if plan.write_fields:
             hit = self._self_modify_hit(call, plan.write_fields)
             if hit is not None:
@@ -203,10 +270,13 @@ class Policy:
         out: list[str] = []
         for f in fields:
             if f == "@patch":
-                out += [a or b for a, b in _PATCH_HDR.findall(call.args_text)]
+                text = call.args_text
+                if "*** " in text:
+                    out += [a or b for a, b in _PATCH_HDR.findall(text)]
             elif f == "@redirect":
-                for m in _REDIRECT.finditer(call.args_text):
-                    out.append(m.group(2) or m.group(3))
+                text = call.args_text
+                if ">" in text or "tee" in text:  # every _REDIRECT match contains one of these
+                    out += [m.group(2) or m.group(3) for m in _REDIRECT.finditer(text)]
             else:
                 v = _field_value(call.args_obj, tuple(f.split(".")))
                 if v:
@@ -218,13 +288,18 @@ class Policy:
         targets = self.write_targets(call, fields)
         if not targets:
             return None
-        cwd = str(call.meta.get("cwd") or os.getcwd())
+        cwd = None
+        needles = self._sm_needles
         for t in targets:
-            p = os.path.expanduser(t.strip("\"'"))
-            if not os.path.isabs(p):
-                p = os.path.join(cwd, p)
+            p = t.strip("\"'")
+            if p.startswith("~"):
+                p = os.path.expanduser(p)
+            if not p.startswith("/"):
+                if cwd is None:
+                    cwd = str(call.meta.get("cwd") or os.getcwd())
+                p = cwd + "/" + p
             p = os.path.normpath(p)
-            if self.self_modify.match(p):
+            if (needles is None or any(n in p for n in needles)) and self.self_modify.match(p):
                 return t
         return None
 

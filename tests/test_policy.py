@@ -255,3 +255,68 @@ def test_unreadable_policy(tmp_path: Path) -> None:
     p.write_text("{not json")
     with pytest.raises(FakError, match=r"broken\.json: policy is not valid JSON.*line 1"):
         load_policy(p)
+
+
+# -- the needle fast path against the slow obvious reference -------------------------------------
+NEEDLE_TABLE = [
+    (r"\brm\s+-rf", ("-rf",)),  # the longest required literal
+    (r"(?:curl|wget)\s*\|", ("curl", "wget")),
+    (r"a(?:bc)+d", ("bc",)),
+    (r"x?y*", None),
+    (r"(?i)sudo", None),
+    (r"(\w+)\(\)\{\1", ("(){",)),
+    (r"(?s:(?>.*?/\.git/).*)\Z", ("/.git/",)),
+]
+
+
+@pytest.mark.parametrize("pattern,needles", NEEDLE_TABLE)
+def test_needles(pattern: str, needles: tuple[str, ...] | None) -> None:
+    from fak.policy import _needles
+
+    assert _needles(pattern) == needles
+
+
+def _slow_arg_verdict(policy, c: ToolCall):  # type: ignore[no-untyped-def]
+    """Reference: every applicable arg rule's regex, in order, no fast path."""
+    from fak.policy import _field_value
+
+    for r in policy.arg_rules:
+        if r.tools is not None and c.tool not in r.tools:
+            continue
+        text = c.args_text if r.field is None else _field_value(c.args_obj, r.field)
+        if text is not None and r.regex.search(text):
+            return r.reason
+    return None
+
+
+FRAGMENTS = ["rm", " ", "-rf", "-r", "/", "~", "$HOME", "sudo", "doas", "curl", "wget", "|", "sh", "bash", ".git",
+             "dev", "of=", "dd", "()", "{", "}", ":", "&", ";", "push", "--force", "-f", "main", "+", "terraform",
+             "destroy", "mkfs", ".ssh/id_rsa", ".env", "AKIA" + "B" * 16, "git", "x", "'", '"', ">", "tee", "\n"]
+
+
+def test_fast_path_matches_reference(floor) -> None:  # type: ignore[no-untyped-def]
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from fak.abi import Reason as R
+
+    arg_reasons = {r.reason for r in floor.arg_rules}
+
+    @settings(max_examples=1500, deadline=None, database=None)
+    @given(st.lists(st.sampled_from(FRAGMENTS), max_size=12), st.sampled_from(["Bash", "shell", "Read", "WebFetch"]))
+    def check(parts: list[str], tool: str) -> None:
+        cmd = "".join(parts)
+        c = ToolCall.from_args(tool, {"command": cmd} if tool != "shell" else {"command": ["bash", "-lc", cmd]}, meta={"cwd": PROJECT})
+        want = _slow_arg_verdict(floor, c)
+        got = floor(c)
+        if want is not None:
+            assert got.kind is VerdictKind.DENY and got.reason is want, (cmd, got)
+        else:
+            assert got.reason not in arg_reasons or got.reason in (R.SELF_MODIFY,), (cmd, got)
+
+    check()
+    for tool, args, _ in FLOOR_DENY:  # the deny table agrees with the reference too
+        c = call(tool, args)
+        want = _slow_arg_verdict(floor, c)
+        if want is not None:
+            assert floor(c).reason is want
