@@ -1,0 +1,177 @@
+"""Tiny random HF models -> GGUF files, the way llama.cpp's convert_hf_to_gguf.py names and permutes them.
+
+HF random init, then norms/biases/q-k-norms randomized too (HF inits them to 1/0, which would
+hide bugs), written with gguf.GGUFWriter so transformers can read the file back with gguf_file=.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+ARCH_MODEL = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
+
+
+def hf_config(arch: str, vocab: int = 320):  # type: ignore[no-untyped-def]
+    import transformers
+
+    common = dict(vocab_size=vocab, hidden_size=64, intermediate_size=160, num_hidden_layers=3,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512, rms_norm_eps=1e-6,
+                  initializer_range=0.08, tie_word_embeddings=False)
+    if arch == "llama":
+        return transformers.LlamaConfig(**common, rope_theta=10000.0)
+    if arch == "qwen2":
+        return transformers.Qwen2Config(**common, rope_theta=1_000_000.0)
+    if arch == "qwen3":
+        # head_dim 128: transformers' GGUF reader ignores qwen3.attention.key_length and assumes 128.
+        return transformers.Qwen3Config(**{**common, "tie_word_embeddings": True}, head_dim=128, rope_theta=1_000_000.0)
+    raise ValueError(arch)
+
+
+def random_hf_model(arch: str, seed: int = 0):  # type: ignore[no-untyped-def]
+    import torch
+    import transformers
+
+    torch.manual_seed(seed)
+    model = getattr(transformers, ARCH_MODEL[arch])(hf_config(arch)).float().eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.copy_(1.0 + 0.2 * torch.randn_like(p))
+            elif name.endswith(".bias"):
+                p.copy_(0.2 * torch.randn_like(p))
+    return model
+
+
+def permute_qk(w: np.ndarray, n_head: int, n_head_kv: int | None = None) -> np.ndarray:
+    """llama.cpp's LlamaModel.permute: HF rotate-half rows -> interleaved pairs (rope NORM mode)."""
+    if n_head_kv is not None and n_head != n_head_kv:
+        n_head = n_head_kv
+    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+_LAYER_NAMES = {
+    "input_layernorm.weight": "attn_norm.weight",
+    "self_attn.q_proj.weight": "attn_q.weight",
+    "self_attn.k_proj.weight": "attn_k.weight",
+    "self_attn.v_proj.weight": "attn_v.weight",
+    "self_attn.o_proj.weight": "attn_output.weight",
+    "self_attn.q_proj.bias": "attn_q.bias",
+    "self_attn.k_proj.bias": "attn_k.bias",
+    "self_attn.v_proj.bias": "attn_v.bias",
+    "self_attn.q_norm.weight": "attn_q_norm.weight",
+    "self_attn.k_norm.weight": "attn_k_norm.weight",
+    "post_attention_layernorm.weight": "ffn_norm.weight",
+    "mlp.gate_proj.weight": "ffn_gate.weight",
+    "mlp.up_proj.weight": "ffn_up.weight",
+    "mlp.down_proj.weight": "ffn_down.weight",
+}
+
+
+def gguf_tensors(model, arch: str) -> dict[str, np.ndarray]:  # type: ignore[no-untyped-def]
+    cfg = model.config
+    out: dict[str, np.ndarray] = {}
+    for name, t in model.state_dict().items():
+        a = t.detach().float().numpy()
+        if name == "model.embed_tokens.weight":
+            out["token_embd.weight"] = a
+        elif name == "model.norm.weight":
+            out["output_norm.weight"] = a
+        elif name == "lm_head.weight":
+            if not cfg.tie_word_embeddings:
+                out["output.weight"] = a
+        else:
+            parts = name.split(".")  # model.layers.{i}.rest
+            i, rest = int(parts[2]), ".".join(parts[3:])
+            gname = _LAYER_NAMES[rest]
+            if arch == "llama" and gname in ("attn_q.weight", "attn_k.weight"):
+                kv = cfg.num_attention_heads if gname == "attn_q.weight" else cfg.num_key_value_heads
+                a = permute_qk(a, cfg.num_attention_heads, kv)
+            out[f"blk.{i}.{gname}"] = a
+    return out
+
+
+def write_gguf(model, arch: str, path: Path, matrix_dtype: type = np.float32,  # type: ignore[no-untyped-def]
+               extra_kv: dict | None = None, skip: tuple[str, ...] = ()) -> Path:  # type: ignore[type-arg]
+    import gguf
+
+    cfg = model.config
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_context_length(cfg.max_position_embeddings)
+    w.add_embedding_length(cfg.hidden_size)
+    w.add_block_count(cfg.num_hidden_layers)
+    w.add_feed_forward_length(cfg.intermediate_size)
+    w.add_head_count(cfg.num_attention_heads)
+    w.add_head_count_kv(cfg.num_key_value_heads)
+    w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
+    theta = getattr(cfg, "rope_theta", None) or cfg.rope_parameters["rope_theta"]
+    w.add_rope_freq_base(float(theta))
+    w.add_rope_dimension_count(head_dim)
+    w.add_key_length(head_dim)
+    w.add_value_length(head_dim)
+    w.add_vocab_size(cfg.vocab_size)
+    for k, v in (extra_kv or {}).items():
+        w.add_uint32(k, v)
+    for name, a in gguf_tensors(model, arch).items():
+        if name in skip:
+            continue
+        if a.ndim == 2 and matrix_dtype != np.float32:
+            a = a.astype(matrix_dtype)
+        w.add_tensor(name, np.ascontiguousarray(a))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def hf_greedy(hf, ids: list[int], n: int) -> list[int]:  # type: ignore[no-untyped-def]
+    """HF greedy decode with its own KV cache (no EOS stop, no logits processors)."""
+    import torch
+
+    out_ids: list[int] = []
+    with torch.no_grad():
+        out = hf(torch.tensor([ids]), use_cache=True)
+        for _ in range(n):
+            tok = int(torch.argmax(out.logits[0, -1]))
+            out_ids.append(tok)
+            out = hf(torch.tensor([[tok]]), past_key_values=out.past_key_values, use_cache=True)
+    return out_ids
+
+
+def ours_greedy(model, ids: list[int], n: int) -> list[int]:  # type: ignore[no-untyped-def]
+    from engine import Session
+
+    s = Session(model)
+    logits = s.prefill(ids)
+    out: list[int] = []
+    for _ in range(n):
+        tok = int(np.argmax(logits))
+        out.append(tok)
+        logits = s.step(tok)
+    return out
+
+
+def oracle_check(hf, model, ids: list[int], n_greedy: int = 16) -> dict[str, float]:  # type: ignore[no-untyped-def]
+    """The issue's "Must show" numbers for one prompt; asserts them and returns the figures."""
+    import torch
+
+    with torch.no_grad():
+        out = hf(torch.tensor([ids]), output_hidden_states=True)
+    theirs = [h[0].float().numpy() for h in out.hidden_states]
+    states, logits = model.hidden_states(ids)
+    assert len(theirs) == len(states) == model.config.n_layers + 1
+    min_cos = 1.0
+    for layer, (a, b) in enumerate(zip(theirs, states)):
+        cos = (a * b).sum(-1) / (np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1))
+        assert cos.min() >= 0.9999, f"layer {layer}: cosine {cos.min():.6f} at position {int(cos.argmin())}"
+        min_cos = min(min_cos, float(cos.min()))
+    ref = out.logits[0].float().numpy()
+    assert np.array_equal(ref.argmax(-1), logits.argmax(-1)), "argmax differs at some prompt position"
+    last_diff = float(np.abs(ref[-1] - logits[-1]).max())
+    assert last_diff <= 0.05, f"last-position max |logit diff| {last_diff}"
+    a, b = hf_greedy(hf, ids, n_greedy), ours_greedy(model, ids, n_greedy)
+    assert a == b, f"greedy tokens differ: hf {a} ours {b}"
+    return {"min_cos": min_cos, "last_logit_diff": last_diff}
