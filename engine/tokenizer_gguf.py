@@ -1,0 +1,183 @@
+"""The tokenizer part of a GGUF's metadata, read fast.
+
+`gguf.GGUFReader` builds one numpy view per array element and parses the tensor table too: ~16 s
+for Gemma 3's 262k-token vocabulary. We only need the key/value section, so we walk it once over an
+mmap: numeric arrays become one `np.frombuffer` each, string arrays one slice per string (~0.1 s).
+"""
+
+from __future__ import annotations
+
+import mmap
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from engine.errors import GGUFError
+
+# GGUF value types -> (struct format, numpy dtype) for the fixed-size ones.
+_SCALAR: dict[int, tuple[str, str]] = {
+    0: ("<B", "<u1"), 1: ("<b", "<i1"), 2: ("<H", "<u2"), 3: ("<h", "<i2"),
+    4: ("<I", "<u4"), 5: ("<i", "<i4"), 6: ("<f", "<f4"), 7: ("<?", "<u1"),
+    10: ("<Q", "<u8"), 11: ("<q", "<i8"), 12: ("<d", "<f8"),
+}
+_STRING, _ARRAY = 8, 9
+
+# llama.cpp token types (tokenizer.ggml.token_type)
+NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
+
+
+@dataclass
+class VocabMeta:
+    """Everything a tokenizer needs from a GGUF (llama.cpp key names, defaults as llama.cpp)."""
+
+    model: str                      # tokenizer.ggml.model: "llama" (SPM) or "gpt2" (byte-level BPE)
+    pre: str                        # tokenizer.ggml.pre ("default" when absent)
+    arch: str                       # general.architecture
+    tokens: list[str]
+    types: list[int]                # one llama.cpp token type per token (NORMAL when absent)
+    scores: np.ndarray | None = None
+    merges: list[str] | None = None
+    bos_id: int | None = None
+    eos_id: int | None = None
+    unk_id: int | None = None
+    pad_id: int | None = None
+    eot_id: int | None = None
+    eom_id: int | None = None
+    add_bos: bool | None = None       # None: the file does not say (llama.cpp then decides by type)
+    add_eos: bool | None = None
+    add_space_prefix: bool = False
+    chat_template: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _read_str(buf: mmap.mmap, pos: int) -> tuple[str, int]:
+    (n,) = struct.unpack_from("<Q", buf, pos)
+    pos += 8
+    return buf[pos:pos + n].decode("utf-8", errors="replace"), pos + n
+
+
+def _read_str_array(buf: mmap.mmap, pos: int, count: int, keep: bool) -> tuple[list[str], int]:
+    out: list[str] = []
+    unpack = struct.Struct("<Q").unpack_from
+    append = out.append
+    for _ in range(count):
+        (n,) = unpack(buf, pos)
+        pos += 8
+        if keep:
+            append(buf[pos:pos + n].decode("utf-8", errors="replace"))
+        pos += n
+    return out, pos
+
+
+def _read_value(buf: mmap.mmap, pos: int, vtype: int, keep: bool) -> tuple[Any, int]:
+    if vtype in _SCALAR:
+        fmt, _ = _SCALAR[vtype]
+        (v,) = struct.unpack_from(fmt, buf, pos)
+        return v, pos + struct.calcsize(fmt)
+    if vtype == _STRING:
+        return _read_str(buf, pos)
+    if vtype == _ARRAY:
+        etype, count = struct.unpack_from("<IQ", buf, pos)
+        pos += 12
+        if etype in _SCALAR:
+            dt = np.dtype(_SCALAR[etype][1])
+            end = pos + dt.itemsize * count
+            arr = np.frombuffer(buf, dtype=dt, count=count, offset=pos).copy() if keep else None
+            return arr, end
+        if etype == _STRING:
+            return _read_str_array(buf, pos, count, keep)
+        items = []
+        for _ in range(count):  # nested arrays: rare, small
+            v, pos = _read_value(buf, pos, etype, keep)
+            items.append(v)
+        return items, pos
+    raise GGUFError(f"unknown GGUF value type {vtype} at offset {pos}")
+
+
+def read_metadata(path: str | Path, wanted_prefixes: tuple[str, ...] = ("tokenizer.", "general.architecture")
+                  ) -> dict[str, Any]:
+    """The key/value pairs whose key starts with one of `wanted_prefixes` (others are skipped)."""
+    path = Path(path)
+    try:
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+            if buf[:4] != b"GGUF":
+                raise GGUFError(f"{path}: not a GGUF file (bad magic {bytes(buf[:4])!r})")
+            version, _n_tensors, n_kv = struct.unpack_from("<IQQ", buf, 4)
+            if version < 2:
+                raise GGUFError(f"{path}: GGUF version {version} is not supported (need >= 2)")
+            pos = 24
+            out: dict[str, Any] = {}
+            for _ in range(n_kv):
+                key, pos = _read_str(buf, pos)
+                (vtype,) = struct.unpack_from("<I", buf, pos)
+                pos += 4
+                keep = key.startswith(wanted_prefixes)
+                value, pos = _read_value(buf, pos, vtype, keep)
+                if keep:
+                    out[key] = value
+            return out
+    except (struct.error, ValueError, IndexError) as exc:  # short or corrupt file
+        raise GGUFError(f"{path}: truncated or corrupt GGUF metadata ({exc})") from exc
+    except OSError as exc:
+        raise GGUFError(f"{path}: cannot read ({exc.strerror or exc})") from exc
+
+
+def _opt_id(kv: dict[str, Any], key: str, n_tokens: int) -> int | None:
+    v = kv.get(key)
+    if v is None:
+        return None
+    v = int(v)
+    return v if 0 <= v < n_tokens else None
+
+
+def _opt_bool(kv: dict[str, Any], key: str) -> bool | None:
+    v = kv.get(key)
+    return None if v is None else bool(v)
+
+
+def read_vocab(path: str | Path) -> VocabMeta:
+    """The tokenizer metadata of a GGUF, with llama.cpp's defaults for missing flags."""
+    kv = read_metadata(path)
+    model = kv.get("tokenizer.ggml.model")
+    if model is None:
+        raise GGUFError(f"{path}: no tokenizer in this GGUF (tokenizer.ggml.model missing)")
+    tokens = kv.get("tokenizer.ggml.tokens")
+    if not isinstance(tokens, list) or not tokens:
+        raise GGUFError(f"{path}: tokenizer.ggml.tokens missing or empty")
+    n = len(tokens)
+    types_arr = kv.get("tokenizer.ggml.token_type")
+    types = [int(t) for t in types_arr.tolist()] if types_arr is not None else [NORMAL] * n
+    if len(types) < n:
+        raise GGUFError(f"{path}: tokenizer.ggml.token_type has {len(types)} entries for {n} tokens")
+    scores = kv.get("tokenizer.ggml.scores")
+    if scores is not None:
+        scores = np.asarray(scores, dtype=np.float32)
+        if len(scores) < n:
+            raise GGUFError(f"{path}: tokenizer.ggml.scores has {len(scores)} entries for {n} tokens")
+    is_spm = model == "llama"
+    # llama.cpp: SPM puts a space in front of the text unless told otherwise; BPE does not.
+    meta = VocabMeta(
+        model=str(model),
+        pre=str(kv.get("tokenizer.ggml.pre") or "default"),
+        arch=str(kv.get("general.architecture") or ""),
+        tokens=tokens,
+        types=types[:n],
+        scores=scores,
+        merges=kv.get("tokenizer.ggml.merges"),
+        bos_id=_opt_id(kv, "tokenizer.ggml.bos_token_id", n),
+        eos_id=_opt_id(kv, "tokenizer.ggml.eos_token_id", n),
+        unk_id=_opt_id(kv, "tokenizer.ggml.unknown_token_id", n),
+        pad_id=_opt_id(kv, "tokenizer.ggml.padding_token_id", n),
+        eot_id=_opt_id(kv, "tokenizer.ggml.eot_token_id", n),
+        eom_id=_opt_id(kv, "tokenizer.ggml.eom_token_id", n),
+        add_bos=_opt_bool(kv, "tokenizer.ggml.add_bos_token"),
+        add_eos=_opt_bool(kv, "tokenizer.ggml.add_eos_token"),
+        add_space_prefix=bool(kv.get("tokenizer.ggml.add_space_prefix", is_spm)),
+        chat_template=kv.get("tokenizer.chat_template"),
+    )
+    if is_spm and meta.unk_id is None and n > 0:
+        meta.unk_id = 0 if tokens[0] == "<unk>" else None
+    return meta
