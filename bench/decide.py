@@ -34,7 +34,7 @@ TEN_RULES = {
 }
 
 
-def bench(kernel: Kernel, tool: str, args: dict[str, object], want: str, batches: int, batch: int) -> float:
+def bench(kernel: Kernel, tool: str, args: dict[str, object], want: str, batches: int, batch: int) -> tuple[float, float]:
     per_call: list[float] = []
     for _ in range(batches):
         calls = [ToolCall.from_args(tool, args) for _ in range(batch)]
@@ -45,7 +45,7 @@ def bench(kernel: Kernel, tool: str, args: dict[str, object], want: str, batches
         per_call.append((time.perf_counter_ns() - t0) / batch / 1000.0)
     got = kernel.submit(ToolCall.from_args(tool, args)).verdict.kind.value
     assert got == want, (tool, args, got)
-    return statistics.median(per_call)
+    return statistics.median(per_call), min(per_call)
 
 
 def main() -> None:
@@ -63,10 +63,11 @@ def main() -> None:
         ("coding floor", floor, "Edit", {"file_path": "src/app.py", "old_string": "a", "new_string": "b"}, "ALLOW"),
         ("coding floor", floor, "Write", {"file_path": ".git/config", "content": ""}, "DENY"),
     ]
-    print(f"{'policy':16} {'verdict':8} {'tool':6} {'median us':>10}  args")
+    # min = the best batch: what the code costs when the (shared) machine leaves the core alone.
+    print(f"{'policy':16} {'verdict':8} {'tool':6} {'median us':>10} {'min us':>8}  args")
     for name, k, tool, args, want in cases:
-        us = bench(k, tool, args, want, a.batches, a.batch)
-        print(f"{name:16} {want:8} {tool:6} {us:10.2f}  {args}")
+        med, best = bench(k, tool, args, want, a.batches, a.batch)
+        print(f"{name:16} {want:8} {tool:6} {med:10.2f} {best:8.2f}  {args}")
 
 
 if __name__ == "__main__":

@@ -11,7 +11,9 @@ Fold rules of `submit` (fail closed):
 - a winning REQUIRE_WITNESS asks the witness resolvers: any refutes -> DENY TRUST_VIOLATION, else any
   confirms -> ALLOW (reason WITNESSED), else DENY UNWITNESSED.
 A winning TRANSFORM replaces the call's arguments with `new_args`; a winning QUARANTINE runs the call
-but withholds its result. After the engine, result admitters run: the most restrictive of their
+but withholds its result. A TRANSFORM or QUARANTINE outranked by a verdict that still lets the call
+run (QUARANTINE, a witnessed REQUIRE_WITNESS) is not lost: the first TRANSFORM's arguments are used
+and a QUARANTINE keeps withholding the result. After the engine, result admitters run: the most restrictive of their
 verdicts applies (QUARANTINE: payload withheld and the result marked; DENY: an error Result).
 """
 
@@ -106,25 +108,29 @@ class Kernel:
     def submit(self, call: ToolCall) -> Decision:
         call.seq_no = next(self._seq)
         self.counters.submits += 1
-        v = self._fold(call)
+        v, xform = self._fold(call)
         if v.kind is _DENY:
             self.counters.denies += 1
-        elif v.kind is _TRANSFORM:
+        elif xform is not None and v.allowed:
+            # A TRANSFORM outranked by QUARANTINE or a witnessed REQUIRE_WITNESS still rewrites the args.
             self.counters.transforms += 1
-            if v.new_args is not None:
-                call = call.with_args(v.new_args)
+            if xform.new_args is not None:
+                call = call.with_args(xform.new_args)
         if self.journal is not None:
             self.journal.record(call, v, phase="submit")
         return Decision(call, v)
 
-    def _fold(self, call: ToolCall) -> Verdict:
+    def _fold(self, call: ToolCall) -> tuple[Verdict, Verdict | None]:
+        """(final verdict, the first TRANSFORM seen or None)."""
         try:
             if type(call.args_obj) is not dict:
-                return Verdict.deny(Reason.MALFORMED, "kernel", "arguments must be a JSON object")
+                return Verdict.deny(Reason.MALFORMED, "kernel", "arguments must be a JSON object"), None
         except ValueError as exc:
-            return Verdict.deny(Reason.MALFORMED, "kernel", f"arguments are not valid JSON: {exc}")
+            return Verdict.deny(Reason.MALFORMED, "kernel", f"arguments are not valid JSON: {exc}"), None
         best: Verdict | None = None
         best_rank = -1
+        xform: Verdict | None = None
+        quar: Verdict | None = None
         for adj in self.chain:
             try:
                 v = adj(call)
@@ -134,19 +140,25 @@ class Kernel:
             if k is _DEFER:
                 continue
             if k is _DENY:
-                return v
+                return v, None
+            if k is _TRANSFORM and xform is None:
+                xform = v
+            elif k is _QUARANTINE and quar is None:
+                quar = v
             r = RANK[k]
             if r > best_rank:
                 best, best_rank = v, r
         if best is None:
             detail = "no adjudicator" if not self.chain else "every adjudicator deferred"
-            return Verdict.deny(Reason.DEFAULT_DENY, "kernel", detail)
+            return Verdict.deny(Reason.DEFAULT_DENY, "kernel", detail), None
         if best.kind is _INDET:
             detail = f"indeterminate verdict from {best.by}" + (f": {best.detail}" if best.detail else "")
-            return Verdict.deny(Reason.DEFAULT_DENY, "kernel", detail)
+            return Verdict.deny(Reason.DEFAULT_DENY, "kernel", detail), None
         if best.kind is _WITNESS:
-            return self._witness(call, best)
-        return best
+            w = self._witness(call, best)
+            # A witness lifts the REQUIRE_WITNESS only: a folded QUARANTINE still withholds the result.
+            return (quar if quar is not None and w.kind is VerdictKind.ALLOW else w), xform
+        return best, xform
 
     def _witness(self, call: ToolCall, wanted: Verdict) -> Verdict:
         confirmed_by = ""
@@ -207,8 +219,6 @@ class Kernel:
 
     def _admit(self, call: ToolCall, res: Result) -> Verdict:
         best = Verdict.allow("kernel")
-        if not res.ok:
-            return best
         for adm in self.admitters:
             try:
                 v = adm(call, res)

@@ -122,6 +122,24 @@ def test_witness(answers: list[bool | None], kind: VerdictKind, reason: Reason, 
         assert v.disposition.value == "ESCALATE"
 
 
+def test_outranked_transform_and_quarantine_are_kept() -> None:
+    mock = MockEngine()
+    # TRANSFORM outranked by QUARANTINE: args still rewritten, result withheld
+    k = Kernel([adj(T, "t"), adj(Q, "q")], engines={"mock": mock})
+    d = k.submit(call())
+    assert d.verdict.kind is Q and d.call.args_obj == {"redacted": True}
+    r = k.reap(d)
+    assert r.meta["quarantined"] and k.stats()["transforms"] == 1 and k.stats()["quarantines"] == 1
+    # witnessed REQUIRE_WITNESS over TRANSFORM: ALLOW with the rewritten args
+    k = Kernel([adj(T, "t"), adj(W, "w")], witnesses=[MetaWitness()])
+    d = k.submit(call(witness="confirmed"))
+    assert (d.verdict.kind, d.verdict.reason) == (A, Reason.WITNESSED) and d.call.args_obj == {"redacted": True}
+    # witnessed REQUIRE_WITNESS over QUARANTINE: the result stays withheld
+    k = Kernel([adj(Q, "q"), adj(W, "w")], witnesses=[MetaWitness()])
+    assert k.submit(call(witness="confirmed")).verdict.kind is Q
+    assert k.submit(call(witness="refuted")).verdict.reason is Reason.TRUST_VIOLATION
+
+
 def test_meta_witness() -> None:
     k = Kernel([adj(W, "need")], witnesses=[MetaWitness()])
     assert k.syscall(call(witness="confirmed")).ok
