@@ -1,0 +1,152 @@
+"""Resident quantized weights: GGUF blocks kept as they are on disk, computed on by numba kernels.
+
+`resident_weight(name, qtype, raw, shape)` is what the loader calls for every 2-D tensor when
+`load_model(..., resident=True)`. Q8_0 / Q5_0 / Q4_K / Q6_K become a `QuantWeight` over the
+memory-mapped bytes (no copy, no float32 plan); F32 / F16 / BF16 become a float32 ndarray (the
+plain path's matmul handles those; in GGUF models they are small).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+import numpy as np
+from gguf import GGMLQuantizationType as QT
+
+from engine import kernels as K
+from engine.errors import EngineError
+
+QUANT_TYPES = {QT.Q8_0: "Q8_0", QT.Q5_0: "Q5_0", QT.Q4_K: "Q4_K", QT.Q6_K: "Q6_K"}
+DENSE_TYPES = (QT.F32, QT.F16, QT.BF16)
+
+# Below this many rows matmul_prefill uses the decode kernel (dequantizing a whole weight for a
+# handful of rows costs more than it saves); above it, float32 tiles + BLAS (compute bound).
+PREFILL_BLAS_MIN_ROWS = 8
+_TILE_BYTES = 4 << 20  # float32 tile size for prefill: fits L2/L3, big enough for BLAS
+
+
+@dataclass(eq=False)
+class QuantWeight:
+    """One quantized 2-D weight [out_features, in_features] resident as its GGUF blocks."""
+
+    name: str
+    qtype: QT
+    raw: np.ndarray  # uint8 [out_features, row_bytes], usually a read-only memmap view
+    shape: tuple[int, int]
+    _kind: str = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._kind = QUANT_TYPES[self.qtype]
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.raw.nbytes)
+
+    @property
+    def type_name(self) -> str:
+        return self._kind
+
+    def _x2d(self, x: np.ndarray) -> np.ndarray:
+        x = np.ascontiguousarray(x, dtype=np.float32)
+        if x.ndim != 2 or x.shape[1] != self.shape[1]:
+            raise EngineError(f"{self.name}: activation shape {x.shape} does not match weight {self.shape}")
+        return x
+
+    def matmul(self, x: np.ndarray) -> np.ndarray:
+        """x [B, in] -> [B, out] (decode path: each row bit-identical whatever B is)."""
+        squeeze = np.ndim(x) == 1
+        x2 = self._x2d(np.atleast_2d(x))
+        out = np.empty((x2.shape[0], self.shape[0]), dtype=np.float32)
+        K.GEMM[self._kind](self.raw, x2, out, K.F16_LUT, K.QK)
+        return out[0] if squeeze else out
+
+    def matmul_prefill(self, x: np.ndarray) -> np.ndarray:
+        """x [T, in] -> [T, out]: float32 row tiles dequantized once, multiplied with BLAS."""
+        x2 = self._x2d(np.atleast_2d(x))
+        if x2.shape[0] < PREFILL_BLAS_MIN_ROWS:
+            return self.matmul(x2)
+        rows, n = self.shape
+        out = np.empty((x2.shape[0], rows), dtype=np.float32)
+        step = max(16, min(rows, _TILE_BYTES // (4 * n)))
+        tile = np.empty((step, n), dtype=np.float32)
+        for r0 in range(0, rows, step):
+            r1 = min(rows, r0 + step)
+            t = tile[: r1 - r0]
+            K.DQ_ROWS[self._kind](self.raw, np.arange(r0, r1, dtype=np.int64), t, K.F16_LUT, K.QK)
+            out[:, r0:r1] = x2 @ t.T
+        return out
+
+    def take(self, ids: np.ndarray | list[int]) -> np.ndarray:
+        """Rows `ids` dequantized to float32 [len(ids), in] (embedding lookup)."""
+        rows = np.ascontiguousarray(np.asarray(ids, dtype=np.int64).reshape(-1))
+        if rows.size and (rows.min() < 0 or rows.max() >= self.shape[0]):
+            raise EngineError(f"{self.name}: row id out of range [0, {self.shape[0]})")
+        out = np.empty((rows.shape[0], self.shape[1]), dtype=np.float32)
+        K.DQ_ROWS[self._kind](self.raw, rows, out, K.F16_LUT, K.QK)
+        return out
+
+    def dequantize(self) -> np.ndarray:
+        """The whole weight as float32 [out, in]."""
+        return self.take(np.arange(self.shape[0], dtype=np.int64))
+
+
+def _dense(name: str, qtype: QT, raw: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
+    a = np.asarray(raw)
+    if qtype == QT.F32:
+        a = a.view(np.float32) if a.dtype != np.float32 else a
+    elif qtype == QT.F16:
+        a = (a.view(np.float16) if a.dtype != np.float16 else a).astype(np.float32)
+    else:  # BF16: the high half of a float32
+        bits = a.view(np.uint16) if a.dtype != np.uint16 else a
+        a = (bits.astype(np.uint32) << 16).view(np.float32)
+    if a.size != shape[0] * shape[1]:
+        raise EngineError(f"{name}: {qtype.name} data has {a.size} values, expected {shape[0]}x{shape[1]}")
+    return np.ascontiguousarray(a.reshape(shape), dtype=np.float32)
+
+
+def resident_weight(name: str, qtype: QT, raw: np.ndarray, shape: tuple[int, int]) -> QuantWeight | np.ndarray:
+    """The resident form of one 2-D GGUF tensor (shape = (out_features, in_features))."""
+    qtype = QT(qtype)
+    out_f, in_f = int(shape[0]), int(shape[1])
+    if qtype in DENSE_TYPES:
+        return _dense(name, qtype, raw, (out_f, in_f))
+    if qtype not in QUANT_TYPES:
+        raise EngineError(f"{name}: tensor type {qtype.name} has no resident kernel "
+                          f"(supported: {', '.join(QUANT_TYPES.values())}, F32, F16, BF16)")
+    kind = QUANT_TYPES[qtype]
+    bs, bb = K.BLOCK_SIZE[kind], K.BLOCK_BYTES[kind]
+    if in_f % bs:
+        raise EngineError(f"{name}: {kind} row length {in_f} is not a multiple of {bs}")
+    row_bytes = in_f // bs * bb
+    a = np.asarray(raw)
+    if a.dtype != np.uint8:
+        a = a.view(np.uint8)
+    if a.size != out_f * row_bytes:
+        raise EngineError(f"{name}: {kind} data is {a.size} bytes, expected {out_f}x{row_bytes} for shape {shape}")
+    if not a.flags.c_contiguous:
+        a = np.ascontiguousarray(a)
+    warmup()
+    return QuantWeight(name, qtype, a.reshape(out_f, row_bytes), (out_f, in_f))
+
+
+_warm_lock = threading.Lock()
+_warm = False
+
+
+def warmup() -> None:
+    """Compile (or load from numba's cache) every kernel once, so no request pays a JIT."""
+    global _warm
+    with _warm_lock:
+        if _warm:
+            return
+        for kind in QUANT_TYPES.values():
+            bs, bb = K.BLOCK_SIZE[kind], K.BLOCK_BYTES[kind]
+            for writable in (False, True):  # memmaps are read-only, test fixtures are not
+                raw = np.zeros((2, (256 // bs) * bb), dtype=np.uint8)
+                raw.setflags(write=writable)
+                x = np.zeros((1, 256), dtype=np.float32)
+                out = np.empty((1, 2), dtype=np.float32)
+                K.GEMM[kind](raw, x, out, K.F16_LUT, K.QK)
+                K.DQ_ROWS[kind](raw, np.zeros(1, np.int64), np.empty((1, 256), np.float32), K.F16_LUT, K.QK)
+        _warm = True
