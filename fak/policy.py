@@ -104,6 +104,12 @@ def _seq_needles(seq: list[tuple[Any, Any]]) -> tuple[str, ...] | None:
     return max(good, key=lambda c: (min(map(len, c)), -len(c))) if good else None
 
 
+def _minimal(needles: tuple[str, ...]) -> list[str]:
+    """Drop needles that contain another needle: finding the shorter one is implied."""
+    uniq = sorted(set(needles), key=len)
+    return [n for i, n in enumerate(uniq) if not any(m in n for m in uniq[:i])]
+
+
 def _combine(patterns: list[str]) -> re.Pattern[str]:
     """One alternation of several regexes; a leading global flag group becomes a scoped one."""
     parts = []
@@ -193,8 +199,9 @@ class Policy:
 
     def __post_init__(self) -> None:
         self.by = f"policy:{self.name}"
-        # Literals every protected path contains: most paths are cleared without running the globs.
-        self._sm_needles = _needles(self.self_modify.pattern) if self.self_modify is not None else None
+        # Literals every protected path contains: most paths are cleared by one scan, without the globs.
+        ns = _needles(self.self_modify.pattern) if self.self_modify is not None else None
+        self._sm_trigger = re.compile("|".join(map(re.escape, _minimal(ns)))) if ns else None
         for r in self.arg_rules:  # verdicts are immutable values: build each rule's DENY once
             r.verdict = Verdict.deny(r.reason, self.by, r.detail or f"arg rule {r.id}")
         self._allow_v = Verdict.allow(self.by)
@@ -216,7 +223,7 @@ class Policy:
                 if ns is None:
                     always.append(i)
                 else:
-                    needles += [(n, i) for n in dict.fromkeys(ns)]
+                    needles += [(n, i) for n in _minimal(ns)]
             checks.append(_Check(f, rs, needles, always))
         plan = _Plan(
             known=known or self.default == "allow",
@@ -289,7 +296,7 @@ class Policy:
         if not targets:
             return None
         cwd = None
-        needles = self._sm_needles
+        trigger = self._sm_trigger
         for t in targets:
             p = t.strip("\"'")
             if p.startswith("~"):
@@ -299,7 +306,7 @@ class Policy:
                     cwd = str(call.meta.get("cwd") or os.getcwd())
                 p = cwd + "/" + p
             p = os.path.normpath(p)
-            if (needles is None or any(n in p for n in needles)) and self.self_modify.match(p):
+            if (trigger is None or trigger.search(p) is not None) and self.self_modify.match(p):
                 return t
         return None
 
