@@ -12,6 +12,8 @@ import math
 import numpy as np
 from numba import njit, prange
 
+from engine.parallel import launch
+
 
 @njit(parallel=True, fastmath=True, cache=True)
 def _paged_attention(
@@ -84,8 +86,10 @@ def paged_attention(
         scale = 1.0 / math.sqrt(q.shape[-1])
     out = np.empty_like(q)
     table = np.asarray(blocks, dtype=np.int64)
-    _paged_attention(np.ascontiguousarray(q), k_pool, v_pool, table, int(start), int(window), float(scale),
-                     float(softcap), out)
+    t_rows, n_heads, dim = q.shape
+    span = start + t_rows if window <= 0 else min(start + t_rows, window)
+    launch(_paged_attention, 2 * t_rows * n_heads * dim * span, np.ascontiguousarray(q), k_pool, v_pool, table,
+           int(start), int(window), float(scale), float(softcap), out)
     return out
 
 

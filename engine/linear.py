@@ -13,6 +13,8 @@ from typing import Any
 import numpy as np
 from numba import njit, prange
 
+from engine.parallel import launch
+
 
 @njit(parallel=True, fastmath=True, cache=True)
 def _rows_kernel(x: np.ndarray, w: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover - numba
@@ -29,7 +31,7 @@ def matmul_rows(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     """x [B, in] @ w[out, in].T with a per-row result independent of B (the reference-stable path)."""
     x = np.ascontiguousarray(x, dtype=np.float32)
     out = np.empty((x.shape[0], w.shape[0]), dtype=np.float32)
-    _rows_kernel(x, w, out)
+    launch(_rows_kernel, x.shape[0] * w.shape[0] * w.shape[1], x, w, out)
     return out
 
 

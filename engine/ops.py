@@ -13,6 +13,7 @@ import numpy as np
 from numba import njit, prange
 
 from engine.config import ROPE_NEOX
+from engine.parallel import launch
 
 
 @njit(parallel=True, fastmath=True, cache=True)
@@ -32,7 +33,7 @@ def rmsnorm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
     shape = x.shape
     x2 = np.ascontiguousarray(x, dtype=np.float32).reshape(-1, shape[-1])
     out = np.empty_like(x2)
-    _rmsnorm(x2, w, float(eps), out)
+    launch(_rmsnorm, x2.size, x2, w, float(eps), out)
     return out.reshape(shape)
 
 
@@ -58,7 +59,7 @@ def _gated(g: np.ndarray, u: np.ndarray, gelu: bool, out: np.ndarray) -> None:  
 def gated_act(g: np.ndarray, u: np.ndarray, act: str) -> np.ndarray:
     """act(gate) * up with act = silu or gelu (tanh approximation)."""
     out = np.empty_like(g)
-    _gated(np.ascontiguousarray(g), np.ascontiguousarray(u), act == "gelu_tanh", out)
+    launch(_gated, 16 * g.size, np.ascontiguousarray(g), np.ascontiguousarray(u), act == "gelu_tanh", out)
     return out
 
 

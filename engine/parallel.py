@@ -1,0 +1,28 @@
+"""Thread count per kernel call: small work runs on one thread.
+
+numba parallel regions cost a thread-team wake-up each; a tiny model's step is ~60 of them and
+on a busy 2-core box that wake-up can take milliseconds. The kernel code is the same whatever
+the thread count (prange only splits the outer loop), so results do not change with it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numba
+
+SMALL_WORK = 1 << 18  # multiply-adds below which one thread is faster than waking a team
+_MAX = numba.config.NUMBA_NUM_THREADS
+
+
+def launch(kernel: Callable[..., Any], work: int, *args: Any) -> None:
+    """Call a numba parallel kernel with 1 thread for small work, all threads otherwise."""
+    if work < SMALL_WORK or _MAX == 1:
+        prev = numba.get_num_threads()
+        numba.set_num_threads(1)
+        try:
+            kernel(*args)
+        finally:
+            numba.set_num_threads(prev)
+    else:
+        kernel(*args)

@@ -1,0 +1,110 @@
+"""Corrupt or unsupported GGUF files -> one GGUFError naming the file and the problem; CLI exit 2, one line."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import gguf
+import numpy as np
+import pytest
+
+from engine import load_model
+from engine.errors import GGUFError
+
+
+def _write(path: Path, arch: str = "llama", tensors: dict[str, np.ndarray] | None = None,
+           raw_types: dict[str, gguf.GGMLQuantizationType] | None = None) -> Path:
+    """A tiny valid llama GGUF (hidden 32, ffn 256, 1 layer, vocab 64), with overrides."""
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_embedding_length(32)
+    w.add_block_count(1)
+    w.add_feed_forward_length(256)
+    w.add_head_count(2)
+    w.add_head_count_kv(2)
+    w.add_context_length(128)
+    w.add_vocab_size(64)
+    rng = np.random.default_rng(0)
+    base = {
+        "token_embd.weight": (64, 32), "output_norm.weight": (32,), "blk.0.attn_norm.weight": (32,),
+        "blk.0.attn_q.weight": (32, 32), "blk.0.attn_k.weight": (32, 32), "blk.0.attn_v.weight": (32, 32),
+        "blk.0.attn_output.weight": (32, 32), "blk.0.ffn_norm.weight": (32,), "blk.0.ffn_gate.weight": (256, 32),
+        "blk.0.ffn_up.weight": (256, 32), "blk.0.ffn_down.weight": (32, 256),
+    }
+    arrays = {k: rng.standard_normal(s).astype(np.float32) for k, s in base.items()}
+    arrays.update(tensors or {})
+    for name, a in arrays.items():
+        if a is None:
+            continue
+        if raw_types and name in raw_types:
+            w.add_tensor(name, a, raw_dtype=raw_types[name])
+        else:
+            w.add_tensor(name, a)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def test_valid_file_loads(tmp_path: Path) -> None:
+    m = load_model(str(_write(tmp_path / "ok.gguf")))
+    assert m.config.arch == "llama" and m.config.vocab_size == 64
+
+
+def _case(tmp_path: Path, case: str) -> Path:
+    p = tmp_path / f"{case}.gguf"
+    if case == "truncated":
+        _write(p)
+        p.write_bytes(p.read_bytes()[:-500])
+    elif case == "truncated_header":
+        _write(p)
+        p.write_bytes(p.read_bytes()[:40])
+    elif case == "bad_magic":
+        _write(p)
+        p.write_bytes(b"GGML" + p.read_bytes()[4:])
+    elif case == "empty":
+        p.write_bytes(b"")
+    elif case == "missing_tensor":
+        _write(p, tensors={"blk.0.ffn_up.weight": None})  # type: ignore[dict-item]
+    elif case == "wrong_shape":
+        _write(p, tensors={"blk.0.attn_q.weight": np.zeros((16, 32), np.float32)})
+    elif case == "unsupported_arch":
+        _write(p, arch="mamba")
+    elif case == "unsupported_type":
+        raw = np.zeros((32, 66), dtype=np.uint8)  # 32 rows of one 256-element IQ2_XXS block -> (32, 256)
+        iq2 = gguf.GGMLQuantizationType.IQ2_XXS
+        _write(p, tensors={"blk.0.ffn_down.weight": raw}, raw_types={"blk.0.ffn_down.weight": iq2})
+    return p
+
+
+CASES = {
+    "truncated": "truncated",
+    "truncated_header": "truncated",
+    "bad_magic": "not a GGUF file",
+    "empty": "cannot map file|not a GGUF",
+    "missing_tensor": "missing tensor 'blk.0.ffn_up.weight'",
+    "wrong_shape": "tensor 'blk.0.attn_q.weight' has shape \\(16, 32\\), expected \\(32, 32\\)",
+    "unsupported_arch": "unsupported architecture 'mamba'",
+    "unsupported_type": "IQ2_XXS",
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_corrupt_raises_gguf_error(tmp_path: Path, case: str) -> None:
+    p = _case(tmp_path, case)
+    with pytest.raises(GGUFError, match=CASES[case]) as exc:
+        load_model(str(p))
+    assert str(p) in str(exc.value)
+
+
+@pytest.mark.parametrize("case", ["truncated", "bad_magic", "wrong_shape", "unsupported_arch", "unsupported_type"])
+def test_cli_one_line_exit_2(tmp_path: Path, case: str) -> None:
+    p = _case(tmp_path, case)
+    r = subprocess.run([sys.executable, "-m", "commands.main", "run", str(p), "--ids", "1,2"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("fak: error: ") and str(p) in lines[0], r.stderr
+    assert "Traceback" not in r.stderr
