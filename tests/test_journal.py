@@ -113,3 +113,16 @@ def test_kernel_journals_decisions(tmp_path: Path) -> None:
     assert [(r["phase"], r["verdict"]) for r in recs] == [
         ("submit", "ALLOW"), ("submit", "DENY"), ("submit", "ALLOW"), ("result", VerdictKind.QUARANTINE.value)]
     assert verify(p).ok
+
+
+def test_verify_never_raises_on_garbage() -> None:
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    @settings(max_examples=300, deadline=None, database=None)
+    @given(st.binary(max_size=400))
+    def check(data: bytes) -> None:
+        rep = verify_bytes(data)
+        assert rep.ok or rep.bad_line is not None
+
+    check()

@@ -69,6 +69,14 @@ def test_run_trace_table() -> None:
         assert word in r.stdout
 
 
+def test_trace_args_raw_and_engine_field() -> None:
+    from fak.trace import parse_trace
+
+    tr = parse_trace({"calls": [{"tool": "Bash", "args_raw": "{oops"}, {"tool": "Bash", "args": {"command": "ls"}, "engine": "nope"}]})
+    rep = replay(tr, build_kernel())
+    assert [(r.verdict, r.reason, r.status) for r in rep.rows] == [("DENY", "MALFORMED", "ERROR"), ("ALLOW", "NONE", "ERROR")]
+
+
 BAD_TRACES = [
     ('{"calls": [{"tool": "x", "args": [1]}]}', "calls[0].args: expected an object"),
     ('{"calls": [{"args": {}}]}', "calls[0].tool: expected a non-empty string"),
