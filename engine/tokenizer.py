@@ -29,7 +29,7 @@ from tokenizers import Tokenizer
 from engine.aliases import cache_dir, resolve_model
 from engine.chat_template import CHATML_TEMPLATE, fallback_template, render_chat
 from engine.detok import StreamDecoder, decode_bytes, join_bytes
-from engine.errors import EngineError
+from engine.errors import EngineError, GGUFError
 from engine.tokenizer_build import ADD_BOS_PRE, SPIECE_SPACE, TokenizerPlan, assemble, plan_tokenizer
 from engine.tokenizer_gguf import BYTE, CONTROL, UNKNOWN, USER_DEFINED, VocabMeta, read_vocab
 
@@ -348,6 +348,8 @@ def load_gguf_tokenizer(path: str | os.PathLike[str], use_cache: bool = True) ->
         try:
             meta = read_vocab(path)
             plan = plan_tokenizer(meta)
+        except GGUFError:
+            raise  # already names the file
         except EngineError as exc:
             raise EngineError(f"{path}: {exc}") from exc
         hf = assemble(plan, meta.tokens)

@@ -1,0 +1,160 @@
+"""llama.cpp's tokenizer test vectors: every *.gguf.inp/.out pair found, token for token."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from engine.errors import EngineError
+from engine.tokenizer import GGUFTokenizer, load_gguf_tokenizer, load_tokenizer
+from engine.tokenizer_build import PRE_SPLITS, build_tokenizer
+from engine.tokenizer_gguf import VocabMeta, read_vocab
+
+SEPARATOR = "\n__ggml_vocab_test__\n"
+
+
+def vocab_dir() -> Path:
+    env = os.environ.get("FAK_VOCAB_DIR")
+    # CI clones the repo next to a copy of shared/: <repo>/../shared/vocab
+    return Path(env) if env else Path(__file__).resolve().parents[2] / "shared" / "vocab"
+
+
+def vocab_files() -> list[Path]:
+    return sorted(p for p in vocab_dir().glob("*.gguf")
+                  if p.with_name(p.name + ".inp").exists() and p.with_name(p.name + ".out").exists())
+
+
+def read_cases(gguf: Path) -> list[tuple[str, list[int]]]:
+    texts = gguf.with_name(gguf.name + ".inp").read_text(encoding="utf-8").split(SEPARATOR)
+    lines = gguf.with_name(gguf.name + ".out").read_text(encoding="utf-8").split("\n")
+    assert texts[-1] == "" and lines[-1] == "", f"{gguf.name}: unexpected trailer in .inp/.out"
+    texts, lines = texts[:-1], lines[:-1]
+    assert len(texts) == len(lines), f"{gguf.name}: {len(texts)} inputs but {len(lines)} outputs"
+    return [(t, [int(x) for x in line.split()]) for t, line in zip(texts, lines)]
+
+
+_loaded: dict[Path, GGUFTokenizer] = {}
+
+
+def tokenizer_for(path: Path) -> GGUFTokenizer:
+    if path not in _loaded:
+        _loaded[path] = load_gguf_tokenizer(path, use_cache=False)
+    return _loaded[path]
+
+
+def test_vocab_dir_has_cases() -> None:
+    assert vocab_files(), f"no *.gguf with .inp/.out pairs in {vocab_dir()} (set FAK_VOCAB_DIR)"
+
+
+@pytest.mark.parametrize("gguf", vocab_files(), ids=lambda p: p.name)
+def test_llama_cpp_vectors_match_exactly(gguf: Path) -> None:
+    tok = tokenizer_for(gguf)
+    cases = read_cases(gguf)
+    assert cases
+    bad = [(text, want, got) for text, want in cases
+           if (got := tok.encode(text, add_special=False)) != want]
+    assert not bad, f"{gguf.name}: {len(bad)}/{len(cases)} cases differ, first: {bad[0]!r}"
+
+
+@pytest.mark.parametrize("gguf", vocab_files(), ids=lambda p: p.name)
+def test_round_trip_on_vectors(gguf: Path) -> None:
+    tok = tokenizer_for(gguf)
+    for text, want in read_cases(gguf):
+        assert tok.decode(want) == text, (gguf.name, text)
+        stream = tok.stream()
+        assert "".join(stream.push(i) for i in want) + stream.flush() == text
+
+
+def test_metadata_reader_agrees_with_gguf_reader() -> None:
+    from gguf import GGUFReader
+
+    path = vocab_dir() / "ggml-vocab-llama-spm.gguf"
+    meta = read_vocab(path)
+    ref = GGUFReader(path)
+    f = ref.fields["tokenizer.ggml.tokens"]
+    tokens = [bytes(f.parts[i]).decode("utf-8") for i in f.data]
+    scores = ref.fields["tokenizer.ggml.scores"]
+    types = ref.fields["tokenizer.ggml.token_type"]
+    assert meta.tokens == tokens
+    assert np.array_equal(meta.scores, np.array([scores.parts[i][0] for i in scores.data], dtype=np.float32))
+    assert meta.types == [int(types.parts[i][0]) for i in types.data]
+    assert (meta.model, meta.bos_id, meta.eos_id, meta.unk_id) == ("llama", 1, 2, 0)
+
+
+def test_special_ids_and_add_bos() -> None:
+    spm = tokenizer_for(vocab_dir() / "ggml-vocab-llama-spm.gguf")
+    assert spm.bos_id == 1 and spm.encode("Hello")[0] == 1
+    assert spm.encode("Hello", add_special=False)[0] != 1
+    assert spm.encode("", add_special=True) == [1]
+    llama3 = tokenizer_for(vocab_dir() / "ggml-vocab-llama-bpe.gguf")
+    # llama.cpp adds BOS for the llama-bpe pre-tokenizer even though the file has no flag
+    assert llama3.encode("Hi")[0] == 128000
+    gpt2 = tokenizer_for(vocab_dir() / "ggml-vocab-gpt-2.gguf")
+    assert gpt2.encode("Hi") == gpt2.encode("Hi", add_special=False)
+    assert 50256 in gpt2.eos_ids
+
+
+def test_special_tokens_only_with_parse_special() -> None:
+    qwen = tokenizer_for(vocab_dir() / "ggml-vocab-qwen2.gguf")
+    im_start = qwen.token_id("<|im_start|>")
+    assert im_start is not None
+    text = "<|im_start|>user\nhi"
+    assert im_start not in qwen.encode(text)
+    assert qwen.encode(text, parse_special=True)[0] == im_start
+    assert qwen.decode(qwen.encode(text)) == text
+    assert qwen.decode(qwen.encode(text, parse_special=True)) == text
+    assert qwen.decode(qwen.encode(text, parse_special=True), skip_special=True) == "user\nhi"
+    assert qwen.token_id("<|im_end|>") in qwen.eos_ids
+
+
+def test_unknown_pre_tokenizer_is_an_error_naming_it() -> None:
+    meta = VocabMeta(model="gpt2", pre="no-such-pre", arch="x", tokens=["a", "b", "ab"], types=[1, 1, 1],
+                     merges=["a b"])
+    with pytest.raises(EngineError, match="no-such-pre"):
+        build_tokenizer(meta)
+
+
+def test_unknown_tokenizer_model_is_an_error() -> None:
+    meta = VocabMeta(model="wordpiece", pre="default", arch="x", tokens=["a"], types=[1])
+    with pytest.raises(EngineError, match="wordpiece"):
+        build_tokenizer(meta)
+
+
+def test_issue_pre_types_are_known() -> None:
+    for name in ("default", "gpt-2", "llama-bpe", "qwen2", "deepseek-llm", "deepseek-coder", "falcon",
+                 "starcoder", "refact", "mpt", "gpt-neox", "command-r"):
+        assert name in PRE_SPLITS
+
+
+def test_pre_types_split_as_documented() -> None:
+    # one tiny byte-level vocab, different splits: digits alone (starcoder) vs in threes (llama3)
+    from engine.tokenizer import GGUFTokenizer, VocabInfo
+
+    letters = [chr(c) for c in range(ord("0"), ord("9") + 1)] + ["11", "111", "1111"]
+    merges = ["1 1", "11 1", "11 11"]
+
+    def encode(pre: str) -> list[str]:
+        meta = VocabMeta(model="gpt2", pre=pre, arch="x", tokens=letters, types=[1] * len(letters),
+                         merges=merges)
+        tok = GGUFTokenizer(build_tokenizer(meta), VocabInfo.from_meta(meta))
+        return [tok.token_text(i) for i in tok.encode("1111", add_special=False)]
+
+    assert encode("gpt-2") == ["1111"]
+    assert encode("llama-bpe") == ["111", "1"]
+    assert encode("starcoder") == ["1", "1", "1", "1"]
+
+
+def test_bad_files_give_one_clear_error(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"NOPE" + b"\0" * 64)
+    with pytest.raises(EngineError, match="bad.gguf.*not a GGUF"):
+        load_tokenizer(bad, use_cache=False)
+    short = tmp_path / "short.gguf"
+    short.write_bytes((vocab_dir() / "ggml-vocab-llama-spm.gguf").read_bytes()[:5000])
+    with pytest.raises(EngineError, match="short.gguf.*truncated"):
+        load_tokenizer(short, use_cache=False)
+    with pytest.raises(EngineError, match="no such model"):
+        load_tokenizer(tmp_path / "missing.gguf")
