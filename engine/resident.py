@@ -124,10 +124,10 @@ def resident_weight(name: str, qtype: QT, raw: np.ndarray, shape: tuple[int, int
         a = a.view(np.uint8)
     if a.size != out_f * row_bytes:
         raise EngineError(f"{name}: {kind} data is {a.size} bytes, expected {out_f}x{row_bytes} for shape {shape}")
-    if not a.flags.c_contiguous:
-        a = np.ascontiguousarray(a)
+    a = np.ascontiguousarray(a).reshape(out_f, row_bytes).view()
+    a.setflags(write=False)  # one kernel specialization (memmaps are read-only anyway)
     warmup()
-    return QuantWeight(name, qtype, a.reshape(out_f, row_bytes), (out_f, in_f))
+    return QuantWeight(name, qtype, a, (out_f, in_f))
 
 
 _warm_lock = threading.Lock()
@@ -142,11 +142,9 @@ def warmup() -> None:
             return
         for kind in QUANT_TYPES.values():
             bs, bb = K.BLOCK_SIZE[kind], K.BLOCK_BYTES[kind]
-            for writable in (False, True):  # memmaps are read-only, test fixtures are not
-                raw = np.zeros((2, (256 // bs) * bb), dtype=np.uint8)
-                raw.setflags(write=writable)
-                x = np.zeros((1, 256), dtype=np.float32)
-                out = np.empty((1, 2), dtype=np.float32)
-                K.GEMM[kind](raw, x, out, K.F16_LUT, K.QK)
-                K.DQ_ROWS[kind](raw, np.zeros(1, np.int64), np.empty((1, 256), np.float32), K.F16_LUT, K.QK)
+            raw = np.zeros((2, (256 // bs) * bb), dtype=np.uint8)
+            raw.setflags(write=False)  # QuantWeight always holds a read-only view
+            x = np.zeros((1, 256), dtype=np.float32)
+            K.GEMM[kind](raw, x, np.empty((1, 2), dtype=np.float32), K.F16_LUT, K.QK)
+            K.DQ_ROWS[kind](raw, np.zeros(1, np.int64), np.empty((1, 256), np.float32), K.F16_LUT, K.QK)
         _warm = True

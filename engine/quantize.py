@@ -1,0 +1,151 @@
+"""Vectorized numpy quantizers for Q8_0 and Q4_K, producing llama.cpp's reference blocks.
+
+Used to build quantized fixtures of any shape (tests, benches). Q8_0 is bit-exact with
+ggml's quantize_row_q8_0_ref (and gguf.quants.quantize). Q4_K follows quantize_row_q4_K_ref:
+per 32-value sub-block a weighted least-squares search over 21 candidate scales for (scale, min)
+(llama.cpp's make_qkx2_quants: weights av|x| + |x_i|, rmin=-1, rdelta=0.1, nstep=20), then the
+eight scales and mins are quantized to 6 bits against the super-block's f16 d / dmin and the
+values re-rounded against the rounded scales. Arithmetic is float32 like the C code; sums are
+numpy's (pairwise), so a rare block can differ from C in the last rounding.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+QK8_0 = 32
+QK_K = 256
+
+
+def _round_away(v: np.ndarray) -> np.ndarray:
+    """C roundf: halves away from zero."""
+    return np.trunc(v + np.copysign(np.float32(0.5), v)).astype(np.float32)
+
+
+def _nearest_int(v: np.ndarray) -> np.ndarray:
+    """ggml nearest_int (the 1.5*2^23 trick): round half to even, in float32."""
+    return np.rint(v.astype(np.float32)).astype(np.int32)
+
+
+def _rows(x: np.ndarray, block: int) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float32)
+    if x.ndim == 1:
+        x = x[None, :]
+    if x.ndim != 2 or x.shape[1] % block:
+        raise ValueError(f"quantize: row length {x.shape[-1]} is not a multiple of {block}")
+    return np.ascontiguousarray(x)
+
+
+def quantize_q8_0(x: np.ndarray) -> np.ndarray:
+    """float32 [rows, n] -> uint8 [rows, n/32*34] Q8_0 blocks (f16 d, 32 x int8)."""
+    x = _rows(x, QK8_0)
+    rows, n = x.shape
+    blocks = x.reshape(-1, QK8_0)
+    d = np.abs(blocks).max(axis=1, keepdims=True) / np.float32(127)
+    with np.errstate(divide="ignore"):
+        inv = np.where(d == 0, np.float32(0), np.float32(1) / d).astype(np.float32)
+    q = _round_away(blocks * inv).astype(np.int8)
+    out = np.concatenate([d.astype(np.float16).view(np.uint8), q.view(np.uint8)], axis=1)
+    return out.reshape(rows, n // QK8_0 * 34)
+
+
+def make_qkx2_quants(x: np.ndarray, w: np.ndarray, nmax: int, rmin: float, rdelta: float,
+                     nstep: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Vectorized over groups: x, w [G, n] -> (L uint8 [G, n], scale [G], the_min [G] (>= 0)).
+
+    Weighted least squares for x ~ scale*L + min with L in [0, nmax], min <= 0: start from the
+    min/max grid, then try iscale = (nmax + rmin + rdelta*k) / (max - min) for k = 0..nstep,
+    solve the 2x2 normal equations for each candidate L and keep the lowest weighted error.
+    """
+    f32 = np.float32
+    x = x.astype(f32)
+    w = w.astype(f32)
+    mn = np.minimum(x.min(axis=1), f32(0))
+    mx = x.max(axis=1)
+    flat = mx == mn
+    sum_w = w.sum(axis=1, dtype=f32)
+    sum_x = (w * x).sum(axis=1, dtype=f32)
+
+    rng = np.where(flat, f32(1), mx - mn).astype(f32)
+    iscale = (f32(nmax) / rng).astype(f32)
+    scale = (f32(1) / iscale).astype(f32)
+    L = np.clip(_nearest_int(iscale[:, None] * (x - mn[:, None])), 0, nmax)
+    diff = scale[:, None] * L.astype(f32) + mn[:, None] - x
+    best = (w * diff * diff).sum(axis=1, dtype=f32)
+    for k in range(nstep + 1):
+        # As in the C code, a better candidate's min also moves the grid of the next candidates.
+        rng = np.where(flat, f32(1), mx - mn).astype(f32)
+        isc = ((f32(rmin) + f32(rdelta) * f32(k) + f32(nmax)) / rng).astype(f32)
+        la = np.clip(_nearest_int(isc[:, None] * (x - mn[:, None])), 0, nmax)
+        lf = la.astype(f32)
+        sum_l = (w * lf).sum(axis=1, dtype=f32)
+        sum_l2 = (w * lf * lf).sum(axis=1, dtype=f32)
+        sum_xl = (w * lf * x).sum(axis=1, dtype=f32)
+        D = sum_w * sum_l2 - sum_l * sum_l
+        ok = D > 0
+        Ds = np.where(ok, D, f32(1))
+        this_scale = ((sum_w * sum_xl - sum_x * sum_l) / Ds).astype(f32)
+        this_min = ((sum_l2 * sum_x - sum_l * sum_xl) / Ds).astype(f32)
+        pos = this_min > 0
+        with np.errstate(divide="ignore", invalid="ignore"):
+            this_scale = np.where(pos, sum_xl / np.where(sum_l2 == 0, f32(1), sum_l2), this_scale).astype(f32)
+        this_min = np.where(pos, f32(0), this_min).astype(f32)
+        diff = this_scale[:, None] * lf + this_min[:, None] - x
+        cur = (w * diff * diff).sum(axis=1, dtype=f32)
+        take = ok & (cur < best) & ~flat
+        L = np.where(take[:, None], la, L)
+        best = np.where(take, cur, best)
+        scale = np.where(take, this_scale, scale)
+        mn = np.where(take, this_min, mn)
+    L = np.where(flat[:, None], 0, L)
+    scale = np.where(flat, f32(0), scale).astype(f32)
+    the_min = mn
+    return L.astype(np.uint8), scale, (-the_min).astype(f32)
+
+
+def _pack_k4_scales(ls: np.ndarray, lm: np.ndarray) -> np.ndarray:
+    """6-bit scales and mins [N, 8] -> the 12-byte Q4_K layout (get_scale_min_k4 inverse)."""
+    out = np.zeros((ls.shape[0], 12), dtype=np.uint8)
+    out[:, 0:4] = ls[:, 0:4] | ((ls[:, 4:8] >> 4) << 6)
+    out[:, 4:8] = lm[:, 0:4] | ((lm[:, 4:8] >> 4) << 6)
+    out[:, 8:12] = (ls[:, 4:8] & 0xF) | ((lm[:, 4:8] & 0xF) << 4)
+    return out
+
+
+def quantize_q4_k(x: np.ndarray) -> np.ndarray:
+    """float32 [rows, n] -> uint8 [rows, n/256*144] Q4_K blocks (f16 d, f16 dmin, 12 scale bytes, 128 qs)."""
+    f32 = np.float32
+    x = _rows(x, QK_K)
+    rows, n = x.shape
+    nsb = rows * n // QK_K
+    sub = x.reshape(nsb * 8, 32)
+    av = np.sqrt((sub * sub).sum(axis=1, dtype=f32) / f32(32)).astype(f32)
+    wts = av[:, None] + np.abs(sub)
+    L, scales, mins = make_qkx2_quants(sub, wts, 15, -1.0, 0.1, 20)
+    scales = scales.reshape(nsb, 8)
+    mins = mins.reshape(nsb, 8)
+    L = L.reshape(nsb, 8, 32).astype(np.int32)
+
+    max_scale = scales.max(axis=1)
+    max_min = mins.max(axis=1)
+    with np.errstate(divide="ignore"):
+        inv_scale = np.where(max_scale > 0, f32(63) / max_scale, f32(0)).astype(f32)
+        inv_min = np.where(max_min > 0, f32(63) / max_min, f32(0)).astype(f32)
+    ls = np.minimum(63, _nearest_int(inv_scale[:, None] * scales) & 0xFF).astype(np.uint8)
+    lm = np.minimum(63, _nearest_int(inv_min[:, None] * mins) & 0xFF).astype(np.uint8)
+    d16 = (max_scale / f32(63)).astype(np.float16)
+    dmin16 = (max_min / f32(63)).astype(np.float16)
+
+    # Re-round every value against the scales as they will be decoded.
+    d_eff = d16.astype(f32)[:, None] * ls.astype(f32)  # [nsb, 8]
+    dm_eff = dmin16.astype(f32)[:, None] * lm.astype(f32)
+    xs = sub.reshape(nsb, 8, 32)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        l2 = np.clip(_nearest_int((xs + dm_eff[:, :, None]) / d_eff[:, :, None]), 0, 15)
+    L = np.where((d_eff != 0)[:, :, None], l2, L).astype(np.uint8)
+
+    Lc = L.reshape(nsb, 4, 2, 32)  # 64-value chunks: low nibble = first 32, high = second 32
+    qs = (Lc[:, :, 0, :] | (Lc[:, :, 1, :] << 4)).reshape(nsb, 128)
+    out = np.concatenate([d16.view(np.uint8).reshape(nsb, 2), dmin16.view(np.uint8).reshape(nsb, 2),
+                          _pack_k4_scales(ls, lm), qs], axis=1)
+    return out.reshape(rows, n // QK_K * 144)
