@@ -28,6 +28,9 @@ def run_trace(
     tr = load_trace(trace)  # validate the trace before building anything
     opts: dict[str, dict[str, Any]] = {"inkernel": {"gguf": gguf, "resident": q4k}} if (gguf or q4k) else {}
     kernel = build_kernel(engine_id, policy, journal, opts)
+    eng = kernel.engine_for(engine_id)
+    if gguf and callable(getattr(eng, "preload", None)):
+        eng.preload()  # --gguf: load the model at boot, so a bad model file fails before any call
     try:
         result = replay(tr, kernel)
     finally:

@@ -115,3 +115,25 @@ def test_cli_bad_inputs(tmp_path: Path) -> None:
     _one_line_error(fak("run", "--trace", str(TRACE), "--engine", "warp"), "unknown engine 'warp'", "mock")
     _one_line_error(fak("run", "--trace", str(tmp_path / "missing.json")), "missing.json", "no such trace file")
     _one_line_error(fak("audit", "verify", str(tmp_path / "missing.jsonl")), "missing.jsonl", "no such journal file")
+
+
+def test_gguf_preloads_the_engine(capsys: pytest.CaptureFixture[str]) -> None:
+    from commands.run_trace import run_trace
+    from fak.engines import register_engine
+    from fak.engines.mock import MockEngine
+
+    seen: dict[str, object] = {}
+
+    class Preloading(MockEngine):
+        def __init__(self, gguf: str | None = None, resident: bool = False, **kw: object) -> None:
+            super().__init__()
+            seen.update(gguf=gguf, resident=resident)
+
+        def preload(self) -> None:
+            seen["preloaded"] = True
+
+    register_engine("preloading-test", Preloading)
+    run_trace(TRACE, engine="preloading-test", gguf="model.gguf", q4k=True, as_json=True)
+    # --gguf/--q4k are inkernel options (not passed to other engines), but any engine with preload() is preloaded
+    assert seen == {"gguf": None, "resident": False, "preloaded": True}
+    assert json.loads(capsys.readouterr().out)["summary"]["submits"] == 11
