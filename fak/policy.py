@@ -33,8 +33,6 @@ import fnmatch
 import json
 import os
 import re
-import re._constants as _C  # the regex parser: needles for the fast path (private but stable in 3.11+)
-import re._parser as _sre_parse
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -42,6 +40,7 @@ from typing import Any
 
 from fak.abi import Reason, Result, ToolCall, Verdict, VerdictKind
 from fak.errors import FakError
+from fak.needles import combine, minimal, needles
 
 VERSION = "fak-policy/v1"
 _KNOWN_FIELDS = {
@@ -52,71 +51,6 @@ _KNOWN_FIELDS = {
 _PATCH_HDR = re.compile(r"^\*\*\* (?:Add|Update|Delete) File: (.+?)\s*$|^\*\*\* Move to: (.+?)\s*$", re.M)
 _REDIRECT = re.compile(r"(?:&>>?|\d?>>?\|?)\s*(?!&)([\"']?)([^\s;&|<>\"'()]+)\1|\btee\s+(?:-\w+\s+)*([^\s;&|<>()]+)")
 _PLAN_CACHE_MAX = 4096
-_GLOBAL_FLAGS = re.compile(r"^\(\?([aiLmsux]+)\)")
-
-
-def _needles(pattern: str) -> tuple[str, ...] | None:
-    """Literal strings of which every match of `pattern` contains at least one (None: unknown).
-
-    This is the decision fast path: a rule whose needles are all absent from the text cannot match,
-    so its regex is not run. Derived from the parsed regex, never hand-written, so it cannot drift."""
-    try:
-        parsed = _sre_parse.parse(pattern)
-    except re.error:
-        return None
-    if parsed.state.flags & (re.IGNORECASE | re.VERBOSE):
-        return None
-    return _seq_needles(list(parsed))
-
-
-def _seq_needles(seq: list[tuple[Any, Any]]) -> tuple[str, ...] | None:
-    candidates: list[tuple[str, ...]] = []
-    run: list[str] = []
-
-    def flush() -> None:
-        if run:
-            candidates.append(("".join(run),))
-            run.clear()
-
-    for op, av in seq:
-        if op is _C.LITERAL:
-            run.append(chr(av))
-            continue
-        flush()
-        inner: tuple[str, ...] | None = None
-        if op is _C.SUBPATTERN:
-            _group, add_flags, _del, sub = av
-            if not add_flags & (re.IGNORECASE | re.VERBOSE):
-                inner = _seq_needles(list(sub))
-        elif op is _C.ATOMIC_GROUP:
-            inner = _seq_needles(list(av))
-        elif op is _C.BRANCH:
-            alts = [_seq_needles(list(b)) for b in av[1]]
-            if all(a is not None for a in alts):
-                inner = tuple(x for a in alts for x in a)  # type: ignore[union-attr]
-        elif op in (_C.MAX_REPEAT, _C.MIN_REPEAT, _C.POSSESSIVE_REPEAT) and av[0] >= 1:
-            inner = _seq_needles(list(av[2]))
-        if inner:
-            candidates.append(inner)
-    flush()
-    good = [c for c in candidates if all(c)]
-    # Most selective: longest shortest-needle, then fewest needles.
-    return max(good, key=lambda c: (min(map(len, c)), -len(c))) if good else None
-
-
-def _minimal(needles: tuple[str, ...]) -> list[str]:
-    """Drop needles that contain another needle: finding the shorter one is implied."""
-    uniq = sorted(set(needles), key=len)
-    return [n for i, n in enumerate(uniq) if not any(m in n for m in uniq[:i])]
-
-
-def _combine(patterns: list[str]) -> re.Pattern[str]:
-    """One alternation of several regexes; a leading global flag group becomes a scoped one."""
-    parts = []
-    for p in patterns:
-        m = _GLOBAL_FLAGS.match(p)
-        parts.append(f"(?{m.group(1)}:{p[m.end():]})" if m else f"(?:{p})")
-    return re.compile("|".join(parts))
 
 
 @dataclass(slots=True)
@@ -200,8 +134,8 @@ class Policy:
     def __post_init__(self) -> None:
         self.by = f"policy:{self.name}"
         # Literals every protected path contains: most paths are cleared by one scan, without the globs.
-        ns = _needles(self.self_modify.pattern) if self.self_modify is not None else None
-        self._sm_trigger = re.compile("|".join(map(re.escape, _minimal(ns)))) if ns else None
+        ns = needles(self.self_modify.pattern) if self.self_modify is not None else None
+        self._sm_trigger = re.compile("|".join(map(re.escape, minimal(ns)))) if ns else None
         for r in self.arg_rules:  # verdicts are immutable values: build each rule's DENY once
             r.verdict = Verdict.deny(r.reason, self.by, r.detail or f"arg rule {r.id}")
         self._allow_v = Verdict.allow(self.by)
@@ -216,15 +150,15 @@ class Policy:
                 by_field.setdefault(r.field, []).append(r)
         checks: list[_Check] = []
         for f, rs in by_field.items():
-            needles: list[tuple[str, int]] = []
+            pairs: list[tuple[str, int]] = []
             always: list[int] = []
             for i, r in enumerate(rs):
-                ns = _needles(r.regex.pattern) if r.regex is not None else None
+                ns = needles(r.regex.pattern) if r.regex is not None else None
                 if ns is None:
                     always.append(i)
                 else:
-                    needles += [(n, i) for n in _minimal(ns)]
-            checks.append(_Check(f, rs, needles, always))
+                    pairs += [(n, i) for n in minimal(ns)]
+            checks.append(_Check(f, rs, pairs, always))
         plan = _Plan(
             known=known or self.default == "allow",
             denied=tool in self.deny,
@@ -454,7 +388,7 @@ def parse_policy(obj: Any, source: str = "<policy>") -> Policy:
         self_modify_globs=tuple(globs), write_tools={k: list(v) for k, v in wt.items()},
         require_witness=ld.rules(obj, "require_witness", need_pattern=False, default_reason=Reason.UNWITNESSED),
         transforms=ld.rules(obj, "transforms", need_pattern=False, default_reason=Reason.REDACTED),
-        quarantine=_combine(qp) if qp else None,
+        quarantine=combine(qp) if qp else None,
         result_deny=ld.rules(obj, "result_deny", need_pattern=True, default_reason=Reason.SECRET_EXFIL),
     )
 

@@ -281,7 +281,7 @@ NEEDLE_TABLE = [
 
 @pytest.mark.parametrize("pattern,needles", NEEDLE_TABLE)
 def test_needles(pattern: str, needles: tuple[str, ...] | None) -> None:
-    from fak.policy import _needles
+    from fak.needles import needles as _needles
 
     assert _needles(pattern) == needles
 
