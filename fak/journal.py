@@ -98,10 +98,13 @@ class Journal:
                 rec["recovered_torn_bytes"], self._recovered = self._recovered, 0
             rec["prev"] = self._prev
             line, digest = _seal(rec)
-            self._f.write(line)  # one write of the whole line: a crash tears at most this line
-            self._f.flush()
-            if self.fsync:
-                os.fsync(self._f.fileno())
+            try:
+                self._f.write(line)  # one write of the whole line: a crash tears at most this line
+                self._f.flush()
+                if self.fsync:
+                    os.fsync(self._f.fileno())
+            except (OSError, ValueError) as exc:  # disk full, closed file: no record, so no decision
+                raise FakError(f"{self.path}: journal write failed: {exc}") from None
             self._prev, self._n = digest, self._n + 1
             return digest
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -96,8 +97,11 @@ class Kernel:
         self.default_engine = default_engine
         self.engine_opts = dict(engine_opts or {})
         self.journal = journal  # fak.journal.Journal or None
+        # Counter `+=` on a plain attribute does not release the GIL mid-update in CPython 3.11; the
+        # sequence comes from itertools.count, which is atomic.
         self.counters = Counters()
         self._seq = itertools.count(1)
+        self._engine_lock = threading.Lock()
 
     @classmethod
     def with_policy(cls, policy: Any, **kw: Any) -> Kernel:
@@ -177,11 +181,15 @@ class Kernel:
 
     # -- reap --------------------------------------------------------------------------------
     def engine_for(self, engine_id: str) -> EngineDriver:
+        """The kernel's engine instance for an id, built once (under a lock: an engine may load a model)."""
         eng = self.engines.get(engine_id)
         if eng is None:
             from fak.engines import get_engine
 
-            eng = self.engines[engine_id] = get_engine(engine_id, **self.engine_opts.get(engine_id, {}))
+            with self._engine_lock:
+                eng = self.engines.get(engine_id)
+                if eng is None:
+                    eng = self.engines[engine_id] = get_engine(engine_id, **self.engine_opts.get(engine_id, {}))
         return eng
 
     def reap(self, decision: Decision) -> Result:

@@ -126,3 +126,10 @@ def test_verify_never_raises_on_garbage() -> None:
         assert rep.ok or rep.bad_line is not None
 
     check()
+
+
+def test_write_failure_is_one_line_error(tmp_path: Path) -> None:
+    j = Journal(tmp_path / "j.jsonl", fsync=False)
+    j.close()
+    with pytest.raises(FakError, match="journal write failed"):
+        j.append({"tool": "x"})
