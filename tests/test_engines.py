@@ -31,6 +31,9 @@ def test_registry_known_and_unknown() -> None:
 def test_register_engine() -> None:
     register_engine("echo2", lambda **o: MockEngine(reply="fixed", **o))
     assert get_engine("echo2").complete(ToolCall.from_args("t", {})).text == "fixed"
+    register_engine("strict", lambda reply="x": MockEngine(reply=reply))
+    with pytest.raises(FakError, match=r"engine 'strict': bad options \['colour'\]"):
+        get_engine("strict", colour="red")
     register_engine("lazy-missing", "fak.engines.does_not_exist:X")
     with pytest.raises(FakError, match="not available"):
         get_engine("lazy-missing")

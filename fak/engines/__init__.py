@@ -4,6 +4,7 @@ never imports an engine (the inkernel one pulls numpy/numba and the model runtim
 from __future__ import annotations
 
 import importlib
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -51,6 +52,9 @@ def get_engine(engine_id: str, **opts: Any) -> EngineDriver:
     """A new engine instance for `engine_id` built with `opts`; unknown id -> FakError naming the known ones."""
     factory = _resolve(engine_id)
     try:
-        return factory(**opts)
+        inspect.signature(factory).bind(**opts)  # check the options only: a TypeError inside is a bug, not bad input
     except TypeError as exc:
         raise FakError(f"engine {engine_id!r}: bad options {sorted(opts)}: {exc}") from None
+    except ValueError:
+        pass  # no introspectable signature (a builtin): let the call decide
+    return factory(**opts)
