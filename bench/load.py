@@ -1,0 +1,55 @@
+"""Load time and RSS for a GGUF model on the plain (float32) path; also one prefill and a few steps.
+
+    python bench/load.py [MODEL]   (default gemma3-270m)
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import psutil
+
+
+def main() -> None:
+    name = sys.argv[1] if len(sys.argv) > 1 else "gemma3-270m"
+    proc = psutil.Process()
+    rss0 = proc.memory_info().rss
+    t0 = time.perf_counter()
+    from engine import Session, load_model
+    from engine.aliases import resolve_model
+    from engine.gguf_load import read_gguf
+
+    path = resolve_model(name)
+    t1 = time.perf_counter()
+    read_gguf(path)
+    t_header = time.perf_counter() - t1
+    t2 = time.perf_counter()
+    model = load_model(str(path), progress=False)
+    t_load = time.perf_counter() - t2
+    rss1 = proc.memory_info().rss
+    print(f"model            {path.name} ({path.stat().st_size / 2**20:.0f} MiB file)")
+    print(f"import engine    {t1 - t0:.2f} s")
+    print(f"read header      {t_header:.2f} s")
+    print(f"plain load       {t_load:.2f} s  ({model.weights.nbytes / 2**20:.0f} MiB float32 weights)")
+    print(f"RSS              {rss1 / 2**20:.0f} MiB (+{(rss1 - rss0) / 2**20:.0f} MiB)")
+    s = Session(model)
+    ids = [2] + [(i * 7919) % 20000 + 100 for i in range(63)]
+    s.prefill(ids[:4])  # warm the kernels (numba cache load)
+    s.step(5)
+    s = Session(model)
+    t3 = time.perf_counter()
+    logits = s.prefill(ids)
+    t_pre = time.perf_counter() - t3
+    n = 16
+    t4 = time.perf_counter()
+    for _ in range(n):
+        logits = s.step(int(logits.argmax()))
+    t_dec = time.perf_counter() - t4
+    print(f"prefill 64 tok   {t_pre:.2f} s  ({64 / t_pre:.1f} tok/s)")
+    print(f"decode {n} tok    {t_dec:.2f} s  ({n / t_dec:.1f} tok/s)")
+    print(f"peak RSS         {proc.memory_info().rss / 2**20:.0f} MiB")
+
+
+if __name__ == "__main__":
+    main()
