@@ -15,12 +15,14 @@ Fields (all optional except version):
                        write tool targets them
   write_tools          {tool: [field | "@patch" | "@redirect"]}: where a tool's write targets are.
                        "@patch" reads apply_patch headers, "@redirect" shell `>`, `>>`, `tee` targets
+  rate_limits          [{id?, tools?, per_minute, burst?}] a token bucket per rule -> DENY RATE_LIMITED
+                       (disposition WAIT) when empty; only calls that passed the deny checks spend
   require_witness      [{id?, tools?, field?, pattern?, detail?}] -> REQUIRE_WITNESS
   transforms           [{id?, tools?, redact?: [field], field?, pattern?, replace?}] -> TRANSFORM
   quarantine_patterns  regexes over a result's text -> QUARANTINE (PROMPT_INJECTION)
   result_deny          [{pattern, reason?, detail?}] over a result's text -> DENY (default SECRET_EXFIL)
 
-Order inside one call: OVERSIZE, deny list, unknown tool, arg_rules, self_modify, require_witness,
+Order inside one call: OVERSIZE, deny list, unknown tool, arg_rules, self_modify, rate_limits, require_witness,
 transforms, ALLOW. Paths are normalized lexically (no symlink resolution: no filesystem access on
 the decision path) against `call.meta["cwd"]`, else the process cwd. A tool listed under
 `tools` of a rule is "*"-able: omit `tools` (or use "*") for every tool.
@@ -41,11 +43,12 @@ from typing import Any
 from fak.abi import Reason, Result, ToolCall, Verdict, VerdictKind
 from fak.errors import FakError
 from fak.needles import combine, minimal, needles
+from fak.ratelimit import RateLimit
 
 VERSION = "fak-policy/v1"
 _KNOWN_FIELDS = {
     "version", "name", "description", "default", "max_arg_bytes", "allow", "allow_prefix", "deny",
-    "arg_rules", "self_modify", "write_tools", "require_witness", "transforms", "quarantine_patterns",
+    "arg_rules", "self_modify", "write_tools", "rate_limits", "require_witness", "transforms", "quarantine_patterns",
     "result_deny",
 }
 _PATCH_HDR = re.compile(r"^\*\*\* (?:Add|Update|Delete) File: (.+?)\s*$|^\*\*\* Move to: (.+?)\s*$", re.M)
@@ -83,6 +86,7 @@ class _Plan:
     denied: bool
     checks: list[_Check]
     write_fields: list[str]
+    limits: list[RateLimit]
     witness: list[ArgRule]
     transforms: list[ArgRule]
 
@@ -125,6 +129,7 @@ class Policy:
     self_modify: re.Pattern[str] | None = None
     self_modify_globs: tuple[str, ...] = ()
     write_tools: dict[str, list[str]] = field(default_factory=dict)
+    rate_limits: list[RateLimit] = field(default_factory=list)
     require_witness: list[ArgRule] = field(default_factory=list)
     transforms: list[ArgRule] = field(default_factory=list)
     quarantine: re.Pattern[str] | None = None
@@ -164,6 +169,7 @@ class Policy:
             denied=tool in self.deny,
             checks=checks,
             write_fields=self.write_tools.get(tool, []) if self.self_modify is not None else [],
+            limits=[r for r in self.rate_limits if r.tools is None or tool in r.tools],
             witness=[r for r in self.require_witness if _applies(r, tool)],
             transforms=[r for r in self.transforms if _applies(r, tool)],
         )
@@ -198,6 +204,10 @@ class Policy:
             hit = self._self_modify_hit(call, plan.write_fields)
             if hit is not None:
                 return Verdict.deny(Reason.SELF_MODIFY, self.by, f"write to protected path {hit}")
+        for lim in plan.limits:
+            wait = lim.take()
+            if wait is not None:
+                return Verdict.deny(Reason.RATE_LIMITED, self.by, f"rate limit {lim.id}: {lim.per_minute:g}/min, retry in {wait:.1f}s")
         for r in plan.witness:
             if _matches(r, call):
                 return Verdict.of(VerdictKind.REQUIRE_WITNESS, Reason.UNWITNESSED, self.by, r.detail or f"rule {r.id}")
@@ -346,6 +356,23 @@ class _Loader:
             regex=regex, reason=reason, detail=detail, redact=tuple(tuple(x.split(".")) for x in redact), replace=replace,
         )
 
+    def rate_limits(self, obj: dict[str, Any]) -> list[RateLimit]:
+        v = obj.get("rate_limits", [])
+        if not isinstance(v, list):
+            raise self.fail("rate_limits", "expected a list of rule objects")
+        out = []
+        for i, r in enumerate(v):
+            where = f"rate_limits[{i}]"
+            rule = self.rule("rate_limits", i, {k: x for k, x in r.items() if k not in ("per_minute", "burst")} if isinstance(r, dict) else r,
+                             need_pattern=False, default_reason=Reason.RATE_LIMITED)
+            pm, burst = r.get("per_minute"), r.get("burst", 1)
+            if not isinstance(pm, (int, float)) or isinstance(pm, bool) or pm <= 0:
+                raise self.fail(f"{where}.per_minute", "expected a positive number")
+            if not isinstance(burst, int) or isinstance(burst, bool) or burst < 1:
+                raise self.fail(f"{where}.burst", "expected an integer >= 1")
+            out.append(RateLimit(rule.id, rule.tools, float(pm), burst))
+        return out
+
     def rules(self, obj: dict[str, Any], key: str, *, need_pattern: bool, default_reason: Reason) -> list[ArgRule]:
         v = obj.get(key, [])
         if not isinstance(v, list):
@@ -386,6 +413,7 @@ def parse_policy(obj: Any, source: str = "<policy>") -> Policy:
         arg_rules=ld.rules(obj, "arg_rules", need_pattern=True, default_reason=Reason.POLICY_BLOCK),
         self_modify=re.compile("|".join(fnmatch.translate(os.path.expanduser(g)) for g in globs)) if globs else None,
         self_modify_globs=tuple(globs), write_tools={k: list(v) for k, v in wt.items()},
+        rate_limits=ld.rate_limits(obj),
         require_witness=ld.rules(obj, "require_witness", need_pattern=False, default_reason=Reason.UNWITNESSED),
         transforms=ld.rules(obj, "transforms", need_pattern=False, default_reason=Reason.REDACTED),
         quarantine=combine(qp) if qp else None,
