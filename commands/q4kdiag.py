@@ -1,14 +1,123 @@
-"""`fak q4kdiag`: not landed yet."""
+"""`fak q4kdiag`: what resident quantized weights cost and how fast the kernels stream them."""
 
 from __future__ import annotations
 
+import json
+import sys
+from typing import Any, Optional
+
 import typer
 
-from commands.notlanded import not_landed
+DEFAULT_PROMPT = "The capital of France is"
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("q4kdiag", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
-    def q4kdiag(ctx: typer.Context) -> None:
-        """Not implemented yet: its issue has not landed."""
-        not_landed("q4kdiag")
+    @app.command("q4kdiag")
+    def q4kdiag(
+        gguf: Optional[str] = typer.Option(None, "--gguf", help="GGUF path or alias (default $FAK_MODEL or gemma3-270m)."),
+        prompt: str = typer.Option(DEFAULT_PROMPT, "--prompt", help="Prompt for the first-token top-K logits."),
+        top: int = typer.Option(5, "--top", help="How many top logits to show."),
+        membw: Optional[float] = typer.Option(None, "--membw", help="Memory bandwidth in GB/s (default: measure it)."),
+        plan_only: bool = typer.Option(False, "--plan-only", help="Read only the header: the memory plan."),
+        as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    ) -> None:
+        """Resident-weight diagnostics: memory plan, kernel error and GB/s, bandwidth ceiling, top-K logits."""
+        if top < 1:
+            raise typer.BadParameter(f"--top must be >= 1, got {top}")
+        if membw is not None and membw <= 0:
+            raise typer.BadParameter(f"--membw must be > 0 GB/s, got {membw}")
+        report = diagnose(gguf, prompt, top, membw, plan_only)
+        if as_json:
+            sys.stdout.write(json.dumps(report) + "\n")
+        else:
+            render(report)
+
+
+def diagnose(gguf: str | None, prompt: str, top: int, membw: float | None, plan_only: bool) -> dict[str, Any]:
+    from engine.aliases import resolve_model
+    from engine.diag import kernel_checks, open_gguf, plan, rss_bytes, stream_read_gbps, top_logits
+
+    path = resolve_model(gguf)
+    g = open_gguf(path)
+    p = plan(g)
+    report: dict[str, Any] = {
+        "model": p.model, "arch": p.arch, "path": str(path), "tensor_types": p.tensor_types,
+        "file_bytes": p.file_bytes, "resident_bytes": p.resident_bytes, "rss_bytes": None, "kernels": [],
+        "membw_gbps": membw, "prompt_ids": [], "top": [],
+        # extras for the rendering: the float32 plan, bytes one decode step reads
+        "f32_plan_bytes": p.f32_bytes, "bytes_per_token": p.bytes_per_token,
+        "type_bytes": {t.type: t.resident_bytes for t in p.types},
+    }
+    if plan_only:
+        report["rss_bytes"] = rss_bytes()
+        return report
+    tok = _tokenizer(path)
+    ids = tok.encode(prompt) if tok is not None else list(prompt.encode("utf-8"))
+    if not ids:
+        raise typer.BadParameter("--prompt encodes to no tokens")
+    report["prompt_ids"] = [int(i) for i in ids]
+    report["top"] = [{"id": i, "logit": lg, "text": _text(tok, i)} for i, lg in top_logits(path, ids, top)]
+    report["kernels"] = [{"type": k.type, "tensor": k.tensor, "max_abs_err": k.max_abs_err, "gbps": k.gbps}
+                         for k in kernel_checks(g)]
+    report["rss_bytes"] = rss_bytes()  # before the bandwidth probe allocates its buffer
+    if membw is None:
+        report["membw_gbps"] = stream_read_gbps()
+    return report
+
+
+def _tokenizer(path: Any) -> Any:
+    try:
+        from engine.tokenizer import load_tokenizer
+    except ImportError:  # pragma: no cover - the tokenizer module is part of the engine
+        return None
+    return load_tokenizer(path)
+
+
+def _text(tok: Any, i: int) -> str:
+    if tok is None:
+        return ""
+    try:
+        return str(tok.token_text(i))
+    except Exception:  # noqa: BLE001 - a display nicety; the id is what matters
+        return tok.decode([i])
+
+
+def _mib(n: int | None) -> str:
+    return "-" if n is None else f"{n / 2**20:,.1f} MiB"
+
+
+def render(r: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console()
+    con.print(f"[bold]{r['model']}[/] ({r['arch']})  {r['path']}")
+    mem = Table(title="memory", show_edge=False)
+    for col in ("type", "tensors", "resident", "float32 plan"):
+        mem.add_column(col, justify="right" if col != "type" else "left")
+    for t, n in r["tensor_types"].items():
+        mem.add_row(t, str(n), _mib(r["type_bytes"][t]), "")
+    mem.add_row("[bold]total", str(sum(r["tensor_types"].values())), _mib(r["resident_bytes"]), _mib(r["f32_plan_bytes"]))
+    con.print(mem)
+    con.print(f"file {_mib(r['file_bytes'])}   resident {_mib(r['resident_bytes'])}   "
+              f"float32 plan {_mib(r['f32_plan_bytes'])}   process RSS {_mib(r['rss_bytes'])}")
+    bw = r["membw_gbps"]
+    if r["kernels"]:
+        kt = Table(title="kernels (1-row GEMV on the largest tensor of each type)", show_edge=False)
+        for col in ("type", "tensor", "max abs err", "GB/s", "of ceiling"):
+            kt.add_column(col, justify="left" if col in ("type", "tensor") else "right")
+        for k in r["kernels"]:
+            frac = f"{k['gbps'] / bw:.0%}" if bw else "-"
+            kt.add_row(k["type"], k["tensor"], f"{k['max_abs_err']:.2e}", f"{k['gbps']:.2f}", frac)
+        con.print(kt)
+    if bw:
+        ceiling = bw * 1e9 / r["bytes_per_token"]
+        con.print(f"memory bandwidth {bw:.2f} GB/s; a decode step reads {_mib(r['bytes_per_token'])} "
+                  f"-> decode ceiling {ceiling:.1f} tok/s")
+    if r["top"]:
+        tt = Table(title=f"first-token top {len(r['top'])} (prompt ids {r['prompt_ids']})", show_edge=False)
+        for col in ("rank", "id", "logit", "text"):
+            tt.add_column(col, justify="right" if col != "text" else "left")
+        for n, t in enumerate(r["top"], 1):
+            tt.add_row(str(n), str(t["id"]), f"{t['logit']:.3f}", repr(t["text"]))
+        con.print(tt)
