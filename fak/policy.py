@@ -54,6 +54,7 @@ _KNOWN_FIELDS = {
 _PATCH_HDR = re.compile(r"^\*\*\* (?:Add|Update|Delete) File: (.+?)\s*$|^\*\*\* Move to: (.+?)\s*$", re.M)
 _REDIRECT = re.compile(r"(?:&>>?|\d?>>?\|?)\s*(?!&)([\"']?)([^\s;&|<>\"'()]+)\1|\btee\s+(?:-\w+\s+)*([^\s;&|<>()]+)")
 _PLAN_CACHE_MAX = 4096
+_HOME_VAR = re.compile(r"^\$(?:HOME\b|\{HOME\})")
 
 
 @dataclass(slots=True)
@@ -243,6 +244,8 @@ class Policy:
         trigger = self._sm_trigger
         for t in targets:
             p = t.strip("\"'")
+            if p.startswith("$"):
+                p = _HOME_VAR.sub("~", p, count=1)
             if p.startswith("~"):
                 p = os.path.expanduser(p)
             if not p.startswith("/"):

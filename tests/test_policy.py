@@ -154,6 +154,8 @@ FLOOR_DENY = [
     ("Bash", {"command": "echo 'x' > .git/hooks/pre-commit"}, Reason.SELF_MODIFY),
     ("Bash", {"command": "echo KEY=1 >> .env"}, Reason.SELF_MODIFY),
     ("Bash", {"command": "echo ssh-rsa AAA >> ~/.ssh/authorized_keys"}, Reason.SELF_MODIFY),
+    ("Bash", {"command": "echo ssh-rsa AAA >> $HOME/.ssh/authorized_keys"}, Reason.SELF_MODIFY),
+    ("Bash", {"command": "echo x > \"${HOME}/.bashrc\""}, Reason.SELF_MODIFY),
     ("Bash", {"command": "echo 1.2.3.4 evil | tee -a /etc/hosts"}, Reason.SELF_MODIFY),
     ("Bash", {"command": "cp .env.example .env"}, Reason.SELF_MODIFY),
     ("Bash", {"command": "cp hooks/pre-commit .git/hooks/"}, Reason.SELF_MODIFY),
@@ -183,6 +185,7 @@ FLOOR_DENY = [
 
 FLOOR_ALLOW = [
     ("Bash", {"command": "ls -la"}),
+    ("Bash", {"command": "ls -la", "description": "List files in the project", "timeout": 120000}),
     ("Bash", {"command": "git status"}),
     ("Bash", {"command": "git diff HEAD~1 -- src/"}),
     ("Bash", {"command": "git push origin feature/x"}),
