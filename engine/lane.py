@@ -196,6 +196,7 @@ class Lane:
     preempt_round: int = 0
     preemptions: int = 0
     prefix_hit_tokens: int = 0
+    prefix_checked: bool = False  # the prefix cache was consulted for the current session
     pinned_until: float = 0.0
     first_token_at: float | None = None
     cancel_requested: bool = False

@@ -67,6 +67,20 @@ class PrefixCache:
             self.hit_tokens += len(blocks) * bt
         return blocks
 
+    def peek(self, tokens: list[int], max_tokens: int) -> tuple[int, int]:
+        """(blocks `match` would map now, how many of them are reclaimable): no incref, no stats."""
+        bt = self.pool.block_tokens
+        n = reclaimable = 0
+        parent = 0
+        for h in chain_hashes(tokens, bt, max_tokens // bt):
+            e = self._entries.get(h)
+            if e is None or e.parent != parent or e.tokens != tuple(tokens[n * bt : (n + 1) * bt]):
+                break
+            n += 1
+            reclaimable += int(self.pool.refcount[e.block] == 1)
+            parent = h
+        return n, reclaimable
+
     def insert(self, tokens: list[int], blocks: list[int], n_full: int) -> None:
         """Offer the first n_full (full, prompt-only) blocks of a lane; already-cached prefixes are kept."""
         bt = self.pool.block_tokens

@@ -231,40 +231,53 @@ class NativeScheduler:
         self._promote()
         self._c["max_running"] = max(self._c["max_running"], len(self._running))
         chunks, decoders = self._plan()
-        if not self._meet_budget(chunks, decoders):
-            return
-        for lane, ids in chunks:
-            if lane.state is LaneState.PREFILLING:
-                self._prefill(lane, ids)
+        chunks, decoders = self._meet_budget(chunks, decoders)
+        for lane, end in chunks:
+            if lane.state is not LaneState.PREFILLING:
+                continue
+            if not lane.prefix_checked:
+                self._match_prefix(lane)  # may map more (or, after an eviction, less) than planned
+                end = min(end, self._chunk_end(lane, lane.session.length))
+            if end > lane.session.length:
+                self._prefill(lane, lane.prompt_ids[lane.session.length : end])
         decoders = [ln for ln in decoders if ln.state is LaneState.DECODING]
         if decoders:
             self._decode(decoders)
 
     # -- admission
     def _headroom(self) -> int:
-        """Blocks a newcomer may take now, keeping one spare block per running lane."""
+        """Blocks a newcomer may take now: free + reclaimable, minus what running lanes are still owed
+        (a prefilling lane: the rest of its footprint; a decoding lane: one spare block)."""
         if self.kv_blocks is None:
             return 1 << 30
-        reclaim = self.prefix.reclaimable() if self.prefix else 0
-        return self.pool.num_free + reclaim - len(self._running)
+        owed = sum(self._owed(ln) if ln.state is LaneState.PREFILLING else 1 for ln in self._running)
+        return self.pool.num_free + (self.prefix.reclaimable() if self.prefix else 0) - owed
 
     def _blocks_for(self, n_tokens: int) -> int:
         return -(-n_tokens // self.pool.block_tokens)
 
     def _footprint(self, lane: Lane) -> int:
-        """Blocks a (re)admitted lane reaches before it emits its next token: admit only when they fit,
-        so a newcomer does not push running lanes out (thrash). Prefix hits are not subtracted."""
+        """Blocks a lane holds once it is ready to emit its next token (prompt + replayed tokens + 1)."""
         if lane.swap_data is not None:
             return len(lane.swap_data) // self.pool.block_bytes + 1
         return self._blocks_for(len(lane.prompt_ids) + max(0, len(lane.generated) - 1) + 1)
+
+    def _owed(self, lane: Lane) -> int:
+        """Headroom a (re)admitted or prefilling lane still takes: its footprint minus blocks it holds or
+        will map from the prefix cache (mapping a reclaimable block still takes it out of the headroom)."""
+        if lane.session is not None and (lane.session.kv.blocks or lane.prefix_checked):
+            return max(0, self._footprint(lane) - len(lane.session.kv.blocks))
+        hit, reclaimable = (0, 0)
+        if self.prefix is not None and lane.swap_data is None:
+            hit, reclaimable = self.prefix.peek(lane.prompt_ids, len(lane.prompt_ids) - 1)
+        return self._footprint(lane) - hit + reclaimable
 
     def _promote(self) -> None:
         limit = self.max_running or (1 << 30)
         self._preempted.sort(key=lambda ln: (ln.preempt_round, ln.seq))
         while self._preempted and len(self._running) < limit:
             lane = self._preempted[0]
-            need = self._footprint(lane)
-            if self._running and need > self._headroom():
+            if self._running and self._owed(lane) > self._headroom():
                 return  # wait for room; preempted lanes go first, so no newcomer either
             self._readmit(lane)
         if self._preempted:
@@ -273,23 +286,22 @@ class NativeScheduler:
             self._waiting.sort(key=lambda ln: (ln.request.deadline is None, ln.request.deadline or 0.0, ln.seq))
         while self._waiting and len(self._running) < limit:
             lane = self._waiting[0]
-            need = self._footprint(lane)
-            if self._running and need > self._headroom():
+            if self._running and self._owed(lane) > self._headroom():
                 return
             self._waiting.pop(0)
             self._start(lane)
 
-    def _new_session(self, lane: Lane) -> None:
-        """Fresh session for the lane, with the cached prefix of its prompt mapped in."""
-        s = self._Session(self.model, pool=self.pool)
-        lane.session = s
+    def _match_prefix(self, lane: Lane) -> None:
+        """Map the cached prefix of the lane's prompt into its (empty) session. Done right before the
+        lane's first chunk runs, so lanes admitted together still share what the earlier ones cached."""
+        lane.prefix_checked = True
         if self.prefix is None:
             return
         # keep >= 1 prompt token to prefill: its logits give the first token
         blocks = self.prefix.match(lane.prompt_ids, len(lane.prompt_ids) - 1)
         if blocks:
             n = len(blocks) * self.pool.block_tokens
-            self._map(s, blocks, lane.prompt_ids[:n])
+            self._map(lane.session, blocks, lane.prompt_ids[:n])
             lane.prefix_hit_tokens += n
 
     def _map(self, session: Any, blocks: list[int], tokens: list[int]) -> None:
@@ -297,7 +309,8 @@ class NativeScheduler:
         session.tokens = list(tokens)
 
     def _start(self, lane: Lane) -> None:
-        self._new_session(lane)
+        lane.session = self._Session(self.model, pool=self.pool)
+        lane.prefix_checked = False
         lane.to(LaneState.PREFILLING)
         lane.pinned_until = now() + lane.request.pin_ttl
         self._running.append(lane)
@@ -318,49 +331,62 @@ class NativeScheduler:
             self._start(lane)
 
     # -- planning and the KV budget
-    def _plan(self) -> tuple[list[tuple[Lane, list[int]]], list[Lane]]:
-        """Prefill chunks (ending on absolute multiples of prefill_chunk) within a token budget; decoders."""
-        chunks: list[tuple[Lane, list[int]]] = []
+    def _plan(self) -> tuple[list[tuple[Lane, int]], list[Lane]]:
+        """Prefill chunks as (lane, end position), ending on absolute multiples of prefill_chunk, within a
+        token budget; and the decoding lanes."""
+        chunks: list[tuple[Lane, int]] = []
         budget = self.prefill_chunk
-        for lane in self._running:
-            if lane.state is not LaneState.PREFILLING:
-                continue
+        # lanes already holding blocks first: a newcomer's chunk never crowds out a half-prefilled lane
+        prefilling = [ln for ln in self._running if ln.state is LaneState.PREFILLING]
+        prefilling.sort(key=lambda ln: not ln.session.kv.blocks)
+        for lane in prefilling:
             start = lane.session.length
-            end = min(len(lane.prompt_ids), (start // self.prefill_chunk + 1) * self.prefill_chunk)
+            if not lane.prefix_checked and self.prefix is not None:  # expected hit; mapped when the chunk runs
+                start = self.prefix.peek(lane.prompt_ids, len(lane.prompt_ids) - 1)[0] * self.pool.block_tokens
+            end = self._chunk_end(lane, start)
             if chunks and end - start > budget:
                 break
-            chunks.append((lane, lane.prompt_ids[start:end]))
+            chunks.append((lane, end))
             budget -= end - start
         decoders = [ln for ln in self._running if ln.state is LaneState.DECODING]
         return chunks, decoders
 
-    def _meet_budget(self, chunks: list[tuple[Lane, list[int]]], decoders: list[Lane]) -> bool:
-        """Make the step's blocks available: evict reclaimable prefix blocks, then preempt victims."""
+    def _chunk_end(self, lane: Lane, start: int) -> int:
+        return min(len(lane.prompt_ids), (start // self.prefill_chunk + 1) * self.prefill_chunk)
+
+    def _meet_budget(self, chunks: list[tuple[Lane, int]], decoders: list[Lane]
+                     ) -> tuple[list[tuple[Lane, int]], list[Lane]]:
+        """Make the step's blocks available: evict reclaimable prefix blocks; defer prefill chunks of
+        lanes that hold nothing yet (newcomers wait rather than evict); then preempt victims."""
         if self.kv_blocks is None:
-            return True
+            return chunks, decoders
         while True:
-            demand = {ln.seq: ln.session.kv.blocks_needed(ln.session.length + len(ids)) for ln, ids in chunks}
-            demand.update({ln.seq: ln.session.kv.blocks_needed(ln.session.length + 1) for ln in decoders})
-            need = sum(demand.values())
-            reclaim = self.prefix.reclaimable() if self.prefix else 0
-            if need <= self.pool.num_free + reclaim:
+            need = sum(ln.session.kv.blocks_needed(end) for ln, end in chunks)
+            need += sum(ln.session.kv.blocks_needed(ln.session.length + 1) for ln in decoders)
+            avail = self.pool.num_free + (self.prefix.reclaimable() if self.prefix else 0)
+            if need <= avail:
                 break
-            if len(self._running) < 2:  # a lone lane is never preempted: it cannot fit at all
-                lane = self._running[0]
+            empty = [i for i, (ln, _) in enumerate(chunks) if not ln.session.kv.blocks]
+            if empty and len(chunks) + len(decoders) > 1:
+                chunks.pop(empty[-1])
+                continue
+            holders = [ln for ln in self._running if ln.session.kv.blocks]
+            if len(holders) < 2:  # a lone lane is never preempted: it cannot fit the budget at all
+                lane = holders[0] if holders else self._running[0]
                 self._finish(lane, FinishReason.ERROR,
                              f"KV budget of {self.kv_blocks} blocks too small for {lane.session.length + 1} tokens")
-                return False
-            self._preempt(f"step needs {need} blocks, {self.pool.num_free + reclaim} available")
-            chunks = [(ln, ids) for ln, ids in chunks if ln.state is LaneState.PREFILLING]
+                return [], []
+            self._preempt(holders, f"step needs {need} blocks, {avail} available")
+            chunks = [(ln, end) for ln, end in chunks if ln.state is LaneState.PREFILLING]
             decoders = [ln for ln in decoders if ln.state is LaneState.DECODING]
         short = need - self.pool.num_free
         if short > 0 and self.prefix is not None:
             self.prefix.evict(short)
-        return True
+        return chunks, decoders
 
-    def _preempt(self, reason: str) -> None:
+    def _preempt(self, candidates: list[Lane], reason: str) -> None:
         hits = self.prefix.block_hits if self.prefix else (lambda b: 0)
-        v = choose_victim(self._running, self.victim_rule, now(), self.pool.block_bytes, hits,
+        v = choose_victim(candidates, self.victim_rule, now(), self.pool.block_bytes, hits,
                           self.preempt_mode, reason)
         lane = next(ln for ln in self._running if ln.seq == v.seq)
         self._running.remove(lane)

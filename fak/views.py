@@ -1,0 +1,70 @@
+"""Rich renderings of engine statistics (scheduler, preemption, prefix cache) for the CLI and dashboards."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rich.console import Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+if TYPE_CHECKING:
+    from engine.sched_stats import SchedStats
+
+
+def _bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return str(n)
+
+
+def _bar(used: int, total: int | None, width: int = 20) -> Text:
+    if not total:
+        return Text(f"{used} blocks (growable)")
+    frac = min(1.0, used / total)
+    filled = round(frac * width)
+    style = "green" if frac < 0.7 else "yellow" if frac < 0.9 else "red"
+    return Text.assemble(("█" * filled, style), ("░" * (width - filled), "dim"), f" {used}/{total}")
+
+
+def sched_table(s: SchedStats) -> Table:
+    limit = "unbounded" if not s.max_running else str(s.max_running)
+    t = Table(title="scheduler", show_header=False, box=None, pad_edge=False)
+    t.add_column(style="bold cyan", no_wrap=True)
+    t.add_column()
+    t.add_row("lanes", f"{s.running} running · {s.waiting} waiting · {s.preempted} preempted "
+                       f"(max {limit}, peak {s.max_running_observed})")
+    t.add_row("throughput", f"{s.tokens_per_s:.1f} tok/s · {s.tokens_generated} generated · "
+                            f"{s.prefill_tokens} prefilled · {s.steps} steps")
+    t.add_row("kv blocks", _bar(s.used_blocks, s.max_blocks))
+    t.add_row("", f"{s.block_tokens} tokens/block · {s.cached_blocks} cached ({s.reclaimable_blocks} reclaimable)")
+    rate = f"{100 * s.prefix_hits / s.prefix_queries:.0f}%" if s.prefix_queries else "-"
+    t.add_row("prefix cache", f"{s.prefix_hits}/{s.prefix_queries} hits ({rate}) · {s.prefix_hit_tokens} tokens reused")
+    done = ", ".join(f"{k} {v}" for k, v in sorted(s.finished.items())) or "-"
+    t.add_row("requests", f"{s.admitted} admitted · finished: {done}")
+    return t
+
+
+def preemption_table(s: SchedStats) -> Table:
+    t = Table(title="preemption", show_header=False, box=None, pad_edge=False)
+    t.add_column(style="bold magenta", no_wrap=True)
+    t.add_column()
+    t.add_row("policy", f"{s.preempt_mode} · victim {s.victim_rule}")
+    t.add_row("preemptions", f"swap {s.preemptions_swap} · recompute {s.preemptions_recompute} · "
+                             f"readmitted {s.readmitted}")
+    t.add_row("swap traffic", f"out {_bytes(s.swap_bytes_out)} · in {_bytes(s.swap_bytes_in)}")
+    v = s.last_victim
+    if v is None:
+        t.add_row("last victim", "-")
+    else:
+        cost = "" if v.cost is None else f" · cost {v.cost:.4g}"
+        t.add_row("last victim", f"lane {v.seq} by {v.rule} ({v.mode}){cost}: {v.reason}")
+    return t
+
+
+def sched_panel(s: SchedStats) -> Panel:
+    """Scheduler + preemption stats in one panel (used by `fak serve` dashboards and `fak run` stats)."""
+    return Panel(Group(sched_table(s), Text(""), preemption_table(s)), title="fak engine", expand=False)
