@@ -22,10 +22,12 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
     ) -> None:
         """Resident-weight diagnostics: memory plan, kernel error and GB/s, bandwidth ceiling, top-K logits."""
+        from fak.errors import FakError
+
         if top < 1:
-            raise typer.BadParameter(f"--top must be >= 1, got {top}")
+            raise FakError(f"q4kdiag: --top must be >= 1, got {top}")
         if membw is not None and membw <= 0:
-            raise typer.BadParameter(f"--membw must be > 0 GB/s, got {membw}")
+            raise FakError(f"q4kdiag: --membw must be > 0 GB/s, got {membw}")
         report = diagnose(gguf, prompt, top, membw, plan_only)
         if as_json:
             sys.stdout.write(json.dumps(report) + "\n")
@@ -54,7 +56,9 @@ def diagnose(gguf: str | None, prompt: str, top: int, membw: float | None, plan_
     tok = _tokenizer(path)
     ids = tok.encode(prompt) if tok is not None else list(prompt.encode("utf-8"))
     if not ids:
-        raise typer.BadParameter("--prompt encodes to no tokens")
+        from fak.errors import FakError
+
+        raise FakError("q4kdiag: --prompt encodes to no tokens")
     report["prompt_ids"] = [int(i) for i in ids]
     report["top"] = [{"id": i, "logit": lg, "text": _text(tok, i)} for i, lg in top_logits(path, ids, top)]
     report["kernels"] = [{"type": k.type, "tensor": k.tensor, "max_abs_err": k.max_abs_err, "gbps": k.gbps}

@@ -1,0 +1,78 @@
+"""`fak q4kdiag` end to end: JSON keys and numbers, --plan-only, bad input -> one line, exit 2."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from engine.aliases import resolve_model
+
+KEYS = {"model", "arch", "tensor_types", "file_bytes", "resident_bytes", "rss_bytes", "kernels", "membw_gbps",
+        "prompt_ids", "top"}
+
+
+def fak(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "commands.main", *args], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "COLUMNS": "120"})
+
+
+def test_plan_only_json_reads_the_header() -> None:
+    r = fak("q4kdiag", "--gguf", "gemma3-270m", "--plan-only", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert KEYS <= set(out)
+    assert out["arch"] == "gemma3"
+    assert out["tensor_types"] == {"Q8_0": 10, "Q5_0": 81, "Q4_K": 27, "Q6_K": 9, "F32": 109}
+    assert out["file_bytes"] == os.path.getsize(resolve_model("gemma3-270m"))
+    # resident = the tensor bytes as stored: the file minus header/padding, far below the float32 plan
+    assert 0.95 * out["file_bytes"] < out["resident_bytes"] <= out["file_bytes"]
+    assert out["f32_plan_bytes"] > 4 * out["resident_bytes"]
+    assert out["kernels"] == [] and out["top"] == []
+
+
+def test_full_json_has_kernels_and_top_k() -> None:
+    r = fak("q4kdiag", "--gguf", "gemma3-270m", "--prompt", "The capital of France is", "--top", "3",
+            "--membw", "13.6", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["membw_gbps"] == 13.6
+    assert {k["type"] for k in out["kernels"]} == {"Q8_0", "Q5_0", "Q4_K", "Q6_K"}
+    for k in out["kernels"]:
+        assert 0 <= k["max_abs_err"] < 1e-4 and k["gbps"] > 0
+    assert out["prompt_ids"][0] == 2  # BOS
+    assert len(out["top"]) == 3
+    logits = [t["logit"] for t in out["top"]]
+    assert logits == sorted(logits, reverse=True)
+    assert "Paris" in "".join(t["text"] for t in out["top"])
+    assert out["rss_bytes"] > out["resident_bytes"] // 4
+
+
+def test_rich_rendering_mentions_the_ceiling() -> None:
+    r = fak("q4kdiag", "--plan-only", "--gguf", "gemma3-270m", "--membw", "10")
+    assert r.returncode == 0, r.stderr
+    assert "float32 plan" in r.stdout and "decode ceiling" in r.stdout and "Q4_K" in r.stdout
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--gguf", "/nonexistent/x.gguf"], "no such model file"),
+    (["--plan-only", "--top", "0"], "--top must be >= 1"),
+    (["--plan-only", "--membw", "-1"], "--membw must be > 0"),
+])
+def test_bad_input_is_one_line_exit_2(args: list[str], needle: str) -> None:
+    r = fak("q4kdiag", *args)
+    assert r.returncode == 2
+    assert needle in r.stderr
+    assert r.stderr.startswith("fak: error:") and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_not_a_gguf_is_one_line(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"NOPE" + b"\0" * 64)
+    r = fak("q4kdiag", "--gguf", str(bad), "--plan-only")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.startswith("fak: error:") and len(r.stderr.strip().splitlines()) == 1
