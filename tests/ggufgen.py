@@ -10,7 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
-ARCH_MODEL = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
+ARCH_MODEL = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
+              "gemma3": "Gemma3ForCausalLM"}
 
 
 def hf_config(arch: str, vocab: int = 320):  # type: ignore[no-untyped-def]
@@ -26,6 +27,12 @@ def hf_config(arch: str, vocab: int = 320):  # type: ignore[no-untyped-def]
     if arch == "qwen3":
         # head_dim 128: transformers' GGUF reader ignores qwen3.attention.key_length and assumes 128.
         return transformers.Qwen3Config(**{**common, "tie_word_embeddings": True}, head_dim=128, rope_theta=1_000_000.0)
+    if arch == "gemma3":
+        # 6 layers: 5 sliding (window 8, rope base 1e4) + 1 global (1e6); head_dim 256 so HF's default
+        # query_pre_attn_scalar (256) and llama.cpp's 1/sqrt(head_dim) agree.
+        return transformers.Gemma3TextConfig(**{**common, "num_hidden_layers": 6, "num_attention_heads": 2,
+                                                "num_key_value_heads": 1, "tie_word_embeddings": True},
+                                             head_dim=256, sliding_window=8)
     raise ValueError(arch)
 
 
@@ -69,11 +76,22 @@ _LAYER_NAMES = {
 }
 
 
+_GEMMA3_NAMES = {
+    **_LAYER_NAMES,
+    "post_attention_layernorm.weight": "post_attention_norm.weight",  # gemma: after attention, not pre-FFN
+    "pre_feedforward_layernorm.weight": "ffn_norm.weight",
+    "post_feedforward_layernorm.weight": "post_ffw_norm.weight",
+}
+
+
 def gguf_tensors(model, arch: str) -> dict[str, np.ndarray]:  # type: ignore[no-untyped-def]
     cfg = model.config
+    names = _GEMMA3_NAMES if arch == "gemma3" else _LAYER_NAMES
     out: dict[str, np.ndarray] = {}
     for name, t in model.state_dict().items():
         a = t.detach().float().numpy()
+        if arch == "gemma3" and name.endswith("norm.weight"):
+            a = a + 1.0  # llama.cpp's Gemma converter stores (1 + w): GGUF norms are plain multipliers
         if name == "model.embed_tokens.weight":
             out["token_embd.weight"] = a
         elif name == "model.norm.weight":
@@ -84,7 +102,7 @@ def gguf_tensors(model, arch: str) -> dict[str, np.ndarray]:  # type: ignore[no-
         else:
             parts = name.split(".")  # model.layers.{i}.rest
             i, rest = int(parts[2]), ".".join(parts[3:])
-            gname = _LAYER_NAMES[rest]
+            gname = names[rest]
             if arch == "llama" and gname in ("attn_q.weight", "attn_k.weight"):
                 kv = cfg.num_attention_heads if gname == "attn_q.weight" else cfg.num_key_value_heads
                 a = permute_qk(a, cfg.num_attention_heads, kv)
@@ -106,12 +124,15 @@ def write_gguf(model, arch: str, path: Path, matrix_dtype: type = np.float32,  #
     w.add_head_count(cfg.num_attention_heads)
     w.add_head_count_kv(cfg.num_key_value_heads)
     w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
-    theta = getattr(cfg, "rope_theta", None) or cfg.rope_parameters["rope_theta"]
+    rp = getattr(cfg, "rope_parameters", None) or {}
+    theta = getattr(cfg, "rope_theta", None) or rp.get("full_attention", rp).get("rope_theta")
     w.add_rope_freq_base(float(theta))
     w.add_rope_dimension_count(head_dim)
     w.add_key_length(head_dim)
     w.add_value_length(head_dim)
     w.add_vocab_size(cfg.vocab_size)
+    if getattr(cfg, "sliding_window", None) and arch == "gemma3":
+        w.add_sliding_window(cfg.sliding_window)
     for k, v in (extra_kv or {}).items():
         w.add_uint32(k, v)
     for name, a in gguf_tensors(model, arch).items():

@@ -1,4 +1,4 @@
-"""Oracle: tiny random llama / qwen2 / qwen3 models -> GGUF -> HF transformers (float32) vs our engine."""
+"""Oracle: tiny random llama / qwen2 / qwen3 / gemma3 models -> GGUF -> HF transformers (float32) vs our engine."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.oracle
 PROMPTS = [[1, 5, 9, 200, 17], [3, 77, 77, 140, 9, 250, 31, 8, 8, 300, 12, 64, 5, 19], list(range(20, 320, 7))]
 
 
-@pytest.fixture(scope="module", params=["llama", "qwen2", "qwen3"])
+@pytest.fixture(scope="module", params=["llama", "qwen2", "qwen3", "gemma3"])
 def pair(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     arch = request.param
     d: Path = tmp_path_factory.mktemp(arch)
@@ -39,8 +39,12 @@ def test_matches_hf(pair, prompt: int) -> None:  # type: ignore[no-untyped-def]
 def test_config_from_metadata(pair) -> None:  # type: ignore[no-untyped-def]
     arch, hf, model, _ = pair
     c = model.config
-    assert (c.qkv_bias, c.qk_norm) == {"llama": (False, False), "qwen2": (True, False), "qwen3": (False, True)}[arch]
-    assert c.tied_embeddings == (arch == "qwen3")
+    want = {"llama": (False, False), "qwen2": (True, False), "qwen3": (False, True), "gemma3": (False, True)}
+    assert (c.qkv_bias, c.qk_norm) == want[arch]
+    assert c.tied_embeddings == (arch in ("qwen3", "gemma3"))
+    if arch == "gemma3":  # the third prompt (43 tokens) runs past the window of 8
+        assert [c.window(i) for i in range(6)] == [8, 8, 8, 8, 8, 0]
+        assert [c.is_sliding(i) for i in range(6)] == [t == "sliding_attention" for t in hf.config.layer_types]
     assert c.head_dim == (getattr(hf.config, "head_dim", None) or 16) and c.n_kv_heads == hf.config.num_key_value_heads
 
 
@@ -51,3 +55,13 @@ def test_wrong_rope_pairing_is_caught(pair) -> None:  # type: ignore[no-untyped-
     wrong = Model(model.config.with_(rope_style=other), model.weights)
     with pytest.raises(AssertionError, match="cosine|argmax|greedy"):
         oracle_check(hf, wrong, PROMPTS[2])
+
+
+def test_sliding_window_is_exercised(pair) -> None:  # type: ignore[no-untyped-def]
+    # Negative control for gemma3: ignoring the window (or the local RoPE base) must be caught.
+    arch, hf, model, _ = pair
+    if arch != "gemma3":
+        return
+    for wrong_cfg in (model.config.with_(sliding_window=0), model.config.with_(rope_base_local=None)):
+        with pytest.raises(AssertionError):
+            oracle_check(hf, Model(wrong_cfg, model.weights), PROMPTS[2])
