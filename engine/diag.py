@@ -158,3 +158,37 @@ def top_logits(path: str | Path, ids: list[int], k: int) -> list[tuple[int, floa
 
 def open_gguf(path: str | Path) -> GGUFFile:
     return read_gguf(path)
+
+
+def load_rss_probe(path: str, resident: bool) -> dict[str, int]:
+    """Run in a fresh process: RSS added by a model load, after the load and after a first forward.
+
+    The baseline is taken after `import engine` and the resident kernels' warmup (a process-wide
+    boot cost paid once, whatever is loaded); both figures are deltas from it.
+    """
+    import engine
+    from engine import Session
+    from engine.resident import warmup
+
+    warmup()
+    Session(engine.synthetic_model()).prefill([1, 2, 3])  # loads the forward pass's own kernels
+    base = rss_bytes()
+    model = engine.load_model(path, resident=resident, progress=False)
+    after_load = rss_bytes() - base
+    s = Session(model)
+    s.prefill([2, 651, 6037, 529, 9405, 563, 496, 1310])
+    s.step(506)
+    return {"after_load": after_load, "after_forward": rss_bytes() - base, "file_bytes": os.path.getsize(path)}
+
+
+def measure_load_rss(path: str | Path, resident: bool) -> dict[str, int]:
+    """`load_rss_probe` in a subprocess (a clean heap), returned as a dict."""
+    import json
+    import subprocess
+    import sys
+
+    code = ("import json, sys; from engine.diag import load_rss_probe; "
+            "print(json.dumps(load_rss_probe(sys.argv[1], sys.argv[2] == '1')))")
+    r = subprocess.run([sys.executable, "-c", code, str(path), "1" if resident else "0"],
+                       capture_output=True, text=True, check=True, timeout=600)
+    return json.loads(r.stdout.strip().splitlines()[-1])
