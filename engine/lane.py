@@ -78,7 +78,7 @@ class TextTracker:
     """Incremental detokenization plus stop strings: emits only text that cannot start a stop string."""
 
     def __init__(self, tokenizer: Any, stop_strings: tuple[str, ...]) -> None:
-        self._stream = tokenizer.stream()
+        self._stream = tokenizer.stream(skip_special=True)
         self._stops = tuple(s for s in stop_strings if s)
         self.text = ""  # everything decoded so far
         self.emitted = 0  # chars of self.text already handed out

@@ -137,6 +137,9 @@ class NativeScheduler:
             raise EngineError(f"prompt token id {bad[0]} outside the vocabulary (0..{self.vocab_size - 1})")
         if r.max_new_tokens < 1:
             raise EngineError(f"max_new_tokens must be >= 1, got {r.max_new_tokens}")
+        ctx = int(getattr(self.model.config, "context_length", 0) or 0)
+        if ctx and len(ids) + r.max_new_tokens > ctx:
+            raise EngineError(f"prompt of {len(ids)} + {r.max_new_tokens} new tokens exceeds the context length {ctx}")
         if r.stop_strings and self.tokenizer is None:
             raise EngineError("stop strings need a tokenizer (pass tokenizer= to the scheduler)")
         if self.kv_blocks is not None:

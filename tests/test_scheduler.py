@@ -140,6 +140,7 @@ def test_lone_lane_that_cannot_fit_finishes_with_error_others_continue() -> None
         ({}, Request([1], max_new_tokens=0), "max_new_tokens"),
         ({}, Request("hello"), "no tokenizer"),
         ({}, Request([1], stop_strings=("x",)), "stop strings need a tokenizer"),
+        ({}, Request([1, 2], max_new_tokens=4095), "exceeds the context length 4096"),
         ({"kv_blocks": 2, "block_tokens": 4}, Request(list(range(8))), "needs 3 KV blocks, the budget is 2"),
     ],
 )
@@ -175,7 +176,7 @@ class _Latin1:
 
     eos_ids: tuple[int, ...] = ()
 
-    def stream(self) -> object:
+    def stream(self, skip_special: bool = False) -> object:
         class S:
             def push(self, t: int) -> str:
                 return chr(t)

@@ -5,16 +5,42 @@ The model is built on first use (importing this module costs nothing heavy) or a
 the deterministic synthetic checkpoint (so a trace runs with no model file; set FAK_MODEL=gemma3-270m
 for the real one). The call's arguments become a bounded prompt (at most `prompt_tokens` ids,
 bytes when no tokenizer is installed), decoded greedily for up to `max_tokens` tokens.
+
+Requests go through the continuous-batching scheduler (engine.scheduler.NativeScheduler): `admit` is
+the LifecycleEngine seam (stream text pieces, cancel), `complete` drains an admitted request.
+Scheduler options (constructor argument, else environment variable, else default):
+  max_running  FAK_MAX_RUNNING  0 (unbounded)      kv_blocks  FAK_KV_BLOCKS  unset (growable pool)
+  block_tokens FAK_BLOCK_TOKENS 16                 preempt    FAK_PREEMPT    swap | recompute
+  victim       FAK_VICTIM       most-recent | cost-aware
 """
 
 from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 from fak.abi import Result, Status, ToolCall
 from fak.errors import FakError
+
+_SCHED_ENV = {"max_running": ("FAK_MAX_RUNNING", int, 0), "kv_blocks": ("FAK_KV_BLOCKS", int, None),
+              "block_tokens": ("FAK_BLOCK_TOKENS", int, 16), "preempt": ("FAK_PREEMPT", str, "swap"),
+              "victim": ("FAK_VICTIM", str, "most-recent")}
+
+
+def _sched_options(given: dict[str, Any]) -> dict[str, Any]:
+    """Scheduler options: explicit value, else the environment variable, else the default."""
+    out: dict[str, Any] = {}
+    for key, (env, kind, default) in _SCHED_ENV.items():
+        val = given.get(key)
+        if val is None and os.environ.get(env, "").strip():
+            try:
+                val = kind(os.environ[env].strip())
+            except ValueError:
+                raise FakError(f"inkernel: {env}={os.environ[env]!r} is not a valid {kind.__name__}") from None
+        out[key] = default if val is None else val
+    return out
 
 
 def _prompt_text(call: ToolCall) -> str:
@@ -35,7 +61,9 @@ class InKernelEngine:
     engine_id = "inkernel"
 
     def __init__(self, gguf: str | None = None, resident: bool = False, prompt_tokens: int = 64,
-                 max_tokens: int = 16, **_ignored: Any) -> None:
+                 max_tokens: int = 16, max_running: int | None = None, kv_blocks: int | None = None,
+                 block_tokens: int | None = None, preempt: str | None = None, victim: str | None = None,
+                 **_ignored: Any) -> None:
         if prompt_tokens <= 0 or max_tokens < 0:
             raise FakError(f"inkernel: prompt_tokens must be > 0 and max_tokens >= 0 (got {prompt_tokens}, {max_tokens})")
         self.gguf = gguf or os.environ.get("FAK_MODEL") or os.environ.get("FAK_MODEL_DIR") or "synthetic"
@@ -43,6 +71,9 @@ class InKernelEngine:
         self._model: Any = None
         self._codec: Any = None
         self._lock = threading.Lock()
+        self.sched_options = _sched_options({"max_running": max_running, "kv_blocks": kv_blocks,
+                                             "block_tokens": block_tokens, "preempt": preempt, "victim": victim})
+        self._sched: Any = None
 
     @property
     def model_name(self) -> str:
@@ -74,31 +105,83 @@ class InKernelEngine:
         return self._model, self._codec
 
     def caps(self) -> dict[str, Any]:
-        return {"engine": "inkernel", "streaming": False, "deterministic": True, "model": self.model_name,
-                "loaded": self._model is not None, "max_tokens": self.max_tokens, "prompt_tokens": self.prompt_tokens}
+        return {"engine": "inkernel", "streaming": True, "deterministic": True, "model": self.model_name,
+                "loaded": self._model is not None, "max_tokens": self.max_tokens, "prompt_tokens": self.prompt_tokens,
+                "scheduler": dict(self.sched_options)}
 
     def prompt_ids(self, call: ToolCall) -> list[int]:
         model, codec = self._ensure()
         ids = [int(i) % model.config.vocab_size for i in codec.encode(_prompt_text(call))]
         return ids[: self.prompt_tokens] or [0]
 
-    def complete(self, call: ToolCall) -> Result:
+    def scheduler(self) -> Any:
+        """The engine's NativeScheduler (built with the model on first use)."""
+        with self._lock:
+            model, codec = self._ensure()
+            if self._sched is None:
+                from engine.scheduler import NativeScheduler
+
+                self._sched = NativeScheduler(model, tokenizer=codec, **self.sched_options)
+            return self._sched
+
+    def admit(self, call: ToolCall) -> _InKernelRequest:
+        """Queue the call on the scheduler; iterate the request for text pieces, then take result()."""
         from engine.errors import EngineError
-        from engine.generate import Generation
+        from engine.lane import Request
 
         try:
-            with self._lock:
-                model, codec = self._ensure()
-                ids = self.prompt_ids(call)
-                stop = tuple(getattr(codec, "eos_ids", ()) or ())
-                out = list(Generation(model, ids, self.max_tokens, stop_ids=stop))
+            sched = self.scheduler()
+            ids = self.prompt_ids(call)
+            if self.max_tokens == 0:
+                return _InKernelRequest(self, call, ids, None)
+            handle = sched.admit(Request(ids, max_new_tokens=self.max_tokens, request_id=call.trace_id or ""))
         except EngineError as exc:
-            return Result.error(f"inkernel: {exc}", engine="inkernel")
-        payload: dict[str, Any] = {"tool": call.tool, "engine": "inkernel", "model": self.model_name,
+            return _InKernelRequest(self, call, [], None, error=f"inkernel: {exc}")
+        return _InKernelRequest(self, call, ids, handle)
+
+    def complete(self, call: ToolCall) -> Result:
+        return self.admit(call).result()
+
+    def close(self) -> None:
+        """Stop the scheduler (aborts requests in flight)."""
+        if self._sched is not None:
+            self._sched.close()
+
+
+class _InKernelRequest:
+    """An EngineRequest over a scheduler handle: text pieces as they decode, then the engine's Result."""
+
+    def __init__(self, engine: InKernelEngine, call: ToolCall, ids: list[int], handle: Any,
+                 error: str | None = None) -> None:
+        self._engine, self._call, self._ids, self._handle, self._error = engine, call, ids, handle, error
+
+    def tokens(self) -> Iterator[str]:
+        if self._handle is not None:
+            yield from self._handle.pieces()
+
+    def cancel(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+
+    def result(self) -> Result:
+        if self._error is not None:
+            return Result.error(self._error, engine="inkernel")
+        out: list[int] = []
+        reason = "length"
+        if self._handle is not None:
+            r = self._handle.result()
+            out, reason = list(r.token_ids), r.finish_reason.value
+            if r.error is not None and reason == "error":
+                return Result.error(f"inkernel: {r.error}", engine="inkernel")
+        e = self._engine
+        payload: dict[str, Any] = {"tool": self._call.tool, "engine": "inkernel", "model": e.model_name,
                                    "generated_tokens": out}
         try:
-            payload["generated_text"] = codec.decode(out, skip_special=True)
+            payload["generated_text"] = e._codec.decode(out, skip_special=True)
         except Exception:  # a text view is optional; ids are the result
             pass
-        meta = {"engine": "inkernel", "model": self.model_name, "input_tokens": len(ids), "output_tokens": len(out)}
+        meta = {"engine": "inkernel", "model": e.model_name, "input_tokens": len(self._ids),
+                "output_tokens": len(out), "finish_reason": reason}
+        if reason == "cancelled":
+            meta["cancelled"] = True
         return Result(payload, Status.OK, meta)
