@@ -8,6 +8,7 @@ from engine.model import Model
 from engine.sampling import Sampler, SamplingParams, greedy
 from engine.session import BatchSession, Session, step_batch
 from engine.synthetic import synthetic_model
+from engine.tokenizer import ByteTokenizer, load_tokenizer  # noqa: F401  (tokenizer API)
 
 
 def load_model(path_or_alias: str | None = None, resident: bool = False, progress: bool | None = None) -> Model:

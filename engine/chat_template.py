@@ -78,13 +78,16 @@ LLAMA3_TEMPLATE = _TOOLS_BLOCK + """{{ bos_token }}
 {%- if add_generation_prompt -%}{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{%- endif -%}"""
 
 
-def fallback_template(has_token: Callable[[str], bool]) -> str:
-    """The built-in template that fits a vocabulary."""
+FALLBACKS = {"gemma": GEMMA_TEMPLATE, "llama3": LLAMA3_TEMPLATE, "chatml": CHATML_TEMPLATE}
+
+
+def fallback_name(has_token: Callable[[str], bool]) -> str:
+    """The built-in template (a FALLBACKS key) that fits a vocabulary."""
     if has_token("<start_of_turn>"):
-        return GEMMA_TEMPLATE
+        return "gemma"
     if has_token("<|start_header_id|>"):
-        return LLAMA3_TEMPLATE
-    return CHATML_TEMPLATE
+        return "llama3"
+    return "chatml"
 
 
 def _raise(message: str) -> None:
@@ -115,15 +118,15 @@ def compile_template(source: str) -> jinja2.Template:
 
 
 def render_chat(source: str, messages: list[dict[str, Any]], *, add_generation_prompt: bool = True,
-                tools: list[dict[str, Any]] | None = None, special: dict[str, str | None] | None = None,
-                **extra: Any) -> str:
+                tools: list[dict[str, Any]] | None = None, documents: list[dict[str, Any]] | None = None,
+                special: dict[str, str | None] | None = None, **extra: Any) -> str:
     """Render `messages` (dicts with role/content) as transformers' apply_chat_template does."""
     if not isinstance(messages, list) or not all(isinstance(m, dict) and "role" in m for m in messages):
         raise EngineError("chat messages must be a list of {'role': ..., 'content': ...} dicts")
     context: dict[str, Any] = {"bos_token": "", "eos_token": "", **(special or {})}
     context.update(extra)
     try:
-        return compile_template(source).render(messages=messages, tools=tools,
+        return compile_template(source).render(messages=messages, tools=tools, documents=documents,
                                                add_generation_prompt=add_generation_prompt, **context)
     except jinja2.TemplateError as exc:
         raise EngineError(f"chat template: {exc}") from exc

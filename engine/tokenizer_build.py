@@ -114,9 +114,10 @@ class TokenizerPlan:
 
 
 def _first_ids(tokens: list[str]) -> dict[str, int]:
-    # reversed so the first of duplicate tokens wins (llama.cpp rejects duplicates outright)
-    n = len(tokens)
-    return dict(zip(reversed(tokens), range(n - 1, -1, -1)))
+    vocab = dict(zip(tokens, range(len(tokens))))
+    if len(vocab) != len(tokens):  # duplicates (llama.cpp rejects them): the first id wins
+        vocab = dict(zip(reversed(tokens), range(len(tokens) - 1, -1, -1)))
+    return vocab
 
 
 def _added(meta: VocabMeta, spelled: list[str], vocab: dict[str, int]) -> list[tuple[int, bool]]:

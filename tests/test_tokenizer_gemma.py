@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import engine.tokenizer as T
+import engine.tokenizer_cache as C
 from engine.aliases import resolve_model
 from engine.errors import EngineError
 from engine.tokenizer import GGUFTokenizer
@@ -106,9 +107,9 @@ def test_gemma_chat_template_fallback(tok: GGUFTokenizer) -> None:
 
 def test_cache_warm_load_reads_back_the_same_tokenizer(tok: GGUFTokenizer, cache_dir: Path) -> None:
     files = sorted(p.name for p in cache_dir.iterdir())
-    key = T.gguf_identity(resolve_model("gemma3-270m"))
-    assert files == [f"{key}.merges.npy", f"{key}.meta.json", f"{key}.tokenizer.json"]
-    T._loaded.clear()
+    key = C.gguf_identity(resolve_model("gemma3-270m"))
+    assert files == [f"{key}.{part}" for part in ("merges.npy", "meta.json", "tokenizer.json", "vocab.json")]
+    T.clear_memo()
     warm = T.load_tokenizer("gemma3-270m")
     assert warm is not tok
     assert warm.encode(MIXED) == tok.encode(MIXED)
@@ -127,17 +128,19 @@ def test_cache_key_and_damaged_entries(tmp_path: Path, monkeypatch: pytest.Monke
     src = tmp_path / "spm.gguf"
     shutil.copy(vocab_dir() / "ggml-vocab-llama-spm.gguf", src)
     orig = src.stat()
-    key1 = T.gguf_identity(src)
+    key1 = C.gguf_identity(src)
     first = T.load_gguf_tokenizer(src).encode("Hello world")
     assert (tmp_path / "cache" / f"{key1}.meta.json").exists()
     os.utime(src, ns=(1_000_000_000, 1_000_000_000))
-    assert T.gguf_identity(src) != key1  # mtime is part of the identity
+    assert C.gguf_identity(src) != key1  # mtime is part of the identity
     os.utime(src, ns=(orig.st_atime_ns, orig.st_mtime_ns))
-    assert T.gguf_identity(src) == key1
-    (tmp_path / "cache" / f"{key1}.meta.json").write_text("{not json")  # damaged entry
-    T._loaded.clear()
-    assert T.load_gguf_tokenizer(src).encode("Hello world") == first  # rebuilt
-    assert (tmp_path / "cache" / f"{key1}.meta.json").read_text().startswith("{\"info\"")
+    assert C.gguf_identity(src) == key1
+    for part in ("meta.json", "vocab.json", "merges.npy"):  # damaged entries are rebuilt
+        (tmp_path / "cache" / f"{key1}.{part}").write_text("{not json")
+        T.clear_memo()
+        assert T.load_gguf_tokenizer(src).encode("Hello world") == first, part
+        T.clear_memo()
+        assert T.load_gguf_tokenizer(src).encode("Hello world") == first, part  # and rewritten
 
 
 # -- streaming detokenizer --------------------------------------------------------------------

@@ -131,15 +131,13 @@ def test_issue_pre_types_are_known() -> None:
 
 def test_pre_types_split_as_documented() -> None:
     # one tiny byte-level vocab, different splits: digits alone (starcoder) vs in threes (llama3)
-    from engine.tokenizer import GGUFTokenizer, VocabInfo
-
     letters = [chr(c) for c in range(ord("0"), ord("9") + 1)] + ["11", "111", "1111"]
     merges = ["1 1", "11 1", "11 11"]
 
     def encode(pre: str) -> list[str]:
         meta = VocabMeta(model="gpt2", pre=pre, arch="x", tokens=letters, types=[1] * len(letters),
                          merges=merges)
-        tok = GGUFTokenizer(build_tokenizer(meta), VocabInfo.from_meta(meta))
+        tok = GGUFTokenizer.from_meta(meta)
         return [tok.token_text(i) for i in tok.encode("1111", add_special=False)]
 
     assert encode("gpt-2") == ["1111"]
