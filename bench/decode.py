@@ -1,0 +1,81 @@
+"""Decode / prefill speed of Gemma 3 270M (resident by default), the issue-5 figures.
+
+    python bench/decode.py [--plain] [--runs 3] [--decode 128] [--prefill 512] [--lanes 1,4,16]
+
+Prints single-lane decode tok/s (128 tokens after an 8-token prompt), prefill tok/s (512-token
+prompt), aggregate decode tok/s at 1/4/16 lanes (step_batch), bytes read per token and the
+effective GB/s. Medians over --runs (these machines are noisy: compare runs made side by side).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numba
+import numpy as np
+
+from engine import Session, load_model, step_batch
+from engine.aliases import resolve_model
+from engine.diag import open_gguf, plan
+
+PROMPT8 = [2, 651, 6037, 529, 9405, 563, 496, 1310]
+
+
+def decode_tps(model, n: int) -> float:  # type: ignore[no-untyped-def]
+    s = Session(model)
+    logits = s.prefill(PROMPT8)
+    t0 = time.perf_counter()
+    for _ in range(n):
+        logits = s.step(int(np.argmax(logits)))
+    return n / (time.perf_counter() - t0)
+
+
+def prefill_tps(model, n: int) -> float:  # type: ignore[no-untyped-def]
+    ids = [2] + list(np.random.default_rng(0).integers(1000, 200000, n - 1))
+    s = Session(model)
+    t0 = time.perf_counter()
+    s.prefill(ids)
+    return n / (time.perf_counter() - t0)
+
+
+def batch_tps(model, lanes: int, steps: int) -> float:  # type: ignore[no-untyped-def]
+    sessions = [Session(model) for _ in range(lanes)]
+    last = [s.prefill(PROMPT8[: 4 + i % 5]) for i, s in enumerate(sessions)]
+    ids = [int(np.argmax(lg)) for lg in last]
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        logits = step_batch(sessions, ids)
+        ids = [int(i) for i in np.argmax(logits, axis=1)]
+    return lanes * steps / (time.perf_counter() - t0)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--plain", action="store_true", help="float32 weights instead of resident blocks")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--decode", type=int, default=128)
+    ap.add_argument("--prefill", type=int, default=512)
+    ap.add_argument("--lanes", default="1,4,16")
+    ap.add_argument("--batch-steps", type=int, default=16)
+    a = ap.parse_args()
+    path = resolve_model("gemma3-270m")
+    per_token = plan(open_gguf(path)).bytes_per_token
+    model = load_model(str(path), resident=not a.plain, progress=False)
+    decode_tps(model, 4)  # warm: kernels, pages of the mmap, KV pool
+    mode = "plain" if a.plain else "resident"
+    print(f"gemma3-270m {mode}, {numba.get_num_threads()} numba threads, {per_token / 2**20:.1f} MiB read per token")
+
+    def med(fn, *args) -> float:  # type: ignore[no-untyped-def]
+        return float(np.median([fn(model, *args) for _ in range(a.runs)]))
+
+    d = med(decode_tps, a.decode)
+    print(f"single-lane decode: {d:.1f} tok/s ({a.decode} tokens after 8; {d * per_token / 1e9:.2f} GB/s of weights)")
+    if a.prefill:
+        print(f"prefill: {med(prefill_tps, a.prefill):.1f} tok/s ({a.prefill}-token prompt)")
+    for lanes in [int(x) for x in a.lanes.split(",") if x]:
+        print(f"aggregate decode, {lanes:2d} lanes: {med(batch_tps, lanes, a.batch_steps):.1f} tok/s")
+
+
+if __name__ == "__main__":
+    main()
