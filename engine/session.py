@@ -125,3 +125,20 @@ def _reserve(sessions: Sequence[Session], counts: Sequence[int]) -> None:
             s.pool.release(old)
             s.kv.blocks[i] = new
         s.kv.reserve(s.kv.length + n)
+
+
+def warmup(model: Model | None = None) -> None:
+    """Load (or compile, first time) every numba kernel of prefill, step and step_batch, so no
+    request pays for it. The kernels' types do not depend on the model, so the tiny synthetic
+    checkpoint warms them for every model; pass a model to also touch its weights once."""
+    if model is None:
+        from engine.synthetic import synthetic_model
+
+        model = synthetic_model()
+    a, b = Session(model), Session(model)
+    a.prefill([1, 2])
+    b.prefill([3])
+    a.step(4)
+    step_batch([a, b], [5, 6])
+    a.free()
+    b.free()

@@ -152,3 +152,11 @@ def test_synthetic_is_deterministic() -> None:
     la = Session(a).prefill(PROMPTS[1])
     lb = Session(b).prefill(PROMPTS[1])
     assert np.array_equal(la, lb)
+
+
+def test_warmup_leaves_no_state(model) -> None:  # type: ignore[no-untyped-def]
+    from engine.session import warmup
+
+    pool = model.new_pool(num_blocks=4, block_tokens=4)
+    warmup(model)
+    assert pool.num_free == 4
