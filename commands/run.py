@@ -27,8 +27,15 @@ def register(app: typer.Typer) -> None:
         system: Optional[str] = typer.Option(None, "--system", help="System prompt (chat template)."),
         ids: Optional[str] = typer.Option(None, "--ids", help="Comma-separated prompt token ids instead of PROMPT."),
         q4k: bool = typer.Option(False, "--q4k", help="Keep quantized weights resident (no float32 copy)."),
+        max_running: Optional[int] = typer.Option(None, "--max-running", help="inkernel scheduler: running lanes cap, 0 = unbounded [FAK_MAX_RUNNING]."),
+        kv_blocks: Optional[int] = typer.Option(None, "--kv-blocks", help="inkernel scheduler: KV budget in blocks (default growable) [FAK_KV_BLOCKS]."),
+        block_tokens: Optional[int] = typer.Option(None, "--block-tokens", help="inkernel scheduler: tokens per KV block (16) [FAK_BLOCK_TOKENS]."),
+        preempt: Optional[str] = typer.Option(None, "--preempt", help="inkernel scheduler: swap | recompute [FAK_PREEMPT]."),
+        victim: Optional[str] = typer.Option(None, "--victim", help="inkernel scheduler: most-recent | cost-aware [FAK_VICTIM]."),
     ) -> None:
         """Replay a trace through the kernel, or run a model on a prompt."""
+        export_sched_env(max_running=max_running, kv_blocks=kv_blocks, block_tokens=block_tokens,
+                         preempt=preempt, victim=victim)
         if trace is not None:
             from commands.run_trace import run_trace
 
@@ -40,3 +47,24 @@ def register(app: typer.Typer) -> None:
             model, prompt, max_tokens=max_tokens, temp=temp, top_k=top_k, top_p=top_p, seed=seed,
             system=system, ids=ids, q4k=q4k, as_json=as_json,
         )
+
+
+_SCHED_FLAGS = {"max_running": "FAK_MAX_RUNNING", "kv_blocks": "FAK_KV_BLOCKS", "block_tokens": "FAK_BLOCK_TOKENS",
+                "preempt": "FAK_PREEMPT", "victim": "FAK_VICTIM"}
+
+
+def export_sched_env(**flags: object) -> None:
+    """Scheduler flags become the FAK_* variables the inkernel engine reads (a flag beats the environment)."""
+    from fak.errors import FakError
+
+    choices = {"preempt": ("swap", "recompute"), "victim": ("most-recent", "cost-aware")}
+    for key, val in flags.items():
+        if val is None:
+            continue
+        if key in choices and val not in choices[key]:
+            raise FakError(f"--{key.replace('_', '-')} {val!r}: expected one of {', '.join(choices[key])}")
+        if key not in choices and (not isinstance(val, int) or val < (0 if key == "max_running" else 1)):
+            raise FakError(f"--{key.replace('_', '-')} {val}: expected a {'non-negative' if key == 'max_running' else 'positive'} integer")
+        import os
+
+        os.environ[_SCHED_FLAGS[key]] = str(val)

@@ -1,0 +1,39 @@
+"""Scheduler flags on `fak run --trace ... --engine inkernel` (exported as FAK_* for the engine)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from commands.run import export_sched_env
+from fak.errors import FakError
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _fak(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FAK_")}
+    return subprocess.run([sys.executable, "-m", "commands.main", *args], capture_output=True, text=True,
+                          timeout=120, cwd=REPO, env=env)
+
+
+def test_flags_reach_the_engine_and_bad_values_are_one_line() -> None:
+    ok = _fak("run", "--trace", "examples/trace.json", "--engine", "inkernel", "--max-running", "2",
+              "--kv-blocks", "64", "--block-tokens", "8", "--preempt", "recompute", "--victim", "cost-aware", "--json")
+    assert ok.returncode == 0, ok.stderr
+    bad = _fak("run", "--trace", "examples/trace.json", "--engine", "inkernel", "--preempt", "drop")
+    assert bad.returncode == 2 and bad.stderr.strip() == "fak: error: --preempt 'drop': expected one of swap, recompute"
+
+
+def test_export_sched_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in ("FAK_MAX_RUNNING", "FAK_KV_BLOCKS", "FAK_BLOCK_TOKENS", "FAK_PREEMPT", "FAK_VICTIM"):
+        monkeypatch.delenv(var, raising=False)
+    export_sched_env(max_running=0, kv_blocks=None, block_tokens=8, preempt="swap", victim=None)
+    assert os.environ["FAK_MAX_RUNNING"] == "0" and os.environ["FAK_BLOCK_TOKENS"] == "8"
+    assert "FAK_KV_BLOCKS" not in os.environ and os.environ["FAK_PREEMPT"] == "swap"
+    with pytest.raises(FakError, match="--kv-blocks 0: expected a positive integer"):
+        export_sched_env(kv_blocks=0)
