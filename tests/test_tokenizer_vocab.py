@@ -156,3 +156,28 @@ def test_bad_files_give_one_clear_error(tmp_path: Path) -> None:
         load_tokenizer(short, use_cache=False)
     with pytest.raises(EngineError, match="no such model"):
         load_tokenizer(tmp_path / "missing.gguf")
+
+
+DIGIT_SPLITS = {  # how "12345" is cut before BPE, per llama.cpp's regexes for each pre-tokenizer
+    "gpt-2": ["12345"], "mpt": ["12345"], "gpt-neox": ["12345"], "deepseek-llm": ["12345"],
+    "llama-bpe": ["123", "45"], "falcon": ["123", "45"], "default": ["123", "45"], "chatglm-bpe": ["123", "45"],
+    "qwen2": list("12345"), "deepseek-coder": list("12345"), "starcoder": list("12345"),
+    "refact": list("12345"), "command-r": list("12345"),
+}
+
+
+@pytest.mark.parametrize("pre", sorted(PRE_SPLITS))
+def test_every_pre_tokenizer_compiles_and_is_lossless(pre: str) -> None:
+    from engine.tokenizer import GGUFTokenizer
+
+    alphabet = [chr(c) for c in range(33, 127)] + ["Ġ", "Ċ", "ĉ"] + [chr(c) for c in range(0xA1, 0x100) if c != 0xAD]
+    meta = VocabMeta(model="gpt2", pre=pre, arch="x", tokens=alphabet + ["12"], types=[1] * (len(alphabet) + 1),
+                     merges=["1 2"])
+    tok = GGUFTokenizer.from_meta(meta)
+    text = "Hello, y'all! 12345  3.14\n\n\tdon'T   stop ¿qué? 日本"
+    ascii_text = "".join(c for c in text if ord(c) < 128)  # the tiny vocab has no multi-byte letters
+    pieces = [p for p, _ in tok.hf.pre_tokenizer.pre_tokenize_str(ascii_text)]
+    assert tok.decode(tok.encode(ascii_text, add_special=False)) == ascii_text
+    assert "".join(pieces).replace("Ġ", " ").replace("Ċ", "\n").replace("ĉ", "\t") == ascii_text
+    if pre in DIGIT_SPLITS:
+        assert [p for p, _ in tok.hf.pre_tokenizer.pre_tokenize_str("12345")] == DIGIT_SPLITS[pre]
