@@ -76,6 +76,12 @@ class ModelConfig:
             return self.rope_base_local
         return self.rope_base
 
+    def rope_pos_scale(self, layer: int) -> float:
+        """Linear position scaling of a layer (gemma3 scales only its global layers, as llama.cpp does)."""
+        if self.is_sliding(layer) and self.rope_base_local is not None:
+            return 1.0
+        return self.rope_scale
+
     def with_(self, **kw: Any) -> "ModelConfig":
         return replace(self, **kw)
 
@@ -104,8 +110,13 @@ def from_gguf_metadata(md: Mapping[str, Any], where: str = "<gguf>") -> ModelCon
     if vocab is None:
         toks = md.get("tokenizer.ggml.tokens")
         vocab = len(toks) if toks is not None else 0  # the loader fills it from token_embd otherwise
-    scaling = md.get(f"{a}.rope.scaling.type")
+    scaling = md.get(f"{a}.rope.scaling.type", "none")
+    if scaling not in ("none", "linear"):
+        raise GGUFError(f"{where}: unsupported rope scaling {scaling!r} (supported: none, linear)")
     rope_scale = float(md.get(f"{a}.rope.scaling.factor", 1.0)) if scaling == "linear" else 1.0
+    rope_dims = md.get(f"{a}.rope.dimension_count")
+    if rope_dims is not None and int(rope_dims) != head_dim:
+        raise GGUFError(f"{where}: partial rotary embedding ({rope_dims} of {head_dim} dims) is not supported")
     base = dict(
         arch=a,
         vocab_size=int(vocab),

@@ -45,6 +45,7 @@ class Weights:
     layers: list[LayerWeights]
     output_norm: np.ndarray
     output: Any  # the same object as token_embd when tied
+    rope_freqs: np.ndarray | None = None  # per-frequency divisors (llama 3 rope_freqs.weight)
 
     @property
     def nbytes(self) -> int:
@@ -101,12 +102,12 @@ class Model:
             x *= np.float32(c.embed_scale)
         if trace is not None:
             trace.append(x.copy())
-        tables: dict[float, tuple[np.ndarray, np.ndarray]] = {}
+        tables: dict[tuple[float, float], tuple[np.ndarray, np.ndarray]] = {}
         for li, lw in enumerate(w.layers):
-            theta = c.rope_theta(li)
-            if theta not in tables:
-                tables[theta] = rope_tables(positions, theta, c.head_dim, c.rope_scale)
-            cos, sin = tables[theta]
+            key = (c.rope_theta(li), c.rope_pos_scale(li))
+            if key not in tables:
+                tables[key] = rope_tables(positions, key[0], c.head_dim, key[1], w.rope_freqs)
+            cos, sin = tables[key]
             h = rmsnorm(x, lw.attn_norm, c.norm_eps)
             q, k, v = mm(h, lw.wq), mm(h, lw.wk), mm(h, lw.wv)
             if lw.bq is not None:

@@ -77,9 +77,15 @@ def _inv_freq(theta: float, dim: int) -> np.ndarray:
     return theta ** (-np.arange(0, dim, 2, dtype=np.float64) / dim)
 
 
-def rope_tables(positions: np.ndarray, theta: float, dim: int, scale: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
-    """cos, sin [T, dim/2] for absolute positions (angles in float64, then float32)."""
-    ang = (positions.astype(np.float64) / scale)[:, None] * _inv_freq(float(theta), dim)[None, :]
+def rope_tables(positions: np.ndarray, theta: float, dim: int, scale: float = 1.0,
+                factors: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """cos, sin [T, dim/2] for absolute positions (angles in float64, then float32).
+
+    `factors` (GGUF rope_freqs.weight, llama 3 style) divide each frequency, as in ggml_rope_ext."""
+    inv = _inv_freq(float(theta), dim)
+    if factors is not None:
+        inv = inv / factors.astype(np.float64)
+    ang = (positions.astype(np.float64) / scale)[:, None] * inv[None, :]
     return np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
 
 

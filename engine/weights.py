@@ -62,6 +62,8 @@ def build_model(g: GGUFFile, make_resident: Callable[..., Any] | None = None, pr
     specs = _specs(c)
     if not c.tied_embeddings:
         specs["output.weight"] = (c.vocab_size, c.hidden)
+    if "rope_freqs.weight" in g.tensors:
+        specs["rope_freqs.weight"] = (c.head_dim // 2,)
     for name, shape in specs.items():
         t = g.tensors.get(name)
         if t is None:
@@ -96,7 +98,7 @@ def build_model(g: GGUFFile, make_resident: Callable[..., Any] | None = None, pr
     ]
     emb = cache["token_embd.weight"]
     w = Weights(token_embd=emb, layers=layers, output_norm=cache["output_norm.weight"],
-                output=emb if c.tied_embeddings else cache["output.weight"])
+                output=emb if c.tied_embeddings else cache["output.weight"], rope_freqs=cache.get("rope_freqs.weight"))
     return Model(c, w, name=g.path.name)
 
 

@@ -108,3 +108,17 @@ def test_cli_one_line_exit_2(tmp_path: Path, case: str) -> None:
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("fak: error: ") and str(p) in lines[0], r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_rope_freqs_tensor_is_loaded(tmp_path: Path) -> None:
+    from engine import Session
+
+    plain = load_model(str(_write(tmp_path / "a.gguf")))
+    ones = load_model(str(_write(tmp_path / "b.gguf", tensors={"rope_freqs.weight": np.ones(8, np.float32)})))
+    fac = load_model(str(_write(tmp_path / "c.gguf", tensors={"rope_freqs.weight": np.full(8, 4.0, np.float32)})))
+    assert plain.weights.rope_freqs is None and ones.weights.rope_freqs.shape == (8,)
+    ids = [1, 2, 3, 4, 5, 6]
+    assert np.array_equal(Session(plain).prefill(ids), Session(ones).prefill(ids))
+    assert not np.allclose(Session(plain).prefill(ids), Session(fac).prefill(ids))
+    with pytest.raises(GGUFError, match="rope_freqs.weight' has shape \\(5,\\)"):
+        load_model(str(_write(tmp_path / "d.gguf", tensors={"rope_freqs.weight": np.ones(5, np.float32)})))

@@ -25,10 +25,12 @@ def ref_forward(m: Model, ids: list[int]) -> np.ndarray:
     def norm(x: np.ndarray, g: np.ndarray) -> np.ndarray:
         return x / np.sqrt((x * x).mean(-1, keepdims=True) + c.norm_eps) * f(g)
 
-    def rope(x: np.ndarray, theta: float) -> np.ndarray:  # x [T, H, D]
+    def rope(x: np.ndarray, theta: float, li: int) -> np.ndarray:  # x [T, H, D]
         d = c.head_dim
         inv = theta ** (-np.arange(0, d, 2) / d)
-        ang = np.arange(T)[:, None] / c.rope_scale * inv[None, :]
+        if w.rope_freqs is not None:
+            inv = inv / f(w.rope_freqs)
+        ang = np.arange(T)[:, None] / c.rope_pos_scale(li) * inv[None, :]
         cos, sin = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
         if c.rope_style == ROPE_NEOX:
             a, b = x[..., : d // 2], x[..., d // 2 :]
@@ -47,7 +49,7 @@ def ref_forward(m: Model, ids: list[int]) -> np.ndarray:
         v = (h @ f(lw.wv).T + bv).reshape(T, c.n_kv_heads, c.head_dim)
         if lw.q_norm is not None:
             q, k = norm(q, lw.q_norm), norm(k, lw.k_norm)
-        q, k = rope(q, c.rope_theta(li)), rope(k, c.rope_theta(li))
+        q, k = rope(q, c.rope_theta(li), li), rope(k, c.rope_theta(li), li)
         rep = c.n_heads // c.n_kv_heads
         k, v = np.repeat(k, rep, axis=1), np.repeat(v, rep, axis=1)
         s = np.einsum("thd,shd->hts", q, k) * c.scale
@@ -92,12 +94,16 @@ def test_forward_matches_reference_across_sliding_window(model: Model) -> None:
     np.testing.assert_allclose(s.prefill(ids), ref[-1], atol=2e-4, rtol=1e-4)
 
 
-@pytest.mark.parametrize("rope_style,qkv_bias", [("norm", True), ("neox", False)])
-def test_llama_like_variant_matches_reference(model: Model, rope_style: str, qkv_bias: bool) -> None:
-    # The same weights read as a llama/qwen2-like model: no q/k norms, no post norms, silu, no window.
+@pytest.mark.parametrize("rope_style,qkv_bias,rope_extra", [("norm", True, False), ("neox", False, True)])
+def test_llama_like_variant_matches_reference(model: Model, rope_style: str, qkv_bias: bool, rope_extra: bool) -> None:
+    # The same weights read as a llama/qwen2-like model: no q/k norms, no post norms, silu, no window;
+    # rope_extra adds linear position scaling and llama-3 style per-frequency factors.
     c: ModelConfig = model.config.with_(arch="llama", rope_style=rope_style, qk_norm=False, post_norms=False,
-                                        act="silu", embed_scale=1.0, sliding_window=0, rope_base=10000.0)
+                                        act="silu", embed_scale=1.0, sliding_window=0, rope_base=10000.0,
+                                        rope_scale=4.0 if rope_extra else 1.0)
     w = copy.deepcopy(model.weights)
+    if rope_extra:
+        w.rope_freqs = np.linspace(1.0, 8.0, c.head_dim // 2).astype(np.float32)
     rng = np.random.default_rng(3)
     for lw in w.layers:
         lw.q_norm = lw.k_norm = lw.post_attn_norm = lw.post_ffn_norm = None
@@ -150,3 +156,26 @@ def test_paged_attention_matches_reference(window: int, softcap: float) -> None:
     got = paged_attention(q, pool.k[0], pool.v[0], kv.blocks, start, window, 0.3, softcap)
     want = reference_attention(q, k, v, start, window, 0.3, softcap)
     np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+def test_config_from_metadata_rules() -> None:
+    from engine.config import from_gguf_metadata
+    from engine.errors import GGUFError
+
+    md = {"general.architecture": "gemma3", "gemma3.embedding_length": 640, "gemma3.block_count": 18,
+          "gemma3.feed_forward_length": 2048, "gemma3.attention.head_count": 4, "gemma3.attention.head_count_kv": 1,
+          "gemma3.attention.key_length": 256, "gemma3.attention.sliding_window": 512, "gemma3.vocab_size": 100,
+          "gemma3.rope.scaling.type": "linear", "gemma3.rope.scaling.factor": 8.0}
+    c = from_gguf_metadata(md)
+    assert [c.is_sliding(i) for i in range(12)] == [(i + 1) % 6 != 0 for i in range(12)]
+    assert (c.rope_theta(0), c.rope_theta(5)) == (10000.0, 10000.0)  # no freq_base key -> default 1e4 global
+    assert (c.rope_pos_scale(0), c.rope_pos_scale(5)) == (1.0, 8.0)  # only global layers are scaled
+    assert c.scale == 1 / 16 and c.embed_scale == pytest.approx(640**0.5)
+    with pytest.raises(GGUFError, match="unsupported rope scaling 'yarn'"):
+        from_gguf_metadata({**md, "gemma3.rope.scaling.type": "yarn"}, where="f.gguf")
+    with pytest.raises(GGUFError, match="partial rotary"):
+        from_gguf_metadata({**md, "gemma3.rope.dimension_count": 128})
+    with pytest.raises(GGUFError, match="f.gguf: unsupported architecture 'gpt2'"):
+        from_gguf_metadata({"general.architecture": "gpt2"}, where="f.gguf")
+    with pytest.raises(GGUFError, match="missing metadata key 'gemma3.block_count'"):
+        from_gguf_metadata({k: v for k, v in md.items() if k != "gemma3.block_count"})
