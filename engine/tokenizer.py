@@ -165,9 +165,11 @@ class GGUFTokenizer:
                    source)
 
     def _get(self) -> Loaded:
-        if isinstance(self._loaded, _Pending):
-            self._loaded = self._loaded.get()
-        return self._loaded
+        loaded = self._loaded  # read once: another thread may swap it in between
+        if isinstance(loaded, _Pending):
+            loaded = loaded.get()
+            self._loaded = loaded
+        return loaded
 
     @property
     def hf(self) -> Tokenizer:

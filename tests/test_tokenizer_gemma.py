@@ -112,6 +112,16 @@ def test_cache_warm_load_reads_back_the_same_tokenizer(tok: GGUFTokenizer, cache
     T.clear_memo()
     warm = T.load_tokenizer("gemma3-270m")
     assert warm is not tok
+    # first use from several threads at once, while the background build may still be running,
+    # with parse_special flipping between calls (it is a switch on the shared Rust tokenizer)
+    turn = "<start_of_turn>user\nhi<end_of_turn>"
+    want = {True: tok.encode(turn, parse_special=True), False: tok.encode(turn)}
+    assert want[True] != want[False]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda k: (k % 2 == 0, warm.encode(turn, parse_special=k % 2 == 0)), range(64)))
+    assert all(ids == want[flag] for flag, ids in got)
     assert warm.encode(MIXED) == tok.encode(MIXED)
     assert (warm.bos_id, warm.eos_ids, warm.vocab_size) == (tok.bos_id, tok.eos_ids, tok.vocab_size)
     # the stored tokenizer.json is a valid standalone HF tokenizer
