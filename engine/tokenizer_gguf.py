@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import mmap
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +50,6 @@ class VocabMeta:
     add_eos: bool | None = None
     add_space_prefix: bool = False
     chat_template: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def _read_str(buf: mmap.mmap, pos: int) -> tuple[str, int]:
@@ -106,8 +105,8 @@ def read_metadata(path: str | Path, wanted_prefixes: tuple[str, ...] = ("tokeniz
             if buf[:4] != b"GGUF":
                 raise GGUFError(f"{path}: not a GGUF file (bad magic {bytes(buf[:4])!r})")
             version, _n_tensors, n_kv = struct.unpack_from("<IQQ", buf, 4)
-            if version < 2:
-                raise GGUFError(f"{path}: GGUF version {version} is not supported (need >= 2)")
+            if not 2 <= version <= 3:  # 1 is pre-2023; a huge number means a big-endian file
+                raise GGUFError(f"{path}: GGUF version {version} is not supported (need 2 or 3, little-endian)")
             pos = 24
             out: dict[str, Any] = {}
             for _ in range(n_kv):

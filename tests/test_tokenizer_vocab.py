@@ -154,6 +154,10 @@ def test_bad_files_give_one_clear_error(tmp_path: Path) -> None:
     short.write_bytes((vocab_dir() / "ggml-vocab-llama-spm.gguf").read_bytes()[:5000])
     with pytest.raises(EngineError, match="short.gguf.*truncated"):
         load_tokenizer(short, use_cache=False)
+    big_endian = tmp_path / "be.gguf"
+    big_endian.write_bytes(b"GGUF" + (3).to_bytes(4, "big") + b"\0" * 64)
+    with pytest.raises(EngineError, match="be.gguf.*version 50331648 is not supported"):
+        load_tokenizer(big_endian, use_cache=False)
     with pytest.raises(EngineError, match="no such model"):
         load_tokenizer(tmp_path / "missing.gguf")
 
