@@ -168,24 +168,36 @@ def spm_spelling(meta: VocabMeta) -> dict[int, str]:
 def spm_merges(spelled: list[str], vocab: dict[str, int], rank: list[float]) -> np.ndarray:
     """Every split (a, b) of a token t with a and b tokens, best t first (higher `rank`), then
     longer a, then longer b; splits of one t in (id a, id b) order -- transformers' order."""
-    found: list[tuple[float, int, int, int, int]] = []
+    ranks: list[float] = []
+    len_a: list[int] = []
+    len_b: list[int] = []
+    ids_a: list[int] = []
+    ids_b: list[int] = []
+    get = vocab.get
     for t, i in vocab.items():
-        if len(t) < 2:
+        n = len(t)
+        if n < 2:
             continue
         local = []
-        for k in range(1, len(t)):
-            ia = vocab.get(t[:k])
+        for k in range(1, n):
+            ia = get(t[:k])
             if ia is not None:
-                ib = vocab.get(t[k:])
+                ib = get(t[k:])
                 if ib is not None:
                     local.append((ia, ib, k))
         if local:
             local.sort()
-            r, n = rank[i], len(t)
-            found.extend((r, k, n - k, ia, ib) for ia, ib, k in local)
-    # stable sort, best first (Python keeps the order of equal keys even with reverse=True)
-    found.sort(key=lambda x: (x[0], x[1], x[2]), reverse=True)
-    return _pairs([(x[3], x[4]) for x in found])
+            r = rank[i]
+            for ia, ib, k in local:
+                ranks.append(r)
+                len_a.append(k)
+                len_b.append(n - k)
+                ids_a.append(ia)
+                ids_b.append(ib)
+    # lexsort is stable: equal keys keep the discovery order, as transformers' sorted(reverse=True) does
+    order = np.lexsort((-np.asarray(len_b), -np.asarray(len_a), -np.asarray(ranks, dtype=np.float64)))
+    return np.stack([np.asarray(ids_a, dtype=np.int32)[order], np.asarray(ids_b, dtype=np.int32)[order]],
+                    axis=1).reshape(-1, 2)
 
 
 def plan_tokenizer(meta: VocabMeta) -> TokenizerPlan:

@@ -185,3 +185,14 @@ def test_every_pre_tokenizer_compiles_and_is_lossless(pre: str) -> None:
     assert "".join(pieces).replace("Ġ", " ").replace("Ċ", "\n").replace("ĉ", "\t") == ascii_text
     if pre in DIGIT_SPLITS:
         assert [p for p, _ in tok.hf.pre_tokenizer.pre_tokenize_str("12345")] == DIGIT_SPLITS[pre]
+
+
+def test_spm_merges_order() -> None:
+    from engine.tokenizer_build import spm_merges
+
+    tokens = ["a", "b", "c", "ab", "bc", "abc", "ca"]
+    vocab = {t: i for i, t in enumerate(tokens)}
+    rank = [0.0, 0.0, 0.0, -1.0, -0.5, -0.5, -3.0]  # higher is better: bc, abc (tie), ab, ca
+    got = [(tokens[a], tokens[b]) for a, b in spm_merges(tokens, vocab, rank).tolist()]
+    # ties on rank: longer left piece first, then longer right piece ("a"+"bc" before "b"+"c")
+    assert got == [("ab", "c"), ("a", "bc"), ("b", "c"), ("a", "b"), ("c", "a")]
