@@ -30,6 +30,10 @@ BLOCK_SIZE = {"Q8_0": QK, "Q5_0": QK, "Q4_K": QK_K, "Q6_K": QK_K}
 F16_LUT = np.arange(65536, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(np.float32)
 
 
+U = np.uint64  # unsigned indices: numba emits no negative-index wraparound for them, so the
+# inner loops stay contiguous vector loads instead of gathers
+
+
 @njit(inline="always", cache=True)
 def _f16(w, r, off, lut):
     return lut[np.int64(w[r, off]) | (np.int64(w[r, off + 1]) << 8)]
@@ -56,18 +60,23 @@ def _k4_scale_min(w, r, s, j):
 
 @njit(parallel=True, fastmath=True, cache=True)
 def gemm_q8_0(w, x, out, lut, qk):
+    wi = w.view(np.int8)  # int8 -> float32 converts in one vector step (no 64-bit integer lanes)
     n = x.shape[1]
     nb = n // qk
     for o in prange(w.shape[0]):
+        wr = wi[o]
         for b in range(x.shape[0]):
+            xr = x[b]
             acc = np.float32(0.0)
             for blk in range(nb):
                 p = blk * (qk + 2)
                 d = _f16(w, o, p, lut)
-                base = blk * qk
+                q = U(p + 2)
+                base = U(blk * qk)
                 s = np.float32(0.0)
                 for j in range(qk):
-                    s += np.float32(_i8(w[o, p + 2 + j])) * x[b, base + j]
+                    uj = U(j)
+                    s += np.float32(wr[q + uj]) * xr[base + uj]
                 acc += d * s
             out[b, o] = acc
 
@@ -78,20 +87,27 @@ def gemm_q5_0(w, x, out, lut, qk):
     nb = n // qk
     h = qk >> 1
     for o in prange(w.shape[0]):
+        wr = w[o]
         for b in range(x.shape[0]):
+            xr = x[b]
             acc = np.float32(0.0)
             for blk in range(nb):
                 p = blk * (h + 6)
                 d = _f16(w, o, p, lut)
-                qh = (np.int64(w[o, p + 2]) | (np.int64(w[o, p + 3]) << 8)
-                      | (np.int64(w[o, p + 4]) << 16) | (np.int64(w[o, p + 5]) << 24))
-                base = blk * qk
+                qh = (np.uint32(wr[p + 2]) | (np.uint32(wr[p + 3]) << np.uint32(8))
+                      | (np.uint32(wr[p + 4]) << np.uint32(16)) | (np.uint32(wr[p + 5]) << np.uint32(24)))
+                q = U(p + 6)
+                base = U(blk * qk)
+                base2 = base + U(h)
                 s = np.float32(0.0)
                 for j in range(h):
-                    v = np.int64(w[o, p + 6 + j])
-                    lo = ((v & 15) | (((qh >> j) & 1) << 4)) - 16
-                    hi = ((v >> 4) | (((qh >> (j + 16)) & 1) << 4)) - 16
-                    s += np.float32(lo) * x[b, base + j] + np.float32(hi) * x[b, base + h + j]
+                    uj = U(j)
+                    v = wr[q + uj]
+                    jj = np.uint32(j)
+                    lo = np.float32(np.uint32(v & np.uint8(15)) | (((qh >> jj) & np.uint32(1)) << np.uint32(4)))
+                    hi = np.float32(np.uint32(v >> np.uint8(4))
+                                    | (((qh >> (jj + np.uint32(16))) & np.uint32(1)) << np.uint32(4)))
+                    s += (lo - np.float32(16)) * xr[base + uj] + (hi - np.float32(16)) * xr[base2 + uj]
                 acc += d * s
             out[b, o] = acc
 
@@ -110,7 +126,9 @@ def gemm_q4_k(w, x, out, lut, qk):
                 t += x[b, g * qk + j]
             xs[b, g] = t
     for o in prange(w.shape[0]):
+        wr = w[o]
         for b in range(B):
+            xr = x[b]
             acc = np.float32(0.0)
             for sb in range(nsb):
                 p = sb * 144
@@ -119,14 +137,18 @@ def gemm_q4_k(w, x, out, lut, qk):
                 for c in range(4):  # 64 values: sub-block 2c (low nibbles), 2c+1 (high nibbles)
                     sc0, m0 = _k4_scale_min(w, o, p + 4, 2 * c)
                     sc1, m1 = _k4_scale_min(w, o, p + 4, 2 * c + 1)
-                    q = p + 16 + c * qk
-                    base = sb * 8 * qk + c * 2 * qk
+                    q = U(p + 16 + c * qk)
+                    base = U(sb * 8 * qk + c * 2 * qk)
+                    base2 = base + U(qk)
                     s0 = np.float32(0.0)
                     s1 = np.float32(0.0)
                     for l in range(qk):
-                        v = np.int32(w[o, q + l])
-                        s0 += np.float32(v & 15) * x[b, base + l]
-                        s1 += np.float32(v >> 4) * x[b, base + qk + l]
+                        ul = U(l)
+                        # nibbles split in float32 (exact): no 64-bit integer lanes in the loop
+                        v = np.float32(wr[q + ul])
+                        hi = np.floor(v * np.float32(0.0625))
+                        s0 += (v - np.float32(16) * hi) * xr[base + ul]
+                        s1 += hi * xr[base2 + ul]
                     g = sb * 8 + 2 * c
                     acc += (d * np.float32(sc0)) * s0 - (dmin * np.float32(m0)) * xs[b, g]
                     acc += (d * np.float32(sc1)) * s1 - (dmin * np.float32(m1)) * xs[b, g + 1]
@@ -139,32 +161,43 @@ def gemm_q6_k(w, x, out, lut, qk):
     nsb = n // (8 * qk)
     h = qk >> 1
     for o in prange(w.shape[0]):
+        wr = w[o]
         for b in range(x.shape[0]):
+            xr = x[b]
             acc = np.float32(0.0)
             for sb in range(nsb):
                 p = sb * 210
                 d = _f16(w, o, p + 208, lut)
                 for half in range(2):  # 128 values each
-                    ql = p + 64 * half
-                    qh = p + 128 + 32 * half
                     sc = p + 192 + 8 * half
-                    base = sb * 8 * qk + 128 * half
                     for g in range(2):  # l in [16g, 16g+16): one scale per quarter
+                        ql = U(p + 64 * half + g * h)
+                        qh = U(p + 128 + 32 * half + g * h)
+                        base = U(sb * 8 * qk + 128 * half + g * h)
                         s0 = np.float32(0.0)
                         s1 = np.float32(0.0)
                         s2 = np.float32(0.0)
                         s3 = np.float32(0.0)
                         for k in range(h):
-                            l = g * h + k
-                            a = np.int32(w[o, ql + l])
-                            c = np.int32(w[o, ql + l + 32])
-                            hb = np.int32(w[o, qh + l])
-                            s0 += np.float32(((a & 15) | ((hb & 3) << 4)) - 32) * x[b, base + l]
-                            s1 += np.float32(((c & 15) | (((hb >> 2) & 3) << 4)) - 32) * x[b, base + l + 32]
-                            s2 += np.float32(((a >> 4) | (((hb >> 4) & 3) << 4)) - 32) * x[b, base + l + 64]
-                            s3 += np.float32(((c >> 4) | (((hb >> 6) & 3) << 4)) - 32) * x[b, base + l + 96]
-                        acc += d * (np.float32(_i8(w[o, sc + g])) * s0 + np.float32(_i8(w[o, sc + g + 2])) * s1
-                                    + np.float32(_i8(w[o, sc + g + 4])) * s2 + np.float32(_i8(w[o, sc + g + 6])) * s3)
+                            uk = U(k)
+                            # bit fields split in float32 (exact): floor(v / 16), floor(v / 4), ...
+                            a = np.float32(wr[ql + uk])
+                            c = np.float32(wr[ql + U(32) + uk])
+                            hb = np.float32(wr[qh + uk])
+                            ah = np.floor(a * np.float32(0.0625))
+                            ch = np.floor(c * np.float32(0.0625))
+                            h1 = np.floor(hb * np.float32(0.25))
+                            h2 = np.floor(h1 * np.float32(0.25))
+                            h3 = np.floor(h2 * np.float32(0.25))
+                            i = base + uk
+                            s0 += (a - np.float32(16) * ah + np.float32(16) * (hb - np.float32(4) * h1)
+                                   - np.float32(32)) * xr[i]
+                            s1 += (c - np.float32(16) * ch + np.float32(16) * (h1 - np.float32(4) * h2)
+                                   - np.float32(32)) * xr[i + U(32)]
+                            s2 += (ah + np.float32(16) * (h2 - np.float32(4) * h3) - np.float32(32)) * xr[i + U(64)]
+                            s3 += (ch + np.float32(16) * h3 - np.float32(32)) * xr[i + U(96)]
+                        acc += d * (np.float32(_i8(wr[sc + g])) * s0 + np.float32(_i8(wr[sc + g + 2])) * s1
+                                    + np.float32(_i8(wr[sc + g + 4])) * s2 + np.float32(_i8(wr[sc + g + 6])) * s3)
             out[b, o] = acc
 
 
