@@ -1,6 +1,6 @@
 """The tokenizer embedded in a GGUF, as one object: encode, decode, stream, chat template.
 
-    tok = engine.load_tokenizer("gemma3-270m")      # alias or path; "byte" -> ByteTokenizer
+    tok = engine.load_tokenizer("gemma3-270m")      # alias or path; "byte"/"synthetic" -> ByteTokenizer
     ids = tok.encode("Hello")                        # [bos, ...] when the model adds BOS
     prompt = tok.encode_chat([{"role": "user", "content": "Hi"}])   # template + encode, one BOS
     s = tok.stream(); text = "".join(s.push(i) for i in new_ids) + s.flush()
@@ -373,8 +373,9 @@ def load_gguf_tokenizer(path: str | os.PathLike[str], use_cache: bool = True) ->
 
 def load_tokenizer(path_or_alias: str | os.PathLike[str] | None = None, use_cache: bool = True
                    ) -> GGUFTokenizer | ByteTokenizer:
-    """The tokenizer of a GGUF (alias or path, see engine.aliases), or "byte" for ByteTokenizer."""
-    if path_or_alias is not None and str(path_or_alias) == "byte":
+    """The tokenizer of a GGUF (alias or path, see engine.aliases); "byte" or "synthetic" (the
+    synthetic model's name, as for engine.load_model) give the ByteTokenizer."""
+    if path_or_alias is not None and str(path_or_alias) in ("byte", "synthetic"):
         return ByteTokenizer()
     return load_gguf_tokenizer(resolve_model(path_or_alias), use_cache=use_cache)
 

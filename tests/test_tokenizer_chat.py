@@ -101,7 +101,7 @@ def test_template_helpers_and_sandbox() -> None:
 
 def test_byte_tokenizer() -> None:
     tok = load_tokenizer("byte")
-    assert isinstance(tok, ByteTokenizer)
+    assert isinstance(tok, ByteTokenizer) and isinstance(load_tokenizer("synthetic"), ByteTokenizer)
     assert (tok.vocab_size, tok.bos_id, tok.eos_ids) == (256, None, ())
     text = "héllo 😀\n"
     ids = tok.encode(text)
