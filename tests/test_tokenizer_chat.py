@@ -85,6 +85,8 @@ def test_template_helpers_and_sandbox() -> None:
     assert render_chat("{% for i in [1,2,3] %}{% if i == 2 %}{% break %}{% endif %}{{ i }}{% endfor %}", []) == "1"
     assert render_chat("{{ tools[0].function.name }}|{{ bos_token }}", [], tools=TOOLS,
                        special={"bos_token": "<s>"}) == "read_file|<s>"
+    assert render_chat("{% for m in messages %}{% generation %}[{{ m.content }}]{% endgeneration %}{% endfor %}",
+                       [{"role": "assistant", "content": "x"}]) == "[x]"
     assert render_chat("{{ messages | tojson }}", [{"role": "user", "content": "é"}]) == (
         '[{"role": "user", "content": "é"}]')
     with pytest.raises(EngineError, match="chat template: nope"):
