@@ -58,7 +58,3 @@ def take(w: Any, ids: np.ndarray) -> np.ndarray:
     if isinstance(w, np.ndarray):
         return w[ids].astype(np.float32, copy=True)
     return np.asarray(w.take(ids), dtype=np.float32)
-
-
-def nbytes(w: Any) -> int:
-    return int(w.nbytes)

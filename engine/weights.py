@@ -10,9 +10,6 @@ import sys
 import time
 from typing import Any, Callable
 
-import numpy as np
-from gguf.constants import GGMLQuantizationType as QT
-
 from engine.config import ModelConfig, from_gguf_metadata
 from engine.errors import GGUFError
 from engine.gguf_load import GGUFFile, TensorInfo
@@ -137,5 +134,3 @@ class _Progress:
         if self._bar is not None:
             self._bar.stop()
 
-
-__all__ = ["build_model", "config_for", "QT", "np"]
