@@ -16,6 +16,7 @@ from gguf import GGMLQuantizationType as QT
 
 from engine import kernels as K
 from engine.errors import EngineError
+from engine.parallel import launch
 
 QUANT_TYPES = {QT.Q8_0: "Q8_0", QT.Q5_0: "Q5_0", QT.Q4_K: "Q4_K", QT.Q6_K: "Q6_K"}
 DENSE_TYPES = (QT.F32, QT.F16, QT.BF16)
@@ -58,7 +59,8 @@ class QuantWeight:
         squeeze = np.ndim(x) == 1
         x2 = self._x2d(np.atleast_2d(x))
         out = np.empty((x2.shape[0], self.shape[0]), dtype=np.float32)
-        K.GEMM[self._kind](self.raw, x2, out, K.F16_LUT, K.QK)
+        # small products run on one thread (waking the team costs more than it saves)
+        launch(K.GEMM[self._kind], x2.shape[0] * self.shape[0] * self.shape[1], self.raw, x2, out, K.F16_LUT, K.QK)
         return out[0] if squeeze else out
 
     def matmul_prefill(self, x: np.ndarray) -> np.ndarray:
