@@ -2,13 +2,16 @@
 
 Each loop iteration: take new requests and cancels; readmit preempted lanes (by preemption round, then
 admission order), then promote waiting lanes (FIFO, or earliest deadline first) up to max_running;
-plan the step (one prefill chunk per prefilling lane within a token budget, one token per decoding
-lane); meet the KV budget (evict reclaimable prefix blocks, then preempt victims); run the prefill
-chunks, then ONE batched decode step for every decoding lane; sample, stream, finish.
+plan the step (prefill chunks within a token budget, one token per decoding lane); meet the KV budget
+(evict reclaimable prefix blocks, defer newcomers, then preempt victims); run the prefill chunks and
+the decode tokens in ONE forward (`forward_batch`: each weight read once per iteration for every
+lane); sample, stream, finish.
 
-Numerics: prefill chunks end at absolute multiples of `prefill_chunk` and decode steps go through the
-batch-invariant `step_batch`, so a greedy lane's output never depends on its batch mates, on prefix
-hits, or on preemption (recompute replays generated ids through decode steps, swap copies bytes).
+Numerics: every row goes through the row-stable kernels, so a greedy lane's output never depends on its
+batch mates, on prefix hits, on how its prompt was chunked, or on preemption (recompute replays the
+generated ids through decode rows, swap copies bytes). With batch_prefill=False each chunk is a BLAS
+Session.prefill instead; chunks then end on absolute multiples of `prefill_chunk` so a lane's chunking
+is the same alone or in a crowd.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from engine.preemption import (
     swap_in,
     swap_out,
 )
-from engine.prefix import PrefixCache
+from engine.prefix import PrefixCache, chain_hashes
 from engine.sampling import sample
 from engine.sched_stats import RateMeter, SchedStats
 
@@ -53,6 +56,8 @@ class NativeScheduler:
         eos_ids: tuple[int, ...] | None = None,
         thread: bool = True,
         numba_threads: int | None = None,
+        prefix_cache_blocks: int = 256,
+        batch_prefill: bool = True,
     ) -> None:
         if max_running < 0:
             raise EngineError(f"max_running must be >= 0 (0 = unbounded), got {max_running}")
@@ -64,9 +69,12 @@ class NativeScheduler:
             raise EngineError(f"unknown victim rule {victim!r} (known: {', '.join(VICTIM_RULES)})")
         if prefill_chunk < 1:
             raise EngineError(f"prefill_chunk must be >= 1, got {prefill_chunk}")
-        from engine.session import Session, step_batch  # the model layer (task C)
+        from engine.session import Session, forward_batch, step_batch  # the model layer
 
-        self._Session, self._step_batch = Session, step_batch
+        self._Session, self._step_batch, self._forward_batch = Session, step_batch, forward_batch
+        # True: prefill chunks ride in the decode step's forward (row-stable kernels, one weight pass per
+        # iteration); False: each chunk is its own Session.prefill (BLAS), then one step_batch.
+        self.batch_prefill = batch_prefill
         self.model = model
         self.numba_threads = numba_threads  # numba's thread count is per thread: applied in the loop thread
         self.max_running = max_running
@@ -80,6 +88,8 @@ class NativeScheduler:
         self.pool = model.new_pool(kv_blocks, block_tokens)
         self.kv_blocks = kv_blocks
         self.prefix = PrefixCache(self.pool) if prefix_cache else None
+        # with a growable pool nothing forces eviction: cap what the prefix cache may keep unreferenced
+        self.prefix_cache_blocks = prefix_cache_blocks
 
         self._cond = threading.Condition()
         self._intake: list[Lane] = []
@@ -235,17 +245,28 @@ class NativeScheduler:
         self._c["max_running"] = max(self._c["max_running"], len(self._running))
         chunks, decoders = self._plan()
         chunks, decoders = self._meet_budget(chunks, decoders)
+        prefills: list[tuple[Lane, list[int]]] = []
+        producing: set[int] = set()  # prefix blocks this iteration's batched chunks will fill
         for lane, end in chunks:
             if lane.state is not LaneState.PREFILLING:
                 continue
             if not lane.prefix_checked:
+                if self.batch_prefill and self._deferred_for_sharing(lane, end, producing):
+                    continue
                 self._match_prefix(lane)  # may map more (or, after an eviction, less) than planned
                 end = min(end, self._chunk_end(lane, lane.session.length))
             if end > lane.session.length:
-                self._prefill(lane, lane.prompt_ids[lane.session.length : end])
-        decoders = [ln for ln in decoders if ln.state is LaneState.DECODING]
-        if decoders:
-            self._decode(decoders)
+                prefills.append((lane, lane.prompt_ids[lane.session.length : end]))
+        if self.batch_prefill:
+            self._mixed_step(prefills, decoders)
+        else:
+            for lane, ids in prefills:
+                self._prefill(lane, ids)
+            decoders = [ln for ln in decoders if ln.state is LaneState.DECODING]
+            if decoders:
+                self._decode(decoders)
+        if self.prefix is not None and self.kv_blocks is None and len(self.prefix) > self.prefix_cache_blocks:
+            self.prefix.evict(len(self.prefix) - self.prefix_cache_blocks)
 
     # -- admission
     def _headroom(self) -> int:
@@ -282,7 +303,8 @@ class NativeScheduler:
             lane = self._preempted[0]
             if self._running and self._owed(lane) > self._headroom():
                 return  # wait for room; preempted lanes go first, so no newcomer either
-            self._readmit(lane)
+            if not self._readmit(lane):
+                return
         if self._preempted:
             return
         if any(ln.request.deadline is not None for ln in self._waiting):
@@ -293,6 +315,20 @@ class NativeScheduler:
                 return
             self._waiting.pop(0)
             self._start(lane)
+
+    def _deferred_for_sharing(self, lane: Lane, end: int, producing: set[int]) -> bool:
+        """In one batched forward, lanes cannot share what none has computed yet: a newcomer whose next
+        uncached prompt block is being filled by an earlier lane this iteration waits one iteration,
+        then maps it from the prefix cache instead of computing it again."""
+        if self.prefix is None:
+            return False
+        bt = self.pool.block_tokens
+        hashes = chain_hashes(lane.prompt_ids, bt, (len(lane.prompt_ids) - 1) // bt)
+        hit = self.prefix.peek(lane.prompt_ids, len(lane.prompt_ids) - 1)[0]
+        if hit < len(hashes) and hashes[hit] in producing:
+            return True
+        producing.update(hashes[hit : end // bt])
+        return False
 
     def _match_prefix(self, lane: Lane) -> None:
         """Map the cached prefix of the lane's prompt into its (empty) session. Done right before the
@@ -318,20 +354,26 @@ class NativeScheduler:
         lane.pinned_until = now() + lane.request.pin_ttl
         self._running.append(lane)
 
-    def _readmit(self, lane: Lane) -> None:
-        self._preempted.pop(0)
-        self._c["readmitted"] += 1
-        self.events.append(("readmit", lane.seq, lane.preempt_round))
+    def _readmit(self, lane: Lane) -> bool:
+        """Bring the head of the preempted queue back; False (lane stays queued) if its blocks do not fit."""
         if lane.swap_data is not None:
             short = len(lane.swap_data) // self.pool.block_bytes - self.pool.num_free
             if short > 0 and self.prefix is not None:
                 self.prefix.evict(short)
-            self._c["bytes_in"] += swap_in(lane, self.pool)
+            try:
+                self._c["bytes_in"] += swap_in(lane, self.pool)
+            except KVExhausted:  # not when the headroom check holds; wait rather than fail
+                return False
+            self._preempted.pop(0)
             lane.to(lane.resume_state)
             lane.pinned_until = now() + lane.request.pin_ttl
             self._running.append(lane)
         else:
+            self._preempted.pop(0)
             self._start(lane)
+        self._c["readmitted"] += 1
+        self.events.append(("readmit", lane.seq, lane.preempt_round))
+        return True
 
     # -- planning and the KV budget
     def _plan(self) -> tuple[list[tuple[Lane, int]], list[Lane]]:
@@ -407,6 +449,24 @@ class NativeScheduler:
         self._last_victim = v
 
     # -- model work
+    def _mixed_step(self, prefills: list[tuple[Lane, list[int]]], decoders: list[Lane]) -> None:
+        """Prefill chunks and one token per decoding lane in ONE forward (row-stable kernels)."""
+        decoders = [ln for ln in decoders if ln.state is LaneState.DECODING]
+        feed = [(ln, [ln.replay[0] if ln.replay else ln.pending]) for ln in decoders]
+        batch = prefills + feed
+        if not batch:
+            return
+        try:
+            logits = self._forward_batch([ln.session for ln, _ in batch], [ids for _, ids in batch])
+        except KVExhausted:
+            return  # budget estimate was short: nothing changed, retry next iteration
+        if decoders:
+            self._c["steps"] += 1
+        for i, (lane, ids) in enumerate(prefills):
+            self._after_prefill(lane, ids, logits[i])
+        for lane, row in zip(decoders, logits[len(prefills):]):
+            self._after_step(lane, row)
+
     def _prefill(self, lane: Lane, ids: list[int]) -> None:
         try:
             logits = lane.session.prefill(ids)
@@ -415,6 +475,9 @@ class NativeScheduler:
         except Exception as e:
             self._finish(lane, FinishReason.ERROR, f"prefill failed: {type(e).__name__}: {e}")
             return
+        self._after_prefill(lane, ids, logits)
+
+    def _after_prefill(self, lane: Lane, ids: list[int], logits: np.ndarray) -> None:
         self._c["prefill_tokens"] += len(ids)
         s = lane.session
         if self.prefix is not None:
@@ -436,10 +499,13 @@ class NativeScheduler:
             return
         self._c["steps"] += 1
         for lane, row in zip(lanes, logits):
-            if lane.replay:
-                lane.replay.pop(0)
-            else:
-                self._emit(lane, sample(row, lane.request.sampling, lane.rng))
+            self._after_step(lane, row)
+
+    def _after_step(self, lane: Lane, row: np.ndarray) -> None:
+        if lane.replay:
+            lane.replay.pop(0)  # recompute replay: the token was generated before, its logits are known
+        else:
+            self._emit(lane, sample(row, lane.request.sampling, lane.rng))
 
     def _emit(self, lane: Lane, token: int) -> None:
         t = now()

@@ -90,6 +90,35 @@ def step_batch(sessions: Sequence[Session], ids: Sequence[int] | np.ndarray) -> 
     return logits
 
 
+def forward_batch(sessions: Sequence[Session], chunks: Sequence[Sequence[int]]) -> np.ndarray:
+    """Advance N sessions by a chunk of tokens each (prefill chunks and single decode tokens mixed)
+    in ONE forward on the row-stable decode kernels; returns each session's last-token logits [N, vocab].
+
+    Every row is computed as a serial `step` would compute it, so the result does not depend on the
+    batch mates or on how a prompt was chunked (the continuous-batching scheduler relies on this).
+    All blocks are reserved before anything is mutated (KVExhausted leaves every session unchanged).
+    """
+    sessions = list(sessions)
+    if not sessions:
+        return np.zeros((0, 0), dtype=np.float32)
+    model = sessions[0].model
+    if any(s.model is not model for s in sessions):
+        raise EngineError("forward_batch: sessions belong to different models")
+    if len({id(s) for s in sessions}) != len(sessions):
+        raise EngineError("forward_batch: a session appears twice in one batch")
+    if len(chunks) != len(sessions):
+        raise EngineError(f"forward_batch: {len(sessions)} sessions but {len(chunks)} chunks")
+    arrs = [_ids(c, model.config.vocab_size) for c in chunks]
+    if any(a.size == 0 for a in arrs):
+        raise EngineError("forward_batch: an empty chunk")
+    _reserve(sessions, [int(a.size) for a in arrs])
+    logits = model.forward(np.concatenate(arrs), [LaneInput(s.kv, int(a.size)) for s, a in zip(sessions, arrs)],
+                           decode=True)
+    for s, a in zip(sessions, arrs):
+        s._advance(a)
+    return logits
+
+
 def _ids(ids: Sequence[int] | np.ndarray, vocab: int) -> np.ndarray:
     arr = np.asarray(list(ids) if not isinstance(ids, np.ndarray) else ids, dtype=np.int64).reshape(-1)
     if arr.size and (arr.min() < 0 or arr.max() >= vocab):

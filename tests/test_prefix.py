@@ -116,3 +116,15 @@ def test_concurrent_lanes_share_prefix_blocks() -> None:
     assert all(h.result(0).prefix_hit_tokens == 64 for h in hs)
     sched.close()
     assert sched.pool.num_used == 0
+
+
+def test_growable_pool_caps_unreferenced_cached_blocks() -> None:
+    rng = np.random.default_rng(9)
+    sched = NativeScheduler(model(), block_tokens=4, prefix_cache_blocks=3, thread=False)
+    for _ in range(4):
+        sched.admit(Request(rand_prompt(rng, 13), max_new_tokens=2))
+        while sched.step():
+            pass
+        assert len(sched.prefix) <= 3 and sched.pool.num_used == len(sched.prefix)  # type: ignore[arg-type]
+    sched.close()
+    assert sched.pool.num_used == 0

@@ -31,6 +31,7 @@ def _config(r: random.Random) -> dict:
         "victim": r.choice(["most-recent", "cost-aware"]),
         "prefill_chunk": r.choice([4, 8, 16, 64]),
         "prefix_cache": r.random() < 0.7,
+        "batch_prefill": r.random() < 0.7,
     }
 
 
