@@ -209,3 +209,37 @@ def test_stop_string_through_the_scheduler() -> None:
         r = h.result(timeout=60)
     assert r.finish_reason is FinishReason.STOP
     assert r.text == "".join(pieces) == text[:cut]
+
+
+def test_forward_batch_equals_serial_steps_and_is_all_or_nothing() -> None:
+    from engine.kv import KVExhausted
+    from engine.session import Session, forward_batch
+
+    m = model()
+    p = rand_prompt(np.random.default_rng(12), 30)
+    ref = Session(m)
+    for t in p:
+        want = ref.step(t)
+    a, b = Session(m), Session(m)
+    forward_batch([a, b], [p[:13], [7, 8]])
+    got = forward_batch([b, a], [[9], p[13:]])[1]
+    assert np.array_equal(got, want) and a.tokens == p and b.length == 3
+    pool = m.new_pool(2, 4)
+    x, y = Session(m, pool), Session(m, pool)
+    x.prefill([1, 2, 3, 4, 5])
+    with pytest.raises(KVExhausted):
+        forward_batch([x, y], [[6], [1, 2]])  # y needs a block, none left
+    assert (x.length, y.length, len(x.kv.blocks), pool.num_free) == (5, 0, 2, 0)
+
+
+def test_lanes_admitted_together_compute_a_shared_prompt_once() -> None:
+    rng = np.random.default_rng(13)
+    system = rand_prompt(rng, 64)
+    prompts = [system + rand_prompt(rng, 6) for _ in range(4)]
+    with NativeScheduler(model(), numba_threads=1, thread=False) as sched:
+        hs = [sched.admit(Request(p, max_new_tokens=5)) for p in prompts]
+        while sched.step():
+            pass
+        st = sched.stats()
+    assert st.prefill_tokens == 64 + 4 * 6 and st.prefix_hits == 3 and st.prefix_hit_tokens == 3 * 64
+    assert [h.result(0).token_ids for h in hs] == [solo(p, 5) for p in prompts]
