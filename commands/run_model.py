@@ -97,6 +97,9 @@ def run_model(
     if prompt_ids is not None and max(prompt_ids) >= m.config.vocab_size:
         raise EngineError(f"--ids: token id {max(prompt_ids)} out of range for vocab {m.config.vocab_size}")
     codec = codec_for(m, path)
+    from engine.session import warmup
+
+    warmup()  # load the numba kernels now, so the tok/s figures measure the model, not the JIT cache
     chat = name != "synthetic"
     if prompt_ids is not None:
         _generate(m, codec, name, prompt_ids, max_tokens, params, as_json)

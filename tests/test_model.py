@@ -179,3 +179,10 @@ def test_config_from_metadata_rules() -> None:
         from_gguf_metadata({"general.architecture": "gpt2"}, where="f.gguf")
     with pytest.raises(GGUFError, match="missing metadata key 'gemma3.block_count'"):
         from_gguf_metadata({k: v for k, v in md.items() if k != "gemma3.block_count"})
+
+
+def test_blas_threads_are_settable() -> None:
+    # engine.parallel pins numpy's OpenBLAS to one thread (numba kernels own the cores); it must find it.
+    from engine.parallel import set_blas_threads
+
+    assert set_blas_threads(1)
