@@ -8,9 +8,12 @@ plain path's matmul handles those; in GGUF models they are small).
 
 from __future__ import annotations
 
+import os
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+import numba
 import numpy as np
 from gguf import GGMLQuantizationType as QT
 
@@ -71,13 +74,32 @@ class QuantWeight:
         rows, n = self.shape
         out = np.empty((x2.shape[0], rows), dtype=np.float32)
         step = max(16, min(rows, _TILE_BYTES // (4 * n)))
-        tile = np.empty((step, n), dtype=np.float32)
-        for r0 in range(0, rows, step):
-            r1 = min(rows, r0 + step)
-            t = tile[: r1 - r0]
-            K.DQ_ROWS[self._kind](self.raw, np.arange(r0, r1, dtype=np.int64), t, K.F16_LUT, K.QK)
-            out[:, r0:r1] = x2 @ t.T
+        pool = _prefill_pool()
+        if pool is None or rows < 2 * step:
+            self._prefill_rows(x2, out, 0, rows, step)
+            return out
+        # One worker per core, each a single-threaded dequantize + single-threaded BLAS on its own
+        # rows: no OpenBLAS and OpenMP thread teams spinning against each other on the same cores.
+        parts = pool._max_workers  # noqa: SLF001 - the pool size we created
+        bounds = [rows * i // parts // step * step for i in range(parts)] + [rows]
+        futs = [pool.submit(self._prefill_rows, x2, out, a, b, step, True) for a, b in zip(bounds, bounds[1:]) if b > a]
+        for f in futs:
+            f.result()
         return out
+
+    def _prefill_rows(self, x2: np.ndarray, out: np.ndarray, r0: int, r1: int, step: int, one_thread: bool = False) -> None:
+        prev = numba.get_num_threads()
+        if one_thread:
+            numba.set_num_threads(1)  # numba's thread count is per calling thread
+        try:
+            tile = np.empty((min(step, r1 - r0), self.shape[1]), dtype=np.float32)
+            for a in range(r0, r1, step):
+                b = min(r1, a + step)
+                t = tile[: b - a]
+                K.DQ_ROWS[self._kind](self.raw, np.arange(a, b, dtype=np.int64), t, K.F16_LUT, K.QK)
+                out[:, a:b] = x2 @ t.T
+        finally:
+            numba.set_num_threads(prev)
 
     def take(self, ids: np.ndarray | list[int]) -> np.ndarray:
         """Rows `ids` dequantized to float32 [len(ids), in] (embedding lookup)."""
@@ -134,6 +156,37 @@ def resident_weight(name: str, qtype: QT, raw: np.ndarray, shape: tuple[int, int
 
 _warm_lock = threading.Lock()
 _warm = False
+_pool: ThreadPoolExecutor | None = None
+_blas_single = False
+
+
+def _openblas_single_thread() -> bool:
+    """Put numpy's bundled OpenBLAS on one thread (prefill then runs one BLAS call per core)."""
+    import ctypes
+    import glob
+
+    libdir = os.path.join(os.path.dirname(np.__file__), os.pardir, "numpy.libs")
+    for path in glob.glob(os.path.join(libdir, "*openblas*")):
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for sym in ("scipy_openblas_set_num_threads64_", "openblas_set_num_threads64_", "openblas_set_num_threads"):
+            fn = getattr(lib, sym, None)
+            if fn is not None:
+                fn(ctypes.c_int(1))
+                return True
+    return False
+
+
+def _prefill_pool() -> ThreadPoolExecutor | None:
+    global _pool, _blas_single
+    with _warm_lock:
+        if _pool is None and numba.config.NUMBA_NUM_THREADS > 1 and os.environ.get("FAK_PREFILL_THREADS", "1") != "0":
+            _blas_single = _openblas_single_thread()
+            if _blas_single:
+                _pool = ThreadPoolExecutor(max_workers=numba.config.NUMBA_NUM_THREADS, thread_name_prefix="fak-prefill")
+        return _pool
 
 
 def warmup() -> None:

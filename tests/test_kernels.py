@@ -134,3 +134,14 @@ def test_real_gemma_tensors_match_reference() -> None:
         ref = reference(np.asarray(t.raw), t.qtype, x)
         np.testing.assert_allclose(w.matmul(x), ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
     assert seen == set(TYPES)
+
+
+def test_matmul_prefill_split_over_workers(monkeypatch: pytest.MonkeyPatch) -> None:
+    import engine.resident as R
+
+    monkeypatch.setattr(R, "_TILE_BYTES", 64 * 4 * 96)  # 64-row tiles: 300 rows -> several tiles, both workers
+    raw = random_blocks(QT.Q8_0, 300, 96, seed=4)
+    w = resident_weight("t.split", QT.Q8_0, raw, (300, 96))
+    x = np.random.default_rng(2).standard_normal((20, 96)).astype(np.float32)
+    ref = reference(raw, QT.Q8_0, x)
+    np.testing.assert_allclose(w.matmul_prefill(x), ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
