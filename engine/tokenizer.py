@@ -127,14 +127,15 @@ class _Pending:
     """A value built in a background thread; `get()` waits for it (and re-raises its error)."""
 
     def __init__(self, build: Callable[[], Loaded]) -> None:
+        self._build = build
         self._value: Loaded | None = None
         self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, args=(build,), name="fak-tokenizer", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="fak-tokenizer", daemon=True)
         self._thread.start()
 
-    def _run(self, build: Callable[[], Loaded]) -> None:
+    def _run(self) -> None:
         try:
-            self._value = build()
+            self._value = self._build()
         except BaseException as exc:  # handed to the caller of get()
             self._error = exc
 
@@ -142,7 +143,8 @@ class _Pending:
         self._thread.join()
         if self._error is not None:
             raise self._error
-        assert self._value is not None
+        if self._value is None:  # forked while building: the thread is gone in this process
+            self._value = self._build()
         return self._value
 
 
