@@ -163,8 +163,8 @@ class GGUFTokenizer:
 
     @classmethod
     def from_meta(cls, meta: VocabMeta, source: str = "") -> "GGUFTokenizer":
-        return cls(VocabInfo.from_meta(meta), (meta.tokens, meta.types, assemble(plan_tokenizer(meta), meta.tokens)),
-                   source)
+        hf = assemble(plan_tokenizer(meta), meta.tokens)
+        return cls(VocabInfo.from_meta(meta), (meta.tokens, meta.types, hf), source)
 
     def _get(self) -> Loaded:
         loaded = self._loaded  # read once: another thread may swap it in between

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -24,7 +25,8 @@ CONVOS = [
 ]
 
 
-def _hf_render(template: str, messages, tools=None, add_generation_prompt=True, **special) -> str:  # type: ignore[no-untyped-def]
+def _hf_render(template: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
+               add_generation_prompt: bool = True, **special: str) -> str:
     from transformers.utils.chat_template_utils import render_jinja_template
 
     rendered, _ = render_jinja_template(conversations=[messages], tools=tools, chat_template=template,
@@ -33,7 +35,8 @@ def _hf_render(template: str, messages, tools=None, add_generation_prompt=True, 
 
 
 @pytest.mark.oracle
-@pytest.mark.parametrize("template", [GEMMA_TEMPLATE, CHATML_TEMPLATE, LLAMA3_TEMPLATE], ids=["gemma", "chatml", "llama3"])
+@pytest.mark.parametrize("template", [GEMMA_TEMPLATE, CHATML_TEMPLATE, LLAMA3_TEMPLATE],
+                         ids=["gemma", "chatml", "llama3"])
 def test_builtin_templates_render_like_transformers(template: str) -> None:
     special = {"bos_token": "<BOS>", "eos_token": "<EOS>"}
     for i, convo in enumerate(CONVOS):
