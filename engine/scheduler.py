@@ -225,9 +225,10 @@ class NativeScheduler:
     def _guarded_iteration(self, new: list[Lane]) -> None:
         try:
             self._iteration(new)
-        except Exception as e:  # a model failure must not kill the loop: fail the running lanes
-            for lane in list(self._running):
-                self._finish(lane, FinishReason.ERROR, f"{type(e).__name__}: {e}")
+        except Exception as e:  # an engine bug or model failure must not kill the loop (nor spin on it):
+            for q in (self._running, self._preempted, self._waiting):  # fail every lane, keep serving
+                for lane in list(q):
+                    self._finish(lane, FinishReason.ERROR, f"{type(e).__name__}: {e}")
         self._publish()
 
     def _has_work(self) -> bool:

@@ -243,3 +243,23 @@ def test_lanes_admitted_together_compute_a_shared_prompt_once() -> None:
         st = sched.stats()
     assert st.prefill_tokens == 64 + 4 * 6 and st.prefix_hits == 3 and st.prefix_hit_tokens == 3 * 64
     assert [h.result(0).token_ids for h in hs] == [solo(p, 5) for p in prompts]
+
+
+def test_a_model_failure_fails_the_lanes_and_the_loop_keeps_serving(monkeypatch: pytest.MonkeyPatch) -> None:
+    sched = NativeScheduler(model(), numba_threads=1)
+    real = sched._forward_batch
+    calls = {"n": 0}
+
+    def flaky(sessions, chunks):  # type: ignore[no-untyped-def]
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("boom")
+        return real(sessions, chunks)
+
+    monkeypatch.setattr(sched, "_forward_batch", flaky)
+    r = sched.admit(Request([1, 2, 3], max_new_tokens=3)).result(timeout=60)
+    assert r.finish_reason is FinishReason.ERROR and r.error == "RuntimeError: boom"
+    ok = sched.admit(Request([1, 2, 3], max_new_tokens=3)).result(timeout=60)
+    assert ok.finish_reason is FinishReason.LENGTH and ok.token_ids == solo([1, 2, 3], 3)
+    sched.close()
+    assert sched.pool.num_used == 0
