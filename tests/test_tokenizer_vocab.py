@@ -196,3 +196,18 @@ def test_spm_merges_order() -> None:
     got = [(tokens[a], tokens[b]) for a, b in spm_merges(tokens, vocab, rank).tolist()]
     # ties on rank: longer left piece first, then longer right piece ("a"+"bc" before "b"+"c")
     assert got == [("ab", "c"), ("a", "bc"), ("b", "c"), ("a", "b"), ("c", "a")]
+
+
+@pytest.mark.oracle
+@pytest.mark.parametrize("name", ["ggml-vocab-gpt-2.gguf", "ggml-vocab-llama-spm.gguf"])
+def test_matches_hf_transformers_beyond_the_vectors(name: str) -> None:
+    # the two vocabularies transformers loads quickly (qwen2 and llama-bpe agree too but take ~30 s each)
+    from transformers import AutoTokenizer
+
+    from test_tokenizer_gemma import MIXED
+
+    hf = AutoTokenizer.from_pretrained(str(vocab_dir()), gguf_file=name)
+    tok = tokenizer_for(vocab_dir() / name)
+    ids = tok.encode(MIXED, add_special=False)
+    assert ids == hf.encode(MIXED, add_special_tokens=False)
+    assert tok.decode(ids) == hf.decode(ids) == MIXED
