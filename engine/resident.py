@@ -22,6 +22,8 @@ from engine.errors import EngineError
 from engine.parallel import launch
 
 QUANT_TYPES = {QT.Q8_0: "Q8_0", QT.Q5_0: "Q5_0", QT.Q4_K: "Q4_K", QT.Q6_K: "Q6_K"}
+GEMM = K.GEMM  # one decode kernel per type: a row's result never depends on the batch size
+DQ_ROWS = K.DQ_ROWS
 DENSE_TYPES = (QT.F32, QT.F16, QT.BF16)
 
 # Below this many rows matmul_prefill uses the decode kernel (dequantizing a whole weight for a
@@ -63,7 +65,7 @@ class QuantWeight:
         x2 = self._x2d(np.atleast_2d(x))
         out = np.empty((x2.shape[0], self.shape[0]), dtype=np.float32)
         # small products run on one thread (waking the team costs more than it saves)
-        launch(K.GEMM[self._kind], x2.shape[0] * self.shape[0] * self.shape[1], self.raw, x2, out, K.F16_LUT, K.QK)
+        launch(GEMM[self._kind], x2.shape[0] * self.shape[0] * self.shape[1], self.raw, x2, out, K.F16_LUT, K.QK)
         return out[0] if squeeze else out
 
     def matmul_prefill(self, x: np.ndarray) -> np.ndarray:
@@ -96,7 +98,7 @@ class QuantWeight:
             for a in range(r0, r1, step):
                 b = min(r1, a + step)
                 t = tile[: b - a]
-                K.DQ_ROWS[self._kind](self.raw, np.arange(a, b, dtype=np.int64), t, K.F16_LUT, K.QK)
+                DQ_ROWS[self._kind](self.raw, np.arange(a, b, dtype=np.int64), t, K.F16_LUT, K.QK)
                 out[:, a:b] = x2 @ t.T
         finally:
             numba.set_num_threads(prev)
@@ -107,7 +109,7 @@ class QuantWeight:
         if rows.size and (rows.min() < 0 or rows.max() >= self.shape[0]):
             raise EngineError(f"{self.name}: row id out of range [0, {self.shape[0]})")
         out = np.empty((rows.shape[0], self.shape[1]), dtype=np.float32)
-        K.DQ_ROWS[self._kind](self.raw, rows, out, K.F16_LUT, K.QK)
+        DQ_ROWS[self._kind](self.raw, rows, out, K.F16_LUT, K.QK)
         return out
 
     def dequantize(self) -> np.ndarray:
@@ -200,6 +202,6 @@ def warmup() -> None:
             raw = np.zeros((2, (256 // bs) * bb), dtype=np.uint8)
             raw.setflags(write=False)  # QuantWeight always holds a read-only view
             x = np.zeros((1, 256), dtype=np.float32)
-            K.GEMM[kind](raw, x, np.empty((1, 2), dtype=np.float32), K.F16_LUT, K.QK)
-            K.DQ_ROWS[kind](raw, np.zeros(1, np.int64), np.empty((1, 256), np.float32), K.F16_LUT, K.QK)
+            GEMM[kind](raw, x, np.empty((1, 2), dtype=np.float32), K.F16_LUT, K.QK)
+            DQ_ROWS[kind](raw, np.zeros(1, np.int64), np.empty((1, 256), np.float32), K.F16_LUT, K.QK)
         _warm = True
