@@ -96,7 +96,12 @@ def run_model(
         m = load_model(str(path), resident=q4k)
     if prompt_ids is not None and max(prompt_ids) >= m.config.vocab_size:
         raise EngineError(f"--ids: token id {max(prompt_ids)} out of range for vocab {m.config.vocab_size}")
-    codec = codec_for(m, path)
+    try:
+        codec = codec_for(m, path)
+    except EngineError:
+        if prompt_ids is None:
+            raise  # text needs a tokenizer; with --ids the ids are printed instead
+        codec = None
     from engine.session import warmup
 
     warmup()  # load the numba kernels now, so the tok/s figures measure the model, not the JIT cache

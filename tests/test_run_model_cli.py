@@ -63,3 +63,14 @@ def test_bad_input_one_line_exit_2() -> None:
         assert r.returncode == 2, (args, r.stderr)
         lines = r.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("fak: error: "), (args, r.stderr)
+
+
+def test_ids_on_a_gguf_without_tokenizer(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from test_corrupt_gguf import _write
+
+    p = _write(tmp_path / "novocab.gguf")
+    r = fak(str(p), "--ids", "1,2,3", "--max-tokens", "4")
+    assert r.returncode == 0, r.stderr
+    assert len(r.stdout.split()) == 4 and all(t.isdigit() for t in r.stdout.split())  # ids, no text
+    r = fak(str(p), "hi")
+    assert r.returncode == 2 and "tokenizer" in r.stderr
