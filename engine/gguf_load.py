@@ -130,9 +130,13 @@ def read_gguf(path: str | Path) -> GGUFFile:
 
 def load_gguf_model(path_or_alias: str | Path | None, resident: bool = False, progress: bool | None = None) -> Any:
     """Alias or path -> engine.model.Model with float32 weights (plain) or resident quantized blocks."""
-    from engine.aliases import resolve_model
+    from engine.aliases import default_model, resolve_model
     from engine.weights import build_model
 
+    if (path_or_alias if path_or_alias is not None else default_model()) == "synthetic":
+        from engine.synthetic import synthetic_model
+
+        return synthetic_model()  # FAK_MODEL=synthetic selects it too
     path = resolve_model(path_or_alias)
     g = read_gguf(path)
     make = _resident_factory(path) if resident else None

@@ -186,3 +186,16 @@ def test_blas_threads_are_settable() -> None:
     from engine.parallel import set_blas_threads
 
     assert set_blas_threads(1)
+
+
+def test_fak_model_env_selects_synthetic(monkeypatch: pytest.MonkeyPatch) -> None:
+    from engine import load_model
+
+    monkeypatch.setenv("FAK_MODEL", "synthetic")
+    assert load_model().name == "synthetic"
+    monkeypatch.delenv("FAK_MODEL")
+    monkeypatch.setenv("FAK_MODEL_DIR", "/no/such.gguf")
+    from engine.errors import EngineError
+
+    with pytest.raises(EngineError, match="/no/such.gguf"):
+        load_model()
