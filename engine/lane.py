@@ -74,6 +74,34 @@ class LaneResult:
     latency_s: float  # admit -> finished
 
 
+def validate_request(r: Request, *, tokenizer: Any, vocab_size: int, context_length: int, kv_blocks: int | None,
+                     block_tokens: int) -> list[int]:
+    """The request's prompt ids, or one EngineError line saying what is wrong with it."""
+    if isinstance(r.prompt, str):
+        if tokenizer is None:
+            raise EngineError("text prompt given but the scheduler has no tokenizer: pass token ids")
+        ids = list(tokenizer.encode(r.prompt))
+    else:
+        ids = [int(t) for t in r.prompt]
+    if not ids:
+        raise EngineError("empty prompt: a request needs at least one token")
+    bad = [t for t in ids if not 0 <= t < vocab_size]
+    if bad:
+        raise EngineError(f"prompt token id {bad[0]} outside the vocabulary (0..{vocab_size - 1})")
+    if r.max_new_tokens < 1:
+        raise EngineError(f"max_new_tokens must be >= 1, got {r.max_new_tokens}")
+    if context_length and len(ids) + r.max_new_tokens > context_length:
+        raise EngineError(f"prompt of {len(ids)} + {r.max_new_tokens} new tokens exceeds the context length "
+                          f"{context_length}")
+    if r.stop_strings and tokenizer is None:
+        raise EngineError("stop strings need a tokenizer (pass tokenizer= to the scheduler)")
+    if kv_blocks is not None:
+        need = -(-(len(ids) + 1) // block_tokens)
+        if need > kv_blocks:
+            raise EngineError(f"prompt of {len(ids)} tokens needs {need} KV blocks, the budget is {kv_blocks}")
+    return ids
+
+
 class TextTracker:
     """Incremental detokenization plus stop strings: emits only text that cannot start a stop string."""
 

@@ -1,4 +1,4 @@
-"""Preemption under a KV block budget: victim rules and the swap / recompute mechanics.
+"""Preemption under a KV block budget: the budget arithmetic, victim rules, swap / recompute mechanics.
 
 Victim rules (a lone running lane is never a candidate; the scheduler guarantees >= 2 lanes):
 - most-recent: the latest-admitted running lane (vLLM's rule: the tail of the running queue).
@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 from engine.errors import EngineError
 from engine.kv import BlockPool, export_blocks, import_blocks
-from engine.lane import Lane
+from engine.lane import Lane, LaneState
+from engine.prefix import PrefixCache
 
 PREEMPT_MODES = ("swap", "recompute")
 VICTIM_RULES = ("most-recent", "cost-aware")
@@ -30,6 +31,44 @@ class Victim:
     reason: str
     cost: float | None
     mode: str
+
+
+class KVBudget:
+    """Block arithmetic for admission under a budget (kv_blocks None: growable pool, no budget)."""
+
+    def __init__(self, pool: BlockPool, prefix: PrefixCache | None, kv_blocks: int | None) -> None:
+        self.pool, self.prefix, self.kv_blocks = pool, prefix, kv_blocks
+
+    def blocks_for(self, n_tokens: int) -> int:
+        return -(-n_tokens // self.pool.block_tokens)
+
+    def available(self) -> int:
+        """Blocks that can be handed out now: free, plus cached blocks no lane references."""
+        return self.pool.num_free + (self.prefix.reclaimable() if self.prefix else 0)
+
+    def footprint(self, lane: Lane) -> int:
+        """Blocks a lane holds once it is ready to emit its next token (prompt + replayed tokens + 1)."""
+        if lane.swap_data is not None:
+            return len(lane.swap_data) // self.pool.block_bytes + 1
+        return self.blocks_for(len(lane.prompt_ids) + max(0, len(lane.generated) - 1) + 1)
+
+    def owed(self, lane: Lane) -> int:
+        """Blocks a (re)admitted or prefilling lane will still take: its footprint minus blocks it holds
+        or will map from the prefix cache (mapping a reclaimable block still takes it off `available`)."""
+        if lane.session is not None and (lane.session.kv.blocks or lane.prefix_checked):
+            return max(0, self.footprint(lane) - len(lane.session.kv.blocks))
+        hit, reclaimable = (0, 0)
+        if self.prefix is not None and lane.swap_data is None:
+            hit, reclaimable = self.prefix.peek(lane.prompt_ids, len(lane.prompt_ids) - 1)
+        return self.footprint(lane) - hit + reclaimable
+
+    def headroom(self, running: list[Lane]) -> int:
+        """Blocks a newcomer may take: available minus what running lanes are still owed (a prefilling
+        lane: the rest of its footprint; a decoding lane: one spare block)."""
+        if self.kv_blocks is None:
+            return 1 << 30
+        owed = sum(self.owed(ln) if ln.state is LaneState.PREFILLING else 1 for ln in running)
+        return self.available() - owed
 
 
 def lane_cost(lane: Lane, block_bytes: int, block_hits: Callable[[int], int]) -> float:

@@ -25,10 +25,11 @@ import numpy as np
 
 from engine.errors import EngineError
 from engine.kv import KVExhausted
-from engine.lane import FinishReason, Handle, Lane, LaneState, Request, TextTracker, now
+from engine.lane import FinishReason, Handle, Lane, LaneState, Request, TextTracker, now, validate_request
 from engine.preemption import (
     PREEMPT_MODES,
     VICTIM_RULES,
+    KVBudget,
     attach,
     choose_victim,
     drop_for_recompute,
@@ -81,13 +82,13 @@ class NativeScheduler:
         self.preempt_mode, self.victim_rule = preempt, victim
         self.prefill_chunk = prefill_chunk
         self.tokenizer = tokenizer
-        self.vocab_size = int(model.config.vocab_size)
         if eos_ids is None:
             eos_ids = tuple(getattr(tokenizer, "eos_ids", ()) or ()) if tokenizer is not None else ()
         self.eos_ids = frozenset(eos_ids)
         self.pool = model.new_pool(kv_blocks, block_tokens)
         self.kv_blocks = kv_blocks
         self.prefix = PrefixCache(self.pool) if prefix_cache else None
+        self.budget = KVBudget(self.pool, self.prefix, kv_blocks)
         # with a growable pool nothing forces eviction: cap what the prefix cache may keep unreferenced
         self.prefix_cache_blocks = prefix_cache_blocks
 
@@ -134,31 +135,9 @@ class NativeScheduler:
         return handle
 
     def _validate(self, r: Request) -> list[int]:
-        if isinstance(r.prompt, str):
-            if self.tokenizer is None:
-                raise EngineError("text prompt given but the scheduler has no tokenizer: pass token ids")
-            ids = list(self.tokenizer.encode(r.prompt))
-        else:
-            ids = [int(t) for t in r.prompt]
-        if not ids:
-            raise EngineError("empty prompt: a request needs at least one token")
-        bad = [t for t in ids if not 0 <= t < self.vocab_size]
-        if bad:
-            raise EngineError(f"prompt token id {bad[0]} outside the vocabulary (0..{self.vocab_size - 1})")
-        if r.max_new_tokens < 1:
-            raise EngineError(f"max_new_tokens must be >= 1, got {r.max_new_tokens}")
-        ctx = int(getattr(self.model.config, "context_length", 0) or 0)
-        if ctx and len(ids) + r.max_new_tokens > ctx:
-            raise EngineError(f"prompt of {len(ids)} + {r.max_new_tokens} new tokens exceeds the context length {ctx}")
-        if r.stop_strings and self.tokenizer is None:
-            raise EngineError("stop strings need a tokenizer (pass tokenizer= to the scheduler)")
-        if self.kv_blocks is not None:
-            need = -(-(len(ids) + 1) // self.pool.block_tokens)
-            if need > self.kv_blocks:
-                raise EngineError(
-                    f"prompt of {len(ids)} tokens needs {need} KV blocks, the budget is {self.kv_blocks}"
-                )
-        return ids
+        return validate_request(r, tokenizer=self.tokenizer, vocab_size=int(self.model.config.vocab_size),
+                                context_length=int(getattr(self.model.config, "context_length", 0) or 0),
+                                kv_blocks=self.kv_blocks, block_tokens=self.pool.block_tokens)
 
     def _request_cancel(self, handle: Handle) -> None:
         with self._cond:
@@ -270,39 +249,12 @@ class NativeScheduler:
             self.prefix.evict(len(self.prefix) - self.prefix_cache_blocks)
 
     # -- admission
-    def _headroom(self) -> int:
-        """Blocks a newcomer may take now: free + reclaimable, minus what running lanes are still owed
-        (a prefilling lane: the rest of its footprint; a decoding lane: one spare block)."""
-        if self.kv_blocks is None:
-            return 1 << 30
-        owed = sum(self._owed(ln) if ln.state is LaneState.PREFILLING else 1 for ln in self._running)
-        return self.pool.num_free + (self.prefix.reclaimable() if self.prefix else 0) - owed
-
-    def _blocks_for(self, n_tokens: int) -> int:
-        return -(-n_tokens // self.pool.block_tokens)
-
-    def _footprint(self, lane: Lane) -> int:
-        """Blocks a lane holds once it is ready to emit its next token (prompt + replayed tokens + 1)."""
-        if lane.swap_data is not None:
-            return len(lane.swap_data) // self.pool.block_bytes + 1
-        return self._blocks_for(len(lane.prompt_ids) + max(0, len(lane.generated) - 1) + 1)
-
-    def _owed(self, lane: Lane) -> int:
-        """Headroom a (re)admitted or prefilling lane still takes: its footprint minus blocks it holds or
-        will map from the prefix cache (mapping a reclaimable block still takes it out of the headroom)."""
-        if lane.session is not None and (lane.session.kv.blocks or lane.prefix_checked):
-            return max(0, self._footprint(lane) - len(lane.session.kv.blocks))
-        hit, reclaimable = (0, 0)
-        if self.prefix is not None and lane.swap_data is None:
-            hit, reclaimable = self.prefix.peek(lane.prompt_ids, len(lane.prompt_ids) - 1)
-        return self._footprint(lane) - hit + reclaimable
-
     def _promote(self) -> None:
         limit = self.max_running or (1 << 30)
         self._preempted.sort(key=lambda ln: (ln.preempt_round, ln.seq))
         while self._preempted and len(self._running) < limit:
             lane = self._preempted[0]
-            if self._running and self._owed(lane) > self._headroom():
+            if self._running and self.budget.owed(lane) > self.budget.headroom(self._running):
                 return  # wait for room; preempted lanes go first, so no newcomer either
             if not self._readmit(lane):
                 return
@@ -312,7 +264,7 @@ class NativeScheduler:
             self._waiting.sort(key=lambda ln: (ln.request.deadline is None, ln.request.deadline or 0.0, ln.seq))
         while self._waiting and len(self._running) < limit:
             lane = self._waiting[0]
-            if self._running and self._owed(lane) > self._headroom():
+            if self._running and self.budget.owed(lane) > self.budget.headroom(self._running):
                 return
             self._waiting.pop(0)
             self._start(lane)
@@ -409,7 +361,7 @@ class NativeScheduler:
         while True:
             need = sum(ln.session.kv.blocks_needed(end) for ln, end in chunks)
             need += sum(ln.session.kv.blocks_needed(ln.session.length + 1) for ln in decoders)
-            avail = self.pool.num_free + (self.prefix.reclaimable() if self.prefix else 0)
+            avail = self.budget.available()
             if need <= avail:
                 break
             empty = [i for i, (ln, _) in enumerate(chunks) if not ln.session.kv.blocks]
