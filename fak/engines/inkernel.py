@@ -93,6 +93,7 @@ class InKernelEngine:
             from engine import load_model
             from engine.aliases import resolve_model
             from engine.generate import ByteCodec, codec_for
+            from engine.session import warmup
 
             if self.gguf == "synthetic":
                 model, path = load_model("synthetic"), None
@@ -100,6 +101,7 @@ class InKernelEngine:
                 path = resolve_model(self.gguf)
                 model = load_model(str(path), resident=self.resident)
             codec = codec_for(model, path)
+            warmup()  # numba kernels loaded here (boot / first use), not inside a request's timing
             self._codec = codec if codec is not None else ByteCodec()
             self._model = model
         return self._model, self._codec
