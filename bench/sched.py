@@ -1,7 +1,7 @@
 """Continuous batching vs one request at a time, and prefix reuse, on a real model.
 
     python bench/sched.py [--model gemma3-270m] [--plain] [--levels 1,4,16,64] [--prompt 16] [--new 8]
-                          [--baseline-sample 4] [--prefix 256]
+                          [--baseline-sample 4] [--prefix 256] [--blas-prefill]
 
 For each concurrency level c: c distinct requests arrive together.
 - batched:  NativeScheduler(max_running=c): aggregate tok/s (generated tokens / wall) and TTFT p50/p99.
@@ -52,7 +52,10 @@ def main() -> None:
     ap.add_argument("--new", type=int, default=8)
     ap.add_argument("--baseline-sample", type=int, default=4)
     ap.add_argument("--prefix", type=int, default=256)
+    ap.add_argument("--blas-prefill", action="store_true",
+                    help="prefill each chunk alone with BLAS (batch_prefill=False) instead of in the step's forward")
     a = ap.parse_args()
+    common = {"batch_prefill": not a.blas_prefill}
 
     from engine import load_model
 
@@ -68,16 +71,17 @@ def main() -> None:
     vocab = model.config.vocab_size
     run(model, prompts(2, 8, 99, vocab), 2)  # warm the kernels
 
-    print(f"\nprompt {a.prompt} tokens, {a.new} new tokens per request")
+    print(f"\nprompt {a.prompt} tokens, {a.new} new tokens per request; "
+          f"prefill {'per-lane BLAS' if a.blas_prefill else 'batched into the step (row-stable)'}")
     print(f"{'c':>3} | {'batched tok/s':>13} {'TTFT p50':>9} {'p99':>8} | {'1-at-a-time tok/s':>17} "
           f"{'TTFT p50':>9} {'p99':>8} | speedup")
     for c in [int(x) for x in a.levels.split(",")]:
         reqs = prompts(c, a.prompt, c, vocab)
-        wall, ttft, res = run(model, reqs, a.new, max_running=c)
+        wall, ttft, res = run(model, reqs, a.new, max_running=c, **common)
         gen = sum(len(r.token_ids) for r in res)
         # one at a time: measure a sample, extrapolate the rest from its mean service time
         k = min(c, a.baseline_sample)
-        wall1, ttft1, res1 = run(model, reqs[:k], a.new, max_running=1)
+        wall1, ttft1, res1 = run(model, reqs[:k], a.new, max_running=1, **common)
         assert all(r1.token_ids == r.token_ids for r1, r in zip(res1, res)), "batched output != one-at-a-time"
         service = wall1 / k
         first = statistics.mean(t - i * service for i, t in enumerate(ttft1))  # TTFT of a lone request
@@ -94,11 +98,11 @@ def main() -> None:
         from engine.lane import Request
         from engine.scheduler import NativeScheduler
 
-        with NativeScheduler(model) as sched:
+        with NativeScheduler(model, **common) as sched:
             sched.admit(Request(system + q1[1:], max_new_tokens=2, stop_on_eos=False)).result()
             r_hit = sched.admit(Request(system + q2, max_new_tokens=4, stop_on_eos=False)).result()
             st = sched.stats()
-        with NativeScheduler(model, prefix_cache=False) as sched:
+        with NativeScheduler(model, prefix_cache=False, **common) as sched:
             r_cold = sched.admit(Request(system + q2, max_new_tokens=4, stop_on_eos=False)).result()
         assert r_hit.token_ids == r_cold.token_ids, "prefix reuse changed the output"
         print(f"\nprefix reuse: {a.prefix}-token system prompt + {len(q2)}-token suffix")
