@@ -109,7 +109,7 @@ class QuantWeight:
         if rows.size and (rows.min() < 0 or rows.max() >= self.shape[0]):
             raise EngineError(f"{self.name}: row id out of range [0, {self.shape[0]})")
         out = np.empty((rows.shape[0], self.shape[1]), dtype=np.float32)
-        DQ_ROWS[self._kind](self.raw, rows, out, K.F16_LUT, K.QK)
+        launch(DQ_ROWS[self._kind], out.size * 8, self.raw, rows, out, K.F16_LUT, K.QK)  # 1 row: 1 thread
         return out
 
     def dequantize(self) -> np.ndarray:
