@@ -185,6 +185,12 @@ def _prefill_pool() -> ThreadPoolExecutor | None:
     global _pool, _blas_single
     with _warm_lock:
         if _pool is None and numba.config.NUMBA_NUM_THREADS > 1 and os.environ.get("FAK_PREFILL_THREADS", "1") != "0":
+            try:
+                layer = numba.threading_layer()
+            except ValueError:  # no parallel kernel has run yet
+                layer = ""
+            if layer not in ("omp", "tbb"):  # workqueue must not be entered from two threads at once
+                return None
             _blas_single = _openblas_single_thread()
             if _blas_single:
                 _pool = ThreadPoolExecutor(max_workers=numba.config.NUMBA_NUM_THREADS, thread_name_prefix="fak-prefill")
