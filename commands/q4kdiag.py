@@ -119,7 +119,8 @@ def render(r: dict[str, Any]) -> None:
         con.print(f"memory bandwidth {bw:.2f} GB/s; a decode step reads {_mib(r['bytes_per_token'])} "
                   f"-> decode ceiling {ceiling:.1f} tok/s")
     if r["top"]:
-        tt = Table(title=f"first-token top {len(r['top'])} (prompt ids {r['prompt_ids']})", show_edge=False)
+        con.print(f"prompt ids {r['prompt_ids']}")
+        tt = Table(title=f"first-token top {len(r['top'])}", show_edge=False)
         for col in ("rank", "id", "logit", "text"):
             tt.add_column(col, justify="right" if col != "text" else "left")
         for n, t in enumerate(r["top"], 1):
