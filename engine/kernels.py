@@ -80,19 +80,19 @@ def _unpack_q5_0(w, r, buf, lut, qk):
     for blk in range(buf.shape[0] // qk):
         p = blk * (h + 6)
         d = _f16(w, r, p, lut)
-        qh = (np.uint32(wr[p + 2]) | (np.uint32(wr[p + 3]) << np.uint32(8))
-              | (np.uint32(wr[p + 4]) << np.uint32(16)) | (np.uint32(wr[p + 5]) << np.uint32(24)))
+        # the 5th bits: low 16 for values 0..15, high 16 for values 16..31 (int32 keeps lanes narrow)
+        qlo = np.int32(wr[p + 2]) | (np.int32(wr[p + 3]) << 8)
+        qhi = np.int32(wr[p + 4]) | (np.int32(wr[p + 5]) << 8)
         q = U(p + 6)
         base = U(blk * qk)
         base2 = base + U(h)
         for j in range(h):
             uj = U(j)
-            v = wr[q + uj]
-            jj = np.uint32(j)
-            lo = np.float32(np.uint32(v & np.uint8(15)) | (((qh >> jj) & np.uint32(1)) << np.uint32(4)))
-            hi = np.float32(np.uint32(v >> np.uint8(4)) | (((qh >> (jj + np.uint32(16))) & np.uint32(1)) << np.uint32(4)))
-            buf[base + uj] = d * (lo - np.float32(16))
-            buf[base2 + uj] = d * (hi - np.float32(16))
+            v = np.int32(wr[q + uj])
+            b0 = np.int32((qlo >> j) & 1)
+            b1 = np.int32((qhi >> j) & 1)
+            buf[base + uj] = d * np.float32(np.int32((v & 15) + 16 * b0 - 16))
+            buf[base2 + uj] = d * np.float32(np.int32((v >> 4) + 16 * b1 - 16))
 
 
 @njit(inline="always", fastmath=True, cache=True)
