@@ -44,7 +44,7 @@ class KVBudget:
 
     def available(self) -> int:
         """Blocks that can be handed out now: free, plus cached blocks no lane references."""
-        return self.pool.num_free + (self.prefix.reclaimable() if self.prefix else 0)
+        return self.pool.num_free + (self.prefix.reclaimable() if self.prefix is not None else 0)
 
     def footprint(self, lane: Lane) -> int:
         """Blocks a lane holds once it is ready to emit its next token (prompt + replayed tokens + 1)."""

@@ -44,8 +44,9 @@ class PrefixCache:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def match(self, tokens: list[int], max_tokens: int) -> list[int]:
-        """Blocks caching the longest full-block prefix of tokens[:max_tokens]; each is incref'd for the caller."""
+    def match(self, tokens: list[int], max_tokens: int, align: int = 1) -> list[int]:
+        """Blocks caching the longest full-block prefix of tokens[:max_tokens], a multiple of `align`
+        blocks long; each is incref'd for the caller."""
         bt = self.pool.block_tokens
         self.queries += 1
         blocks: list[int] = []
@@ -57,6 +58,7 @@ class PrefixCache:
                 break
             blocks.append(e.block)
             parent = h
+        del blocks[len(blocks) - len(blocks) % align :]
         for b in reversed(blocks):  # touch leaf first so parents stay more recent (LRU evicts leaves first)
             h = self._by_block[b]
             self._entries[h].hits += 1
@@ -67,19 +69,20 @@ class PrefixCache:
             self.hit_tokens += len(blocks) * bt
         return blocks
 
-    def peek(self, tokens: list[int], max_tokens: int) -> tuple[int, int]:
+    def peek(self, tokens: list[int], max_tokens: int, align: int = 1) -> tuple[int, int]:
         """(blocks `match` would map now, how many of them are reclaimable): no incref, no stats."""
         bt = self.pool.block_tokens
-        n = reclaimable = 0
+        free: list[bool] = []
         parent = 0
         for h in chain_hashes(tokens, bt, max_tokens // bt):
             e = self._entries.get(h)
+            n = len(free)
             if e is None or e.parent != parent or e.tokens != tuple(tokens[n * bt : (n + 1) * bt]):
                 break
-            n += 1
-            reclaimable += int(self.pool.refcount[e.block] == 1)
+            free.append(bool(self.pool.refcount[e.block] == 1))
             parent = h
-        return n, reclaimable
+        n = len(free) - len(free) % align
+        return n, sum(free[:n])
 
     def insert(self, tokens: list[int], blocks: list[int], n_full: int) -> None:
         """Offer the first n_full (full, prompt-only) blocks of a lane; already-cached prefixes are kept."""

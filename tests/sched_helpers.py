@@ -56,3 +56,13 @@ def solo(prompt: list[int], n: int, chunk: int = 128) -> list[int]:
 
 def rand_prompt(rng: np.random.Generator, n: int) -> list[int]:
     return [int(t) for t in rng.integers(0, 256, size=n)]
+
+
+@lru_cache(maxsize=1)
+def model_blas() -> Model:
+    """The same weights with BLAS prefill (as a real model runs): prefill rows differ from decode rows
+    in the last bits, which is what the scheduler's chunking rules must keep batch/cache-independent."""
+    m = model()
+    blas = Model(m.config, m.weights, name="synthetic-mix-blas")
+    blas.prefill_blas = True
+    return blas

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
-from sched_helpers import model, rand_prompt, solo
+from sched_helpers import model, model_blas, rand_prompt, solo
 
 from engine.kv import BlockPool
 from engine.lane import FinishReason, Request
@@ -75,7 +75,7 @@ def test_shared_256_token_system_prompt_prefills_only_the_suffix() -> None:
 
 def test_prompt_that_is_all_cached_still_prefills_its_last_token() -> None:
     p = list(range(1, 33))  # exactly two 16-token blocks
-    with NativeScheduler(model(), numba_threads=1) as sched:
+    with NativeScheduler(model(), numba_threads=1, prefill_chunk=16) as sched:
         a = sched.admit(Request(p, max_new_tokens=5)).result(timeout=60)
         b = sched.admit(Request(p, max_new_tokens=5)).result(timeout=60)
         st = sched.stats()
@@ -128,3 +128,34 @@ def test_growable_pool_caps_unreferenced_cached_blocks() -> None:
         assert len(sched.prefix) <= 3 and sched.pool.num_used == len(sched.prefix)  # type: ignore[arg-type]
     sched.close()
     assert sched.pool.num_used == 0
+
+
+def _kv_after_prefill(sched: NativeScheduler, prompt: list[int], others: list[list[int]] = ()) -> np.ndarray:
+    for o in others:
+        sched.admit(Request(o, max_new_tokens=3))
+    h = sched.admit(Request(prompt, max_new_tokens=40))
+    while h.state.value != "decoding":
+        sched.step()
+    kv = h._lane.session.kv  # type: ignore[attr-defined]
+    out = np.stack([np.concatenate(kv.gather(layer, len(prompt))) for layer in range(sched.pool.n_layers)])
+    sched.close()
+    return out
+
+
+def test_blas_chunks_give_the_same_kv_bits_with_or_without_cache_and_batch_mates() -> None:
+    """Real models prefill with BLAS, whose rows differ from decode rows in the last bits. Full chunks go
+    through BLAS and prefix hits are whole chunks, so every KV bit of a prompt is the same whether its
+    prefix came from the cache, and whatever it was batched with."""
+    rng = np.random.default_rng(21)
+    system = rand_prompt(rng, 150)
+    a, b = system + rand_prompt(rng, 30), system + rand_prompt(rng, 41)
+    cold = _kv_after_prefill(NativeScheduler(model_blas(), thread=False, prefill_chunk=32), b)
+    warm_sched = NativeScheduler(model_blas(), thread=False, prefill_chunk=32)
+    h = warm_sched.admit(Request(a, max_new_tokens=2))
+    while warm_sched.step():
+        pass
+    warm = _kv_after_prefill(warm_sched, b)
+    crowd = _kv_after_prefill(NativeScheduler(model_blas(), thread=False, prefill_chunk=32), b,
+                              [rand_prompt(rng, n) for n in (5, 70, 33)])
+    assert h.result(0).prefix_hit_tokens == 0 and warm_sched.stats().prefix_hit_tokens == 128  # 4 chunks of 32
+    assert np.array_equal(cold, warm) and np.array_equal(cold, crowd)

@@ -17,7 +17,7 @@ from fak.views import sched_panel
 def _busy_scheduler() -> NativeScheduler:
     rng = np.random.default_rng(8)
     system = rand_prompt(rng, 8)
-    s = NativeScheduler(model(), kv_blocks=16, block_tokens=4, max_running=4, preempt="swap",
+    s = NativeScheduler(model(), kv_blocks=16, block_tokens=4, max_running=4, preempt="swap", prefill_chunk=4,
                         victim="cost-aware", thread=False)
     hs = [s.admit(Request(system + rand_prompt(rng, 4), max_new_tokens=16)) for _ in range(4)]
     while s.step():
