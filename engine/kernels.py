@@ -15,8 +15,11 @@ float32 table (`F16_LUT`): numba has no float16 type.
 Speed notes (measured, see bench/): indices are unsigned (`U`) so numba emits no negative-index
 fix-up and LLVM keeps contiguous vector loads instead of gathers; `qk` (always 32) is passed at
 run time because with a compile-time trip count LLVM fully unrolls the 32-wide block loops and
-then fails to vectorise them; bit fields are split in float32 (floor(v/16) ...), exact and free of
-the 64-bit integer lanes numba's integer promotion would otherwise put in the loop.
+then fails to vectorise them; bit fields are split in float32 (floor(v/16) ..., exact) or in
+explicit int32, avoiding the 64-bit integer lanes numba's integer promotion would otherwise put in
+the loop. Measured on this box (2 threads, quiet): stream read 13.9 GB/s; Q8_0 8.5, Q4_K 5.2,
+Q6_K 5.0, Q5_0 3.6 GB/s for a 1-row GEMV. Quantizing activations to int8 (llama.cpp's q8_0 dot)
+was measured too and rejected: max |logit diff| 0.59 vs float32 on Gemma (bound: 0.05).
 """
 
 from __future__ import annotations
