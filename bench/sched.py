@@ -72,7 +72,7 @@ def main() -> None:
     run(model, prompts(2, 8, 99, vocab), 2)  # warm the kernels
 
     print(f"\nprompt {a.prompt} tokens, {a.new} new tokens per request; "
-          f"prefill {'per-lane BLAS' if a.blas_prefill else 'batched into the step (row-stable)'}")
+          f"prefill {'per-lane BLAS' if a.blas_prefill else 'full chunks BLAS, tails batched into the step'}")
     print(f"{'c':>3} | {'batched tok/s':>13} {'TTFT p50':>9} {'p99':>8} | {'1-at-a-time tok/s':>17} "
           f"{'TTFT p50':>9} {'p99':>8} | speedup")
     for c in [int(x) for x in a.levels.split(",")]:
