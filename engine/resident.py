@@ -82,7 +82,7 @@ class QuantWeight:
             return out
         # One worker per core, each a single-threaded dequantize + single-threaded BLAS on its own
         # rows: no OpenBLAS and OpenMP thread teams spinning against each other on the same cores.
-        parts = pool._max_workers  # noqa: SLF001 - the pool size we created
+        parts = numba.config.NUMBA_NUM_THREADS  # the pool's size
         bounds = [rows * i // parts // step * step for i in range(parts)] + [rows]
         futs = [pool.submit(self._prefill_rows, x2, out, a, b, step, True) for a, b in zip(bounds, bounds[1:]) if b > a]
         for f in futs:
