@@ -17,7 +17,7 @@ import numpy as np
 
 from engine import Session, load_model, step_batch
 from engine.aliases import resolve_model
-from engine.diag import open_gguf, plan
+from engine.diag import open_gguf, plan, stream_read_gbps
 
 PROMPT8 = [2, 651, 6037, 529, 9405, 563, 496, 1310]
 
@@ -69,8 +69,11 @@ def main() -> None:
     def med(fn, *args) -> float:  # type: ignore[no-untyped-def]
         return float(np.median([fn(model, *args) for _ in range(a.runs)]))
 
+    bw = stream_read_gbps(256 << 20, 5)  # measured side by side: these machines are noisy
+    print(f"stream-read ceiling now: {bw:.2f} GB/s -> decode ceiling {bw * 1e9 / per_token:.1f} tok/s")
     d = med(decode_tps, a.decode)
-    print(f"single-lane decode: {d:.1f} tok/s ({a.decode} tokens after 8; {d * per_token / 1e9:.2f} GB/s of weights)")
+    print(f"single-lane decode: {d:.1f} tok/s ({a.decode} tokens after 8; {d * per_token / 1e9:.2f} GB/s of weights, "
+          f"{d * per_token / 1e9 / bw:.0%} of the ceiling)")
     if a.prefill:
         print(f"prefill: {med(prefill_tps, a.prefill):.1f} tok/s ({a.prefill}-token prompt)")
     for lanes in [int(x) for x in a.lanes.split(",") if x]:
