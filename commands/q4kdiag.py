@@ -70,11 +70,15 @@ def diagnose(gguf: str | None, prompt: str, top: int, membw: float | None, plan_
 
 
 def _tokenizer(path: Any) -> Any:
+    """The GGUF's tokenizer, or None (then the prompt is fed as UTF-8 byte ids)."""
+    from engine.errors import EngineError
+
     try:
         from engine.tokenizer import load_tokenizer
-    except ImportError:  # pragma: no cover - the tokenizer module is part of the engine
+
+        return load_tokenizer(path)
+    except (ImportError, EngineError):  # a GGUF without a vocabulary still has weights to diagnose
         return None
-    return load_tokenizer(path)
 
 
 def _text(tok: Any, i: int) -> str:
