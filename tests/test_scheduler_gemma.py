@@ -19,8 +19,11 @@ PROMPTS = ("The capital of France is", "def fibonacci(n):", "Once upon a time", 
 
 @pytest.fixture(scope="module")
 def gemma():  # type: ignore[no-untyped-def]
+    from engine import tokenizer as T
+
     path = resolve_model("gemma3-270m")
-    return load_model(str(path), resident=True, progress=False), load_tokenizer(str(path))
+    yield load_model(str(path), resident=True, progress=False), load_tokenizer(str(path))
+    T.clear_memo()  # leave no process-wide tokenizer behind (the tokenizer tests time cold loads)
 
 
 def test_batched_equals_one_request_path_and_streams_text(gemma) -> None:  # type: ignore[no-untyped-def]
