@@ -32,6 +32,7 @@ def test_lazy_and_synthetic_by_default() -> None:
                          "generated_text": bytes(want).decode("utf-8", "replace")}
     assert r.meta["input_tokens"] == 5 and r.meta["output_tokens"] == 16
     assert e.caps()["loaded"] is True
+    e.close()  # the scheduler's loop thread must not outlive the engine
 
 
 def test_prompt_is_bounded_and_options() -> None:
@@ -39,6 +40,7 @@ def test_prompt_is_bounded_and_options() -> None:
     r = e.complete(ToolCall.from_args("write", {"path": "/tmp/x", "body": "y" * 500}))
     assert r.ok and r.meta["input_tokens"] == 10 and len(r.payload["generated_tokens"]) == 3
     assert e.prompt_ids(ToolCall.from_args("write", {"a": 1})) == list(b'write {"a":1}')[:10]
+    e.close()
 
 
 def test_env_model_and_missing_file(monkeypatch: pytest.MonkeyPatch) -> None:
