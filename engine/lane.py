@@ -225,6 +225,7 @@ class Lane:
     preemptions: int = 0
     prefix_hit_tokens: int = 0
     prefix_checked: bool = False  # the prefix cache was consulted for the current session
+    prompt_hashes: list[int] | None = None  # chained hashes of full prompt blocks (computed once)
     pinned_until: float = 0.0
     first_token_at: float | None = None
     cancel_requested: bool = False

@@ -53,6 +53,7 @@ class NativeScheduler:
         preempt: str = "swap",
         victim: str = "most-recent",
         prefill_chunk: int = 64,
+        prefill_budget: int = 256,
         tokenizer: Any = None,
         prefix_cache: bool = True,
         eos_ids: tuple[int, ...] | None = None,
@@ -72,6 +73,8 @@ class NativeScheduler:
             raise EngineError(f"unknown victim rule {victim!r} (known: {', '.join(VICTIM_RULES)})")
         if prefill_chunk < 1:
             raise EngineError(f"prefill_chunk must be >= 1, got {prefill_chunk}")
+        if prefill_budget < 1:
+            raise EngineError(f"prefill_budget must be >= 1, got {prefill_budget}")
         from engine.session import Session, forward_batch, step_batch  # the model layer
 
         self._Session, self._step_batch, self._forward_batch = Session, step_batch, forward_batch
@@ -89,6 +92,7 @@ class NativeScheduler:
         self.max_running = max_running
         self.preempt_mode, self.victim_rule = preempt, victim
         self.prefill_chunk = prefill_chunk
+        self.prefill_budget = prefill_budget  # prompt tokens per iteration, all lanes (decoders wait for them)
         self.tokenizer = tokenizer
         if eos_ids is None:
             eos_ids = tuple(getattr(tokenizer, "eos_ids", ()) or ()) if tokenizer is not None else ()
@@ -239,12 +243,15 @@ class NativeScheduler:
             if lane.state is not LaneState.PREFILLING:
                 continue
             if not lane.prefix_checked:
-                if self.batch_prefill and self._deferred_for_sharing(lane, end, producing):
+                if self.batch_prefill and self._deferred_for_sharing(lane, producing):
                     continue
                 self._match_prefix(lane)  # may map more (or, after an eviction, less) than planned
                 end = min(end, self._chunk_end(lane, lane.session.length))
             if end > lane.session.length:
                 prefills.append((lane, lane.prompt_ids[lane.session.length : end]))
+                if self.prefix is not None and self.batch_prefill:
+                    producing.update(self._block_hashes(lane)[lane.session.length // self.pool.block_tokens :
+                                                              end // self.pool.block_tokens])
         if self.blas_chunks:
             for lane, ids in [(ln, ids) for ln, ids in prefills if len(ids) == self.prefill_chunk]:
                 self._prefill(lane, ids)
@@ -281,19 +288,22 @@ class NativeScheduler:
             self._waiting.pop(0)
             self._start(lane)
 
-    def _deferred_for_sharing(self, lane: Lane, end: int, producing: set[int]) -> bool:
+    def _block_hashes(self, lane: Lane) -> list[int]:
+        """Chained hashes of the lane's full prompt blocks (the ones the prefix cache may hold)."""
+        if lane.prompt_hashes is None:
+            bt = self.pool.block_tokens
+            lane.prompt_hashes = chain_hashes(lane.prompt_ids, bt, (len(lane.prompt_ids) - 1) // bt)
+        return lane.prompt_hashes
+
+    def _deferred_for_sharing(self, lane: Lane, producing: set[int]) -> bool:
         """In one batched forward, lanes cannot share what none has computed yet: a newcomer whose next
-        uncached prompt block is being filled by an earlier lane this iteration waits one iteration,
-        then maps it from the prefix cache instead of computing it again."""
+        uncached prompt block is being filled by another lane this iteration waits, then maps it from the
+        prefix cache instead of computing it again."""
         if self.prefix is None:
             return False
-        bt = self.pool.block_tokens
-        hashes = chain_hashes(lane.prompt_ids, bt, (len(lane.prompt_ids) - 1) // bt)
+        hashes = self._block_hashes(lane)
         hit = self.prefix.peek(lane.prompt_ids, self._hit_limit(lane), self._hit_align)[0]
-        if hit < len(hashes) and hashes[hit] in producing:
-            return True
-        producing.update(hashes[hit : end // bt])
-        return False
+        return hit < len(hashes) and hashes[hit] in producing
 
     def _match_prefix(self, lane: Lane) -> None:
         """Map the cached prefix of the lane's prompt into its (empty) session. Done right before the
@@ -348,7 +358,7 @@ class NativeScheduler:
         """Prefill chunks as (lane, end position), ending on absolute multiples of prefill_chunk, within a
         token budget; and the decoding lanes."""
         chunks: list[tuple[Lane, int]] = []
-        budget = self.prefill_chunk
+        budget = self.prefill_budget
         # lanes already holding blocks first: a newcomer's chunk never crowds out a half-prefilled lane
         prefilling = [ln for ln in self._running if ln.state is LaneState.PREFILLING]
         prefilling.sort(key=lambda ln: not ln.session.kv.blocks)

@@ -152,7 +152,8 @@ def test_bad_requests_are_one_clear_error(kwargs: dict, request_: Request, match
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [({"preempt": "drop"}, "unknown preempt mode"), ({"victim": "oldest"}, "unknown victim rule"),
-     ({"max_running": -1}, "max_running"), ({"kv_blocks": 0}, "kv_blocks"), ({"prefill_chunk": 0}, "prefill_chunk")],
+     ({"max_running": -1}, "max_running"), ({"kv_blocks": 0}, "kv_blocks"), ({"prefill_chunk": 0}, "prefill_chunk"),
+     ({"prefill_budget": 0}, "prefill_budget")],
 )
 def test_bad_config(kwargs: dict, match: str) -> None:
     with pytest.raises(EngineError, match=match):

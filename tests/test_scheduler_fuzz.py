@@ -30,6 +30,7 @@ def _config(r: random.Random) -> dict:
         "preempt": r.choice(["swap", "recompute"]),
         "victim": r.choice(["most-recent", "cost-aware"]),
         "prefill_chunk": r.choice([4, 8, 16, 64]),
+        "prefill_budget": r.choice([4, 16, 64, 256]),
         "prefix_cache": r.random() < 0.7,
         "batch_prefill": r.random() < 0.7,
     }
