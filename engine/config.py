@@ -86,12 +86,24 @@ class ModelConfig:
         return replace(self, **kw)
 
 
-def _get(md: Mapping[str, Any], key: str, where: str, default: Any = None) -> Any:
-    if key in md:
-        return md[key]
-    if default is None:
+_REQUIRED: Any = object()
+
+
+def _num(md: Mapping[str, Any], key: str, where: str, kind: type, default: Any = _REQUIRED, *, positive: bool = False) -> Any:
+    """A numeric metadata value of `kind` (int or float); a missing required key, a value of another type
+    (string, array, bool) or a non-positive value where one is needed is one GGUFError naming the key."""
+    v = md.get(key, default)
+    if v is _REQUIRED:
         raise GGUFError(f"{where}: missing metadata key {key!r}")
-    return default
+    if v is None:  # an optional key without a default (token ids)
+        return None
+    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and (kind is float or float(v).is_integer())
+    if not ok:
+        raise GGUFError(f"{where}: metadata key {key!r} must be {'an integer' if kind is int else 'a number'}, got {v!r}")
+    out = kind(v)
+    if positive and out <= 0:
+        raise GGUFError(f"{where}: metadata key {key!r} must be positive, got {v!r}")
+    return out
 
 
 def from_gguf_metadata(md: Mapping[str, Any], where: str = "<gguf>") -> ModelConfig:
@@ -102,36 +114,37 @@ def from_gguf_metadata(md: Mapping[str, Any], where: str = "<gguf>") -> ModelCon
     if arch not in SUPPORTED_ARCHS:
         raise GGUFError(f"{where}: unsupported architecture {arch!r} (supported: {', '.join(SUPPORTED_ARCHS)})")
     a = arch
-    hidden = int(_get(md, f"{a}.embedding_length", where))
-    n_heads = int(_get(md, f"{a}.attention.head_count", where))
-    n_kv = int(md.get(f"{a}.attention.head_count_kv", n_heads))
-    head_dim = int(md.get(f"{a}.attention.key_length", hidden // n_heads))
-    vocab = md.get(f"{a}.vocab_size")
-    if vocab is None:
-        toks = md.get("tokenizer.ggml.tokens")
-        vocab = len(toks) if toks is not None else 0  # the loader fills it from token_embd otherwise
+    hidden = _num(md, f"{a}.embedding_length", where, int, positive=True)
+    n_heads = _num(md, f"{a}.attention.head_count", where, int, positive=True)
+    n_kv = _num(md, f"{a}.attention.head_count_kv", where, int, n_heads, positive=True)
+    if n_heads % n_kv:
+        raise GGUFError(f"{where}: {n_heads} attention heads are not a multiple of {n_kv} KV heads")
+    head_dim = _num(md, f"{a}.attention.key_length", where, int, hidden // n_heads, positive=True)
+    toks = md.get("tokenizer.ggml.tokens")
+    # 0: the loader fills it from token_embd
+    vocab = _num(md, f"{a}.vocab_size", where, int, len(toks) if isinstance(toks, (list, tuple)) else 0)
     scaling = md.get(f"{a}.rope.scaling.type", "none")
     if scaling not in ("none", "linear"):
         raise GGUFError(f"{where}: unsupported rope scaling {scaling!r} (supported: none, linear)")
-    rope_scale = float(md.get(f"{a}.rope.scaling.factor", 1.0)) if scaling == "linear" else 1.0
+    rope_scale = _num(md, f"{a}.rope.scaling.factor", where, float, 1.0, positive=True) if scaling == "linear" else 1.0
     rope_dims = md.get(f"{a}.rope.dimension_count")
-    if rope_dims is not None and int(rope_dims) != head_dim:
+    if rope_dims is not None and _num(md, f"{a}.rope.dimension_count", where, int) != head_dim:
         raise GGUFError(f"{where}: partial rotary embedding ({rope_dims} of {head_dim} dims) is not supported")
     base = dict(
         arch=a,
-        vocab_size=int(vocab),
+        vocab_size=vocab,
         hidden=hidden,
-        n_layers=int(_get(md, f"{a}.block_count", where)),
+        n_layers=_num(md, f"{a}.block_count", where, int, positive=True),
         n_heads=n_heads,
         n_kv_heads=n_kv,
         head_dim=head_dim,
-        ffn=int(_get(md, f"{a}.feed_forward_length", where)),
-        norm_eps=float(md.get(f"{a}.attention.layer_norm_rms_epsilon", 1e-5)),
-        rope_base=float(md.get(f"{a}.rope.freq_base", 10000.0)),
+        ffn=_num(md, f"{a}.feed_forward_length", where, int, positive=True),
+        norm_eps=_num(md, f"{a}.attention.layer_norm_rms_epsilon", where, float, 1e-5),
+        rope_base=_num(md, f"{a}.rope.freq_base", where, float, 10000.0, positive=True),
         rope_scale=rope_scale,
-        context_length=int(md.get(f"{a}.context_length", 4096)),
-        bos_id=_opt_int(md.get("tokenizer.ggml.bos_token_id")),
-        eos_id=_opt_int(md.get("tokenizer.ggml.eos_token_id")),
+        context_length=_num(md, f"{a}.context_length", where, int, 4096, positive=True),
+        bos_id=_num(md, "tokenizer.ggml.bos_token_id", where, int, None),
+        eos_id=_num(md, "tokenizer.ggml.eos_token_id", where, int, None),
     )
     if a == "llama":
         return ModelConfig(**base, rope_style=ROPE_NORM)
@@ -140,7 +153,7 @@ def from_gguf_metadata(md: Mapping[str, Any], where: str = "<gguf>") -> ModelCon
     if a == "qwen3":
         return ModelConfig(**base, rope_style=ROPE_NEOX, qk_norm=True)
     # gemma3 (llama.cpp: f_attention_scale = 1/sqrt(head_dim) except 27B, which uses hidden/heads)
-    window = int(md.get(f"{a}.attention.sliding_window", 0))
+    window = _num(md, f"{a}.attention.sliding_window", where, int, 0)
     qpas = hidden // n_heads if base["n_layers"] == 62 else head_dim
     return ModelConfig(
         **base,
@@ -155,6 +168,3 @@ def from_gguf_metadata(md: Mapping[str, Any], where: str = "<gguf>") -> ModelCon
         sliding_pattern=6,
     )
 
-
-def _opt_int(v: Any) -> int | None:
-    return None if v is None else int(v)

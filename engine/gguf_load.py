@@ -110,7 +110,9 @@ def read_gguf(path: str | Path) -> GGUFFile:
         except ValueError:
             raise GGUFError(f"{path}: tensor {name!r} has unknown type id {tval}") from None
         infos.append((name, qtype, ne, off))
-    align = int(md.get("general.alignment", 32))
+    align = md.get("general.alignment", 32)
+    if not isinstance(align, int) or isinstance(align, bool) or align <= 0:
+        raise GGUFError(f"{path}: metadata key 'general.alignment' must be a positive integer, got {align!r}")
     data_start = -(-cur.pos // align) * align
     tensors: dict[str, TensorInfo] = {}
     for name, qtype, ne, off in infos:

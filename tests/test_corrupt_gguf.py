@@ -15,16 +15,21 @@ from engine.errors import GGUFError
 
 
 def _write(path: Path, arch: str = "llama", tensors: dict[str, np.ndarray] | None = None,
-           raw_types: dict[str, gguf.GGMLQuantizationType] | None = None) -> Path:
-    """A tiny valid llama GGUF (hidden 32, ffn 256, 1 layer, vocab 64), with overrides."""
+           raw_types: dict[str, gguf.GGMLQuantizationType] | None = None, kv: dict[str, object] | None = None) -> Path:
+    """A tiny valid llama GGUF (hidden 32, ffn 256, 1 layer, vocab 64), with overrides (`kv`: metadata
+    key -> value, written with the value's own GGUF type)."""
     w = gguf.GGUFWriter(str(path), arch)
-    w.add_embedding_length(32)
-    w.add_block_count(1)
-    w.add_feed_forward_length(256)
-    w.add_head_count(2)
-    w.add_head_count_kv(2)
-    w.add_context_length(128)
-    w.add_vocab_size(64)
+    meta: dict[str, object] = {f"{arch}.embedding_length": 32, f"{arch}.block_count": 1,
+                               f"{arch}.feed_forward_length": 256, f"{arch}.attention.head_count": 2,
+                               f"{arch}.attention.head_count_kv": 2, f"{arch}.context_length": 128,
+                               f"{arch}.vocab_size": 64, **(kv or {})}
+    for key, val in meta.items():
+        if isinstance(val, str):
+            w.add_string(key, val)
+        elif isinstance(val, list):
+            w.add_array(key, val)
+        else:
+            w.add_uint32(key, val)  # type: ignore[arg-type]
     rng = np.random.default_rng(0)
     base = {
         "token_embd.weight": (64, 32), "output_norm.weight": (32,), "blk.0.attn_norm.weight": (32,),
@@ -72,12 +77,24 @@ def _case(tmp_path: Path, case: str) -> Path:
         _write(p, tensors={"blk.0.attn_q.weight": np.zeros((16, 32), np.float32)})
     elif case == "unsupported_arch":
         _write(p, arch="mamba")
+    elif case in BAD_METADATA:
+        _write(p, kv=dict([BAD_METADATA[case][:2]]))
     elif case == "unsupported_type":
         raw = np.zeros((32, 66), dtype=np.uint8)  # 32 rows of one 256-element IQ2_XXS block -> (32, 256)
         iq2 = gguf.GGMLQuantizationType.IQ2_XXS
         _write(p, tensors={"blk.0.ffn_down.weight": raw}, raw_types={"blk.0.ffn_down.weight": iq2})
     return p
 
+
+# case -> (metadata key, bad value, expected message): wrong types and impossible sizes are one line too
+BAD_METADATA = {
+    "alignment_zero": ("general.alignment", 0, "'general.alignment' must be a positive integer"),
+    "string_size": ("llama.context_length", "abc", "'llama.context_length' must be an integer, got 'abc'"),
+    "array_size": ("llama.vocab_size", [1, 2], "'llama.vocab_size' must be an integer"),
+    "zero_heads": ("llama.attention.head_count", 0, "'llama.attention.head_count' must be positive"),
+    "string_bos": ("tokenizer.ggml.bos_token_id", "x", "'tokenizer.ggml.bos_token_id' must be an integer"),
+    "kv_heads": ("llama.attention.head_count_kv", 3, "2 attention heads are not a multiple of 3 KV heads"),
+}
 
 CASES = {
     "truncated": "truncated",
@@ -88,6 +105,7 @@ CASES = {
     "wrong_shape": "tensor 'blk.0.attn_q.weight' has shape \\(16, 32\\), expected \\(32, 32\\)",
     "unsupported_arch": "unsupported architecture 'mamba'",
     "unsupported_type": "IQ2_XXS",
+    **{case: msg for case, (_, _, msg) in BAD_METADATA.items()},
 }
 
 
@@ -99,7 +117,8 @@ def test_corrupt_raises_gguf_error(tmp_path: Path, case: str) -> None:
     assert str(p) in str(exc.value)
 
 
-@pytest.mark.parametrize("case", ["truncated", "bad_magic", "wrong_shape", "unsupported_arch", "unsupported_type"])
+@pytest.mark.parametrize("case", ["truncated", "bad_magic", "wrong_shape", "unsupported_arch", "unsupported_type",
+                                  "string_size", "alignment_zero"])
 def test_cli_one_line_exit_2(tmp_path: Path, case: str) -> None:
     p = _case(tmp_path, case)
     r = subprocess.run([sys.executable, "-m", "commands.main", "run", str(p), "--ids", "1,2"],
