@@ -162,6 +162,37 @@ def test_bad_files_give_one_clear_error(tmp_path: Path) -> None:
         load_tokenizer(tmp_path / "missing.gguf")
 
 
+def _tiny_vocab_gguf(path: Path, **bad: object) -> Path:
+    """A 4-token SPM vocabulary; `bad` overrides keys ("bos" -> tokenizer.ggml.bos_token_id) with values
+    of the wrong GGUF type."""
+    import gguf
+
+    w = gguf.GGUFWriter(str(path), "llama")
+    kv: dict[str, object] = {"model": "llama", "tokens": ["<unk>", "<s>", "</s>", "a"], "token_type": [2, 3, 3, 1],
+                             "scores": [0.0, 0.0, 0.0, -1.0], "bos_token_id": 1, **bad}
+    for key, val in kv.items():
+        k = f"tokenizer.ggml.{key}"
+        if isinstance(val, str):
+            w.add_string(k, val)
+        elif isinstance(val, list):
+            w.add_array(k, val)
+        else:
+            w.add_uint32(k, val)  # type: ignore[arg-type]
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.close()
+    return path
+
+
+@pytest.mark.parametrize("key,value", [("bos_token_id", "one"), ("token_type", ["x", "y", "z", "w"]),
+                                       ("scores", ["a", "b", "c", "d"]), ("tokens", [1, 2, 3]), ("merges", [1, 2])])
+def test_wrong_metadata_types_name_the_key(tmp_path: Path, key: str, value: object) -> None:
+    assert load_tokenizer(_tiny_vocab_gguf(tmp_path / "ok.gguf"), use_cache=False).encode("a", add_special=False)
+    p = _tiny_vocab_gguf(tmp_path / "bad.gguf", **{key: value})
+    with pytest.raises(EngineError, match=f"bad.gguf: metadata key 'tokenizer.ggml.{key}' must be"):
+        load_tokenizer(p, use_cache=False)
+
+
 DIGIT_SPLITS = {  # how "12345" is cut before BPE, per llama.cpp's regexes for each pre-tokenizer
     "gpt-2": ["12345"], "mpt": ["12345"], "gpt-neox": ["12345"], "deepseek-llm": ["12345"],
     "llama-bpe": ["123", "45"], "falcon": ["123", "45"], "default": ["123", "45"], "chatglm-bpe": ["123", "45"],
