@@ -1,12 +1,11 @@
 """One-shot generation on a Session: prefill, then sample/step until max_tokens or a stop id.
 
 Shared by `fak run MODEL PROMPT` and the `inkernel` engine. Also picks the text codec for a
-model: the GGUF tokenizer (engine.tokenizer, when installed) or bytes for the synthetic model.
+model: the GGUF tokenizer, or the ByteTokenizer for the synthetic model.
 """
 
 from __future__ import annotations
 
-import codecs
 import time
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
@@ -75,40 +74,17 @@ class Generation:
             session.free()
 
 
-class ByteCodec:
-    """Text <-> ids for byte-level models (the synthetic checkpoint): one id per UTF-8 byte."""
+def codec_for(model: Model, path: Any = None, bytes_fallback: bool = False) -> Any:
+    """The model's tokenizer: the ByteTokenizer for the synthetic model, and with `bytes_fallback` also
+    for a GGUF without a vocabulary (a broken vocabulary is still an error)."""
+    from engine.tokenizer import ByteTokenizer, load_tokenizer
+    from engine.tokenizer_gguf import NoTokenizer
 
-    bos_id = None
-    eos_ids: tuple[int, ...] = ()
-    vocab_size = 256
-
-    def encode(self, text: str, add_special: bool = True, parse_special: bool = False) -> list[int]:
-        return list(text.encode("utf-8"))
-
-    def decode(self, ids: list[int], skip_special: bool = False) -> str:
-        return bytes(ids).decode("utf-8", errors="replace")
-
-    def stream(self, skip_special: bool = False) -> "_ByteStream":
-        return _ByteStream()
-
-
-class _ByteStream:
-    def __init__(self) -> None:
-        self._dec = codecs.getincrementaldecoder("utf-8")(errors="replace")
-
-    def push(self, token_id: int) -> str:
-        return self._dec.decode(bytes([token_id]))
-
-    def flush(self) -> str:
-        return self._dec.decode(b"", final=True)
-
-
-def codec_for(model: Model, path: Any = None) -> Any | None:
-    """The model's tokenizer, ByteCodec for the synthetic model, or None when no tokenizer is installed."""
     if model.name == "synthetic":
-        return ByteCodec()
+        return ByteTokenizer()
     try:
-        from engine.tokenizer import load_tokenizer
-    except ImportError:
-        return None
-    return load_tokenizer(str(path) if path is not None else None)
+        return load_tokenizer(str(path) if path is not None else None)
+    except NoTokenizer:
+        if not bytes_fallback:
+            raise
+        return ByteTokenizer()

@@ -60,3 +60,20 @@ def test_import_is_cheap() -> None:
     code = "import fak.engines.inkernel, sys; print('numba' in sys.modules, 'engine.model' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60).stdout.split()
     assert out == ["False", "False"]
+
+
+def test_weights_only_gguf_takes_bytes(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # No vocabulary in the GGUF: the prompt is its UTF-8 bytes (ids), the result has ids and no text.
+    from test_corrupt_gguf import _write
+
+    p = _write(tmp_path / "weights-only.gguf", kv={"llama.vocab_size": 300},
+               tensors={"token_embd.weight": np.random.default_rng(1).standard_normal((300, 32)).astype(np.float32)})
+    e = get_engine("inkernel", gguf=str(p), max_tokens=4)
+    try:
+        e.preload()
+        r = e.complete(ToolCall.from_args("t", {"prompt": "hi"}))
+        assert r.ok, r.payload
+        assert r.meta["input_tokens"] == 2 and len(r.payload["generated_tokens"]) == 4
+        assert e.prompt_ids(ToolCall.from_args("t", {"prompt": "hi"})) == list(b"hi")
+    finally:
+        e.close()

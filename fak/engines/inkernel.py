@@ -92,7 +92,7 @@ class InKernelEngine:
         if self._model is None:
             from engine import load_model
             from engine.aliases import resolve_model
-            from engine.generate import ByteCodec, codec_for
+            from engine.generate import codec_for
             from engine.session import warmup
 
             if self.gguf == "synthetic":
@@ -100,9 +100,9 @@ class InKernelEngine:
             else:
                 path = resolve_model(self.gguf)
                 model = load_model(str(path), resident=self.resident)
-            codec = codec_for(model, path)
+            codec = codec_for(model, path, bytes_fallback=True)  # a weights-only GGUF: prompt bytes as ids
             warmup()  # numba kernels loaded here (boot / first use), not inside a request's timing
-            self._codec = codec if codec is not None else ByteCodec()
+            self._codec = codec
             self._model = model
         return self._model, self._codec
 
@@ -123,7 +123,9 @@ class InKernelEngine:
             if self._sched is None:
                 from engine.scheduler import NativeScheduler
 
-                self._sched = NativeScheduler(model, tokenizer=codec, **self.sched_options)
+                # Text streaming needs a codec that can spell every model id (not bytes over a big vocabulary).
+                text_ok = codec.vocab_size >= model.config.vocab_size
+                self._sched = NativeScheduler(model, tokenizer=codec if text_ok else None, **self.sched_options)
             return self._sched
 
     def admit(self, call: ToolCall) -> _InKernelRequest:
