@@ -42,6 +42,7 @@ from typing import Any
 
 from fak.abi import Reason, Result, ToolCall, Verdict, VerdictKind
 from fak.errors import FakError
+from fak.jsonfile import read_json
 from fak.needles import combine, minimal, needles
 from fak.ratelimit import RateLimit
 
@@ -426,18 +427,7 @@ def parse_policy(obj: Any, source: str = "<policy>") -> Policy:
 
 def load_policy(path: str | os.PathLike[str]) -> Policy:
     """Read and compile a policy file; one-line FakError naming the file (and field) on any problem."""
-    src = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise FakError(f"{src}: no such policy file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise FakError(f"{src}: cannot read policy: {exc}") from None
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise FakError(f"{src}: policy is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
-    return parse_policy(obj, src)
+    return parse_policy(read_json(path, "policy"), str(path))
 
 
 FLOOR_NAME = "coding-floor.json"

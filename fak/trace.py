@@ -8,7 +8,6 @@ the mock engine replies with `meta["mock_reply"]` when given.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import Any
 from fak.abi import Result, ToolCall, Verdict
 from fak.errors import FakError
 from fak.journal import Journal
+from fak.jsonfile import read_json
 from fak.kernel import Kernel, MetaWitness
 from fak.policy import Policy, coding_floor, load_policy
 
@@ -80,20 +80,15 @@ def parse_trace(obj: Any, source: str = "<trace>") -> Trace:
 
 
 def load_trace(path: str | os.PathLike[str]) -> Trace:
-    src = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise FakError(f"{src}: no such trace file") from None
-    except IsADirectoryError:
-        raise FakError(f"{src}: is a directory, expected a trace file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise FakError(f"{src}: cannot read trace: {exc}") from None
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise FakError(f"{src}: trace is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
-    return parse_trace(obj, src)
+    """Read a trace file; a call naming an engine that is not registered is bad input, like a bad field."""
+    from fak.engines import known_engines
+
+    trace = parse_trace(read_json(path, "trace"), str(path))
+    known = known_engines()
+    for i, c in enumerate(trace.calls):
+        if c.engine is not None and c.engine not in known:
+            raise FakError(f"{trace.source}: calls[{i}].engine: unknown engine {c.engine!r} (known: {', '.join(known)})")
+    return trace
 
 
 @dataclass

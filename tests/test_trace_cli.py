@@ -82,6 +82,7 @@ BAD_TRACES = [
     ('{"calls": [{"args": {}}]}', "calls[0].tool: expected a non-empty string"),
     ('{"steps": []}', "'calls' list"),
     ("{not json", "trace is not valid JSON"),
+    ('{"calls": [{"tool": "x"}, {"tool": "y", "engine": "warp"}]}', "calls[1].engine: unknown engine 'warp'"),
 ]
 
 
@@ -114,6 +115,10 @@ def test_cli_bad_inputs(tmp_path: Path) -> None:
     _one_line_error(fak("run", "--trace", str(TRACE), "--policy", str(bad_policy)), str(bad_policy), "'deny'")
     _one_line_error(fak("run", "--trace", str(TRACE), "--engine", "warp"), "unknown engine 'warp'", "mock")
     _one_line_error(fak("run", "--trace", str(tmp_path / "missing.json")), "missing.json", "no such trace file")
+    bad_engine = tmp_path / "bad-engine.json"
+    bad_engine.write_text('{"calls": [{"tool": "Bash", "args": {"command": "ls"}, "engine": "warp"}]}')
+    _one_line_error(fak("run", "--trace", str(bad_engine)), str(bad_engine), "calls[0].engine", "unknown engine 'warp'")
+    _one_line_error(fak("run", "--trace", str(TRACE), "--policy", str(tmp_path)), str(tmp_path), "is a directory")
     _one_line_error(fak("audit", "verify", str(tmp_path / "missing.jsonl")), "missing.jsonl", "no such journal file")
 
 
