@@ -189,6 +189,21 @@ def _leaves(obj: Any, out: list[str]) -> None:
         out.append(str(obj))
 
 
+def prompt_text(call: ToolCall) -> str | None:
+    """The text a model-backed engine answers: args "prompt", else the last message's content, else None."""
+    try:
+        obj = call.args_obj
+    except ValueError:
+        return None
+    if isinstance(obj, dict):
+        if isinstance(obj.get("prompt"), str):
+            return obj["prompt"]
+        msgs = obj.get("messages")
+        if isinstance(msgs, list) and msgs and isinstance(msgs[-1], dict):
+            return str(msgs[-1].get("content", ""))
+    return None
+
+
 class Status(enum.Enum):
     OK = "OK"
     ERROR = "ERROR"
@@ -280,8 +295,7 @@ class OneShotRequest:
         return self._run()
 
     def cancel(self) -> None:
-        if self._result is None:
-            self._cancelled = True
+        self._cancelled = True  # before the run: the result is "cancelled"; after: streaming stops
 
 
 class OneShotLifecycle:

@@ -21,7 +21,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from fak.abi import Result, Status, ToolCall
+from fak.abi import Result, Status, ToolCall, prompt_text
 from fak.errors import FakError
 
 _SCHED_ENV = {"max_running": ("FAK_MAX_RUNNING", int, 0), "kv_blocks": ("FAK_KV_BLOCKS", int, None),
@@ -43,18 +43,9 @@ def _sched_options(given: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _prompt_text(call: ToolCall) -> str:
-    try:
-        obj = call.args_obj
-    except ValueError:
-        return f"{call.tool} {call.args.decode('utf-8', 'replace')}"
-    if isinstance(obj, dict):
-        if isinstance(obj.get("prompt"), str):
-            return obj["prompt"]
-        msgs = obj.get("messages")
-        if isinstance(msgs, list) and msgs and isinstance(msgs[-1], dict):
-            return str(msgs[-1].get("content", ""))
-    return f"{call.tool} {call.args.decode('utf-8', 'replace')}"
+def _prompt(call: ToolCall) -> str:
+    text = prompt_text(call)
+    return text if text is not None else f"{call.tool} {call.args.decode('utf-8', 'replace')}"
 
 
 class InKernelEngine:
@@ -113,7 +104,7 @@ class InKernelEngine:
 
     def prompt_ids(self, call: ToolCall) -> list[int]:
         model, codec = self._ensure()
-        ids = [int(i) % model.config.vocab_size for i in codec.encode(_prompt_text(call))]
+        ids = [int(i) % model.config.vocab_size for i in codec.encode(_prompt(call))]
         return ids[: self.prompt_tokens] or [0]
 
     def scheduler(self) -> Any:

@@ -8,23 +8,9 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from fak.abi import Result, Status, ToolCall
+from fak.abi import OneShotRequest, Result, Status, ToolCall, prompt_text
 
 _PIECE = re.compile(r"\s*\S+")
-
-
-def _prompt_text(call: ToolCall) -> str:
-    try:
-        obj = call.args_obj
-    except ValueError:
-        return call.args.decode("utf-8", "replace")
-    if isinstance(obj, dict):
-        if isinstance(obj.get("prompt"), str):
-            return obj["prompt"]
-        msgs = obj.get("messages")
-        if isinstance(msgs, list) and msgs and isinstance(msgs[-1], dict):
-            return str(msgs[-1].get("content", ""))
-    return call.args.decode("utf-8", "replace")
 
 
 class MockEngine:
@@ -42,7 +28,9 @@ class MockEngine:
         return {"engine": "mock", "streaming": True, "deterministic": True}
 
     def _reply_text(self, call: ToolCall) -> tuple[str, str]:
-        prompt = _prompt_text(call)
+        prompt = prompt_text(call)
+        if prompt is None:
+            prompt = call.args.decode("utf-8", "replace")
         if isinstance(call.meta.get("mock_reply"), str):
             return prompt, call.meta["mock_reply"]
         if self.reply is not None:
@@ -71,13 +59,8 @@ class MockEngine:
         return MockRequest(self, call)
 
 
-class MockRequest:
+class MockRequest(OneShotRequest):
     """Streams the mock reply word by word (leading whitespace kept, so pieces concatenate to the text)."""
-
-    def __init__(self, engine: MockEngine, call: ToolCall) -> None:
-        self._engine, self._call = engine, call
-        self._result: Result | None = None
-        self._cancelled = False
 
     def tokens(self) -> Iterator[str]:
         res = self.result()
@@ -87,14 +70,3 @@ class MockRequest:
             if self._cancelled:
                 return
             yield m.group(0)
-
-    def result(self) -> Result:
-        if self._result is None:
-            if self._cancelled:
-                self._result = Result.error("cancelled", cancelled=True)
-            else:
-                self._result = self._engine.complete(self._call)
-        return self._result
-
-    def cancel(self) -> None:
-        self._cancelled = True
