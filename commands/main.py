@@ -10,6 +10,11 @@ from engine.errors import EngineError
 from fak import __version__
 from fak.errors import FakError
 
+try:  # typer >= 0.2x carries its own copy of click
+    from typer._click import exceptions as cx
+except ImportError:  # pragma: no cover - older typer uses click itself
+    from click import exceptions as cx  # type: ignore[no-redef]
+
 app = typer.Typer(
     name="fak",
     help="fak: a fused agent kernel. Every tool call is adjudicated, journaled, then dispatched.",
@@ -44,12 +49,22 @@ def _register() -> None:
 def main() -> None:
     _register()
     try:
-        app()
+        rc = app(prog_name="fak", standalone_mode=False)
     except (FakError, EngineError) as exc:
         print(f"fak: error: {exc}", file=sys.stderr)
         sys.exit(2)
+    except cx.NoArgsIsHelpError as exc:  # `fak`, `fak audit`: the help, as before
+        typer.echo(exc.ctx.get_help() if exc.ctx is not None else str(exc))
+        sys.exit(2)
+    except cx.ClickException as exc:  # a bad flag value, a missing argument: one line too
+        where = exc.ctx.command_path if getattr(exc, "ctx", None) is not None else "fak"  # type: ignore[attr-defined]
+        print(f"fak: error: {where}: {exc.format_message()}", file=sys.stderr)
+        sys.exit(exc.exit_code)
+    except cx.Abort:
+        sys.exit(1)
     except KeyboardInterrupt:
         sys.exit(130)
+    sys.exit(rc if isinstance(rc, int) else 0)
 
 
 if __name__ == "__main__":

@@ -25,3 +25,20 @@ def test_help(cmd: str) -> None:
     r = fak(cmd, "--help")
     assert r.returncode == 0, r.stderr
     assert "Usage" in r.stdout
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["run", "--max-tokens", "abc", "synthetic"], "fak run: Invalid value for '--max-tokens'"),
+    (["run", "--bogus"], "fak run: No such option: --bogus"),
+    (["audit", "verify"], "fak audit verify: Missing argument"),
+])
+def test_usage_errors_are_one_line(args: list[str], needle: str) -> None:
+    r = fak(*args)
+    assert r.returncode == 2 and r.stdout == ""
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("fak: error: ") and needle in lines[0], r.stderr
+
+
+def test_no_arguments_prints_help() -> None:
+    r = fak()
+    assert r.returncode == 2 and "Usage" in r.stdout and "Traceback" not in r.stderr
