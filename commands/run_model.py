@@ -94,8 +94,9 @@ def run_model(
     else:
         path = resolve_model(name)
         m = load_model(str(path), resident=q4k)
-    if prompt_ids is not None and max(prompt_ids) >= m.config.vocab_size:
-        raise EngineError(f"--ids: token id {max(prompt_ids)} out of range for vocab {m.config.vocab_size}")
+    bad = [i for i in prompt_ids or () if not 0 <= i < m.config.vocab_size]
+    if bad:
+        raise EngineError(f"--ids: token id {bad[0]} out of range for vocab {m.config.vocab_size}")
     try:
         codec = codec_for(m, path)
     except EngineError:

@@ -63,6 +63,8 @@ def test_bad_input_one_line_exit_2() -> None:
         assert r.returncode == 2, (args, r.stderr)
         lines = r.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("fak: error: "), (args, r.stderr)
+    r = fak("synthetic", "--ids", "3,-5")
+    assert r.returncode == 2 and r.stderr.strip() == "fak: error: --ids: token id -5 out of range for vocab 256"
 
 
 def test_ids_on_a_gguf_without_tokenizer(tmp_path) -> None:  # type: ignore[no-untyped-def]
