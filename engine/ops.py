@@ -42,18 +42,51 @@ def rmsnorm_ref(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
     return (x64 / np.sqrt((x64 * x64).mean(-1, keepdims=True) + eps) * w).astype(np.float32)
 
 
+@njit(inline="always", cache=True)
+def _tanh32(x: float) -> float:  # pragma: no cover - numba
+    """tanh as a [13/6] rational on [-7.9, 7.9] (Eigen's float tanh, a few ulp): mul/add/div and
+    selects, so the loop vectorises. glibc's tanhf is a scalar call of ~20 ns per element: with it
+    the gelu was ~20% of a Gemma 512-token prefill (23 ms -> 1 ms per layer, measured)."""
+    lim = np.float32(7.90531110763549805)
+    x = lim if x > lim else x
+    x = -lim if x < -lim else x
+    x2 = x * x
+    p = x2 * np.float32(-2.76076847742355e-16) + np.float32(2.00018790482477e-13)
+    p = p * x2 + np.float32(-8.60467152213735e-11)
+    p = p * x2 + np.float32(5.12229709037114e-08)
+    p = p * x2 + np.float32(1.48572235717979e-05)
+    p = p * x2 + np.float32(6.37261928875436e-04)
+    p = p * x2 + np.float32(4.89352455891786e-03)
+    q = x2 * np.float32(1.19825839466702e-06) + np.float32(1.18534705686654e-04)
+    q = q * x2 + np.float32(2.26843463243900e-03)
+    q = q * x2 + np.float32(4.89352518554385e-03)
+    return (x * p) / q
+
+
 @njit(parallel=True, cache=True)
 def _gated(g: np.ndarray, u: np.ndarray, gelu: bool, out: np.ndarray) -> None:  # pragma: no cover
     rows, n = g.shape
     c = np.float32(math.sqrt(2.0 / math.pi))
     for r in prange(rows):
-        for i in range(n):
-            x = g[r, i]
-            if gelu:
-                a = np.float32(0.5) * x * (np.float32(1.0) + np.tanh(c * (x + np.float32(0.044715) * x * x * x)))
-            else:
-                a = x / (np.float32(1.0) + np.exp(-x))
-            out[r, i] = a * u[r, i]
+        if gelu:
+            for i in range(n):
+                x = g[r, i]
+                out[r, i] = np.float32(0.5) * x * (np.float32(1.0) + _tanh32(c * (x + np.float32(0.044715) * x * x * x))) \
+                    * u[r, i]
+            # far left tail (tanh argument below -7.9: x < ~-4.85): 1 + tanh is smaller than the
+            # rational resolves there, so those rare elements take libm's tanh (a compare otherwise)
+            lo = g[r, 0]
+            for i in range(n):
+                lo = min(lo, g[r, i])
+            for i in range(n if lo < np.float32(-4.5) else 0):  # (guarded: LLVM would predicate
+                x = g[r, i]  # the call and run libm's tanh on every element)
+                if x < np.float32(-4.5):
+                    out[r, i] = np.float32(0.5) * x * (np.float32(1.0) + np.tanh(c * (x + np.float32(0.044715) * x * x * x))) \
+                        * u[r, i]
+        else:
+            for i in range(n):
+                x = g[r, i]
+                out[r, i] = x / (np.float32(1.0) + np.exp(-x)) * u[r, i]
 
 
 def gated_act(g: np.ndarray, u: np.ndarray, act: str) -> np.ndarray:
