@@ -43,6 +43,13 @@ def test_stream_text_and_stats() -> None:
     assert "prompt: 3 tokens" in r.stderr and "decode: 5 tokens" in r.stderr and "tok/s" in r.stderr
 
 
+def test_system_prompt_goes_first() -> None:
+    # The synthetic model has no chat template: the system text leads the prompt, a blank line apart.
+    r = fak("synthetic", "hi", "--system", "Be brief.", "--max-tokens", "1", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["prompt_ids"] == list(b"Be brief.\n\nhi")
+
+
 def test_sampling_seed_reproducible() -> None:
     a = fak("synthetic", "--ids", "1,2", "--max-tokens", "8", "--temp", "1.5", "--top-k", "50", "--seed", "3", "--json")
     b = fak("synthetic", "--ids", "1,2", "--max-tokens", "8", "--temp", "1.5", "--top-k", "50", "--seed", "3", "--json")
