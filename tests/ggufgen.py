@@ -110,6 +110,16 @@ def gguf_tensors(model, arch: str) -> dict[str, np.ndarray]:  # type: ignore[no-
     return out
 
 
+def add_kv(w, key: str, val: object) -> None:  # type: ignore[no-untyped-def]
+    """One metadata item with the GGUF type its Python value suggests (str, list -> array, int -> uint32)."""
+    if isinstance(val, str):
+        w.add_string(key, val)
+    elif isinstance(val, list):
+        w.add_array(key, val)
+    else:
+        w.add_uint32(key, val)
+
+
 def write_gguf(model, arch: str, path: Path, matrix_dtype: type = np.float32,  # type: ignore[no-untyped-def]
                extra_kv: dict | None = None, skip: tuple[str, ...] = ()) -> Path:  # type: ignore[type-arg]
     import gguf

@@ -12,6 +12,7 @@ import pytest
 
 from engine import load_model
 from engine.errors import GGUFError
+from ggufgen import add_kv
 
 
 def _write(path: Path, arch: str = "llama", tensors: dict[str, np.ndarray] | None = None,
@@ -24,12 +25,7 @@ def _write(path: Path, arch: str = "llama", tensors: dict[str, np.ndarray] | Non
                                f"{arch}.attention.head_count_kv": 2, f"{arch}.context_length": 128,
                                f"{arch}.vocab_size": 64, **(kv or {})}
     for key, val in meta.items():
-        if isinstance(val, str):
-            w.add_string(key, val)
-        elif isinstance(val, list):
-            w.add_array(key, val)
-        else:
-            w.add_uint32(key, val)  # type: ignore[arg-type]
+        add_kv(w, key, val)
     rng = np.random.default_rng(0)
     base = {
         "token_embd.weight": (64, 32), "output_norm.weight": (32,), "blk.0.attn_norm.weight": (32,),

@@ -166,18 +166,13 @@ def _tiny_vocab_gguf(path: Path, **bad: object) -> Path:
     """A 4-token SPM vocabulary; `bad` overrides keys ("bos" -> tokenizer.ggml.bos_token_id) with values
     of the wrong GGUF type."""
     import gguf
+    from ggufgen import add_kv
 
     w = gguf.GGUFWriter(str(path), "llama")
     kv: dict[str, object] = {"model": "llama", "tokens": ["<unk>", "<s>", "</s>", "a"], "token_type": [2, 3, 3, 1],
                              "scores": [0.0, 0.0, 0.0, -1.0], "bos_token_id": 1, **bad}
     for key, val in kv.items():
-        k = f"tokenizer.ggml.{key}"
-        if isinstance(val, str):
-            w.add_string(k, val)
-        elif isinstance(val, list):
-            w.add_array(k, val)
-        else:
-            w.add_uint32(k, val)  # type: ignore[arg-type]
+        add_kv(w, f"tokenizer.ggml.{key}", val)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.close()
