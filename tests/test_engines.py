@@ -107,6 +107,8 @@ class _Upstream(BaseHTTPRequestHandler):
             self._send(500, b'{"error": "boom"}')
         elif self.path.startswith("/junk"):
             self._send(200, b"not json")
+        elif self.path.startswith("/oddusage"):
+            self._send(200, b'{"choices": [{"message": {"content": "ok"}}], "usage": {"prompt_tokens": "many"}}')
         else:
             text = "echo: " + body["messages"][-1]["content"]
             reply = {"model": body["model"], "auth": self.headers.get("authorization"),
@@ -163,6 +165,11 @@ def test_http_env_config(upstream: str, monkeypatch: pytest.MonkeyPatch) -> None
 def test_http_errors_are_results(upstream: str, path: str, timeout: float, needle: str) -> None:
     r = HttpEngine(base_url=upstream + path, timeout=timeout).complete(ToolCall.from_args("llm", {"prompt": "x"}))
     assert r.status is Status.ERROR and needle in r.payload["error"]  # type: ignore[index]
+
+
+def test_http_odd_usage_counts_zero(upstream: str) -> None:
+    r = HttpEngine(base_url=upstream + "/oddusage", timeout=5).complete(ToolCall.from_args("llm", {"prompt": "x"}))
+    assert r.ok and r.text == "ok" and (r.meta["input_tokens"], r.meta["output_tokens"]) == (0, 0)
 
 
 def test_http_connection_refused() -> None:

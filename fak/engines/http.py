@@ -32,6 +32,11 @@ def _endpoint(base_url: str) -> str:
     return base + "/chat/completions"
 
 
+def _count(v: Any) -> int:
+    """A token count from an upstream's usage block; anything but a non-negative integer counts as 0."""
+    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else 0
+
+
 class HttpEngine:
     engine_id = "http"
 
@@ -105,7 +110,7 @@ class HttpEngine:
         except (ValueError, KeyError, IndexError, TypeError) as exc:
             return Result.error(f"http engine: upstream reply is not a chat completion ({type(exc).__name__}: {exc})", **meta)
         usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
-        n_in, n_out = int(usage.get("prompt_tokens", 0) or 0), int(usage.get("completion_tokens", 0) or 0)
+        n_in, n_out = _count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens"))
         payload = {"tool": call.tool, "engine": "http", "model": data.get("model", self.model), "text": text,
                    "usage": {"prompt_tokens": n_in, "completion_tokens": n_out}}
         return Result(payload, Status.OK, {**meta, "input_tokens": n_in, "output_tokens": n_out})
