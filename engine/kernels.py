@@ -170,15 +170,48 @@ def _dots(buf, x, out, o):
         out[b, o] = acc
 
 
+@njit(inline="always", fastmath=True, cache=True)
+def _dots4(buf, x, out, o):
+    """Rows o..o+3 (unpacked in buf[4, n]) against every x row: each x load feeds 4 FMAs (B lanes
+    were load-bound at 2 loads per FMA). A row keeps its own accumulator, so its result does not
+    depend on B (and matches `_dots`, measured bit for bit)."""
+    n = buf.shape[1]
+    for b in range(x.shape[0]):
+        ub = U(b)
+        a0 = np.float32(0.0)
+        a1 = np.float32(0.0)
+        a2 = np.float32(0.0)
+        a3 = np.float32(0.0)
+        for i in range(n):
+            ui = U(i)
+            xv = x[ub, ui]
+            a0 += buf[0, ui] * xv
+            a1 += buf[1, ui] * xv
+            a2 += buf[2, ui] * xv
+            a3 += buf[3, ui] * xv
+        out[b, o] = a0
+        out[b, o + 1] = a1
+        out[b, o + 2] = a2
+        out[b, o + 3] = a3
+
+
 @njit(parallel=True, fastmath=True, cache=True)
 def gemm_q8_0(w, x, out, lut, qk):
     rows = w.shape[0]
     nc = min(rows, 16)
     for c in prange(nc):
-        buf = np.empty(x.shape[1], dtype=np.float32)
-        for o in range(c * rows // nc, (c + 1) * rows // nc):
-            _unpack_q8_0(w, o, buf, lut, qk)
-            _dots(buf, x, out, o)
+        buf = np.empty((4, x.shape[1]), dtype=np.float32)
+        o = c * rows // nc
+        hi = (c + 1) * rows // nc
+        while o + 3 < hi:
+            for k in range(4):
+                _unpack_q8_0(w, o + k, buf[k], lut, qk)
+            _dots4(buf, x, out, o)
+            o += 4
+        while o < hi:
+            _unpack_q8_0(w, o, buf[0], lut, qk)
+            _dots(buf[0], x, out, o)
+            o += 1
 
 
 @njit(parallel=True, fastmath=True, cache=True)
@@ -186,10 +219,18 @@ def gemm_q5_0(w, x, out, lut, qk):
     rows = w.shape[0]
     nc = min(rows, 16)
     for c in prange(nc):
-        buf = np.empty(x.shape[1], dtype=np.float32)
-        for o in range(c * rows // nc, (c + 1) * rows // nc):
-            _unpack_q5_0(w, o, buf, lut, qk)
-            _dots(buf, x, out, o)
+        buf = np.empty((4, x.shape[1]), dtype=np.float32)
+        o = c * rows // nc
+        hi = (c + 1) * rows // nc
+        while o + 3 < hi:
+            for k in range(4):
+                _unpack_q5_0(w, o + k, buf[k], lut, qk)
+            _dots4(buf, x, out, o)
+            o += 4
+        while o < hi:
+            _unpack_q5_0(w, o, buf[0], lut, qk)
+            _dots(buf[0], x, out, o)
+            o += 1
 
 
 @njit(parallel=True, fastmath=True, cache=True)
@@ -197,10 +238,18 @@ def gemm_q4_k(w, x, out, lut, qk):
     rows = w.shape[0]
     nc = min(rows, 16)
     for c in prange(nc):
-        buf = np.empty(x.shape[1], dtype=np.float32)
-        for o in range(c * rows // nc, (c + 1) * rows // nc):
-            _unpack_q4_k(w, o, buf, lut, qk)
-            _dots(buf, x, out, o)
+        buf = np.empty((4, x.shape[1]), dtype=np.float32)
+        o = c * rows // nc
+        hi = (c + 1) * rows // nc
+        while o + 3 < hi:
+            for k in range(4):
+                _unpack_q4_k(w, o + k, buf[k], lut, qk)
+            _dots4(buf, x, out, o)
+            o += 4
+        while o < hi:
+            _unpack_q4_k(w, o, buf[0], lut, qk)
+            _dots(buf[0], x, out, o)
+            o += 1
 
 
 @njit(parallel=True, fastmath=True, cache=True)
@@ -208,10 +257,18 @@ def gemm_q6_k(w, x, out, lut, qk):
     rows = w.shape[0]
     nc = min(rows, 16)
     for c in prange(nc):
-        buf = np.empty(x.shape[1], dtype=np.float32)
-        for o in range(c * rows // nc, (c + 1) * rows // nc):
-            _unpack_q6_k(w, o, buf, lut, qk)
-            _dots(buf, x, out, o)
+        buf = np.empty((4, x.shape[1]), dtype=np.float32)
+        o = c * rows // nc
+        hi = (c + 1) * rows // nc
+        while o + 3 < hi:
+            for k in range(4):
+                _unpack_q6_k(w, o + k, buf[k], lut, qk)
+            _dots4(buf, x, out, o)
+            o += 4
+        while o < hi:
+            _unpack_q6_k(w, o, buf[0], lut, qk)
+            _dots(buf[0], x, out, o)
+            o += 1
 
 
 @njit(parallel=True, fastmath=True, cache=True)
