@@ -76,10 +76,15 @@ class Journal:
 
     def _resume(self) -> None:
         line, torn = _last_line(self.path)
-        if torn:
-            with self.path.open("r+b") as f:
-                f.truncate(self.path.stat().st_size - torn)
-            self._recovered = torn
+        size = self.path.stat().st_size
+        not_ours = FakError(f"{self.path}: last journal record is not a fak journal record; run `fak audit verify`")
+        if torn:  # only a torn fak record may be cut off: never a line of some other file
+            with self.path.open("rb") as f:
+                f.seek(size - torn)
+                tail = f.read(torn)
+            head = b'{"n":'
+            if tail[: len(head)] != head[: len(tail)] or not _PRINTABLE.match(tail):
+                raise not_ours
         if line:
             m = _SUFFIX.search(line)
             try:
@@ -87,8 +92,12 @@ class Journal:
             except ValueError:
                 rec = None
             if m is None or not isinstance(rec, dict):
-                raise FakError(f"{self.path}: last journal record is not a fak journal record; run `fak audit verify`")
+                raise not_ours
             self._prev, self._n = m.group(1).decode(), int(rec.get("n", 0))
+        if torn:
+            with self.path.open("r+b") as f:
+                f.truncate(size - torn)
+            self._recovered = torn
 
     def append(self, fields: dict[str, Any]) -> str:
         """Append one record (fields + n, time, prev); returns its hash."""

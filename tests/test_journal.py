@@ -133,3 +133,13 @@ def test_write_failure_is_one_line_error(tmp_path: Path) -> None:
     j.close()
     with pytest.raises(FakError, match="journal write failed"):
         j.append({"tool": "x"})
+
+
+@pytest.mark.parametrize("content", [b"my notes\nline two", b"no newline at all", b"line\n{\"n\":1,\"x\":\"\xff\"}"])
+def test_opening_a_foreign_file_changes_nothing(tmp_path: Path, content: bytes) -> None:
+    # --journal pointed at the wrong file: refuse, and never cut its last line as a "torn record"
+    p = tmp_path / "notes.txt"
+    p.write_bytes(content)
+    with pytest.raises(FakError, match="not a fak journal record"):
+        Journal(p, fsync=False)
+    assert p.read_bytes() == content
