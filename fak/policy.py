@@ -404,6 +404,10 @@ def parse_policy(obj: Any, source: str = "<policy>") -> Policy:
     wt = obj.get("write_tools", {})
     if not isinstance(wt, dict) or not all(isinstance(v, list) and all(isinstance(x, str) for x in v) for v in wt.values()):
         raise ld.fail("write_tools", "expected {tool: [field, ...]}")
+    for tool, fields in wt.items():
+        odd = [f for f in fields if f.startswith("@") and f not in ("@patch", "@redirect")]
+        if odd:  # a typo here would silently switch the self-modify check off for that tool
+            raise ld.fail(f"write_tools.{tool}", f"unknown target {odd[0]!r} (known: @patch, @redirect, or a field name)")
     qp = ld.str_list(obj, "quarantine_patterns")
     for i, p in enumerate(qp):
         ld.regex(f"quarantine_patterns[{i}]", p)

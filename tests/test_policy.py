@@ -273,6 +273,7 @@ BAD = [
     ({"version": "fak-policy/v1", "alow": []}, "'alow'"),
     ({"version": "fak-policy/v1", "quarantine_patterns": ["[x"]}, "'quarantine_patterns[0]'"),
     ({"version": "fak-policy/v1", "write_tools": {"Write": "file_path"}}, "'write_tools'"),
+    ({"version": "fak-policy/v1", "write_tools": {"Bash": ["@redirects"]}}, "'write_tools.Bash'"),
     ({"version": "fak-policy/v1", "rate_limits": [{"tools": ["Bash"]}]}, "'rate_limits[0].per_minute'"),
     ({"version": "fak-policy/v1", "rate_limits": [{"per_minute": 5, "burst": 0}]}, "'rate_limits[0].burst'"),
 ]
