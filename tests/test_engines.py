@@ -73,6 +73,11 @@ def test_mock_streams_and_fails() -> None:
     pieces = list(req.tokens())
     assert pieces == ["one", " two", "  three"] and "".join(pieces) == req.result().text
     assert MockEngine(fail=True).complete(ToolCall.from_args("x", {})).status is Status.ERROR
+    req = MockEngine().admit(ToolCall.from_args("x", {}, meta={"mock_reply": "a b c d"}))
+    it = req.tokens()
+    assert next(it) == "a"
+    req.cancel()  # mid-stream: no more pieces, the result that was computed stays
+    assert list(it) == [] and req.result().text == "a b c d"
 
 
 def test_oneshot_wrapper() -> None:
