@@ -70,24 +70,13 @@ class BatchSession:
 def step_batch(sessions: Sequence[Session], ids: Sequence[int] | np.ndarray) -> np.ndarray:
     """Advance N sessions (of one model) one token each: one batched matmul per weight.
 
-    Returns logits [N, vocab], bit-identical to N serial `step` calls.
+    Returns logits [N, vocab], bit-identical to N serial `step` calls (a one-token `forward_batch`).
     """
     sessions = list(sessions)
-    if not sessions:
-        return np.zeros((0, 0), dtype=np.float32)
-    model = sessions[0].model
-    if any(s.model is not model for s in sessions):
-        raise EngineError("step_batch: sessions belong to different models")
-    if len({id(s) for s in sessions}) != len(sessions):
-        raise EngineError("step_batch: a session appears twice in one batch")
-    arr = _ids(ids, model.config.vocab_size)
-    if arr.size != len(sessions):
-        raise EngineError(f"step_batch: {len(sessions)} sessions but {arr.size} ids")
-    _reserve(sessions, [1] * len(sessions))
-    logits = model.forward(arr, [LaneInput(s.kv, 1) for s in sessions], decode=True)
-    for s, t in zip(sessions, arr):
-        s._advance(np.array([t], dtype=np.int64))
-    return logits
+    arr = np.asarray(list(ids) if not isinstance(ids, np.ndarray) else ids).reshape(-1, 1)
+    if len(arr) != len(sessions):
+        raise EngineError(f"step_batch: {len(sessions)} sessions but {len(arr)} ids")
+    return forward_batch(sessions, arr)
 
 
 def forward_batch(sessions: Sequence[Session], chunks: Sequence[Sequence[int]]) -> np.ndarray:
