@@ -1,14 +1,19 @@
 """numba kernels that compute directly on GGUF quantized blocks (Q8_0, Q5_0, Q4_K, Q6_K).
 
 A weight is the 2-D uint8 array [out_features, row_bytes] exactly as the GGUF stores it (a memmap
-view: no copy, resident bytes == file bytes). f16 block scales are decoded through a 65,536-entry
+view: no copy, resident bytes == file bytes; Q5_0 is the one exception, below). f16 block scales are decoded through a 65,536-entry
 float32 table (`F16_LUT`): numba has no float16 type.
 
 - `gemm_<t>(w, x, out, lut, qk)`: out[B, out] = x[B, in] @ W.T, parallel over output rows. Each
-  thread unpacks a weight row ONCE into its own L1-resident float32 buffer, then runs B plain
-  float32 dot products over it: B lanes share one read and one unpack of the weights. Row b's dot
-  only reads the buffer (identical whatever B is) and x[b], in one compiled loop, so a row is
-  bit-identical whether computed alone or in a batch of 16.
+  thread unpacks 4 weight rows ONCE into its own L1-resident float32 buffer [4, in], then runs the
+  B x 4 plain float32 dot products over it (`_dots4`: each activation load feeds 4 FMAs): B lanes
+  share one read and one unpack of the weights. Row b's dot only reads the buffer (identical
+  whatever B is) and x[b], in one compiled loop, and the 4-row grouping depends only on the row
+  index, so a row is bit-identical whether computed alone or in a batch of 16.
+- `repack_q5_0_q8_0`: the resident loader keeps Q5_0 as Q8_0 blocks of the same values (see
+  engine/resident.py): Q5_0's 16-wide bit fields vectorise badly, the Q8_0 GEMV is ~2x faster per
+  element, which outweighs 34/22 of the bytes for those tensors. Results are bit for bit the ones
+  `gemm_q5_0` gives on the original blocks.
 - `dq_rows_<t>(w, rows, out, lut, qk)`: the same unpackers for selected rows (embedding take,
   prefill tiles for BLAS, full dequantize); they match gguf.quants.dequantize.
 
