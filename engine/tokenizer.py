@@ -261,8 +261,11 @@ class GGUFTokenizer:
     def apply_chat_template(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True,
                             tools: list[dict[str, Any]] | None = None, **extra: Any) -> str:
         """The prompt text (it may start with the BOS token's text, as HF templates do)."""
-        return render_chat(self.chat_template, messages, add_generation_prompt=add_generation_prompt,
-                           tools=tools, special=self.info.special_text, **extra)
+        try:
+            return render_chat(self.chat_template, messages, add_generation_prompt=add_generation_prompt,
+                               tools=tools, special=self.info.special_text, **extra)
+        except EngineError as exc:  # name the GGUF whose template failed
+            raise EngineError(f"{self.source}: {exc}" if self.source else str(exc)) from None
 
     def encode_chat(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True,
                     tools: list[dict[str, Any]] | None = None, **extra: Any) -> list[int]:

@@ -172,7 +172,7 @@ def _tiny_vocab_gguf(path: Path, **bad: object) -> Path:
     kv: dict[str, object] = {"model": "llama", "tokens": ["<unk>", "<s>", "</s>", "a"], "token_type": [2, 3, 3, 1],
                              "scores": [0.0, 0.0, 0.0, -1.0], "bos_token_id": 1, **bad}
     for key, val in kv.items():
-        add_kv(w, f"tokenizer.ggml.{key}", val)
+        add_kv(w, key if key.startswith("tokenizer.") else f"tokenizer.ggml.{key}", val)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.close()
@@ -237,3 +237,11 @@ def test_matches_hf_transformers_beyond_the_vectors(name: str) -> None:
     ids = tok.encode(MIXED, add_special=False)
     assert ids == hf.encode(MIXED, add_special_tokens=False)
     assert tok.decode(ids) == hf.decode(ids) == MIXED
+
+
+@pytest.mark.parametrize("template,needle", [("{{ x | nofilter }}", "does not compile"),
+                                             ("{{ ().__class__.__mro__ }}", "unsafe")])
+def test_bad_chat_template_names_the_file(tmp_path: Path, template: str, needle: str) -> None:
+    tok = load_tokenizer(_tiny_vocab_gguf(tmp_path / "tpl.gguf", **{"tokenizer.chat_template": template}), use_cache=False)
+    with pytest.raises(EngineError, match=f"tpl.gguf: chat template.*{needle}"):
+        tok.apply_chat_template([{"role": "user", "content": "hi"}])
