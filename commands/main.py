@@ -60,7 +60,7 @@ def main() -> None:
         where = exc.ctx.command_path if getattr(exc, "ctx", None) is not None else "fak"  # type: ignore[attr-defined]
         print(f"fak: error: {where}: {exc.format_message()}", file=sys.stderr)
         sys.exit(exc.exit_code)
-    except cx.Abort:
+    except typer.Abort:
         sys.exit(1)
     except KeyboardInterrupt:
         sys.exit(130)

@@ -25,7 +25,19 @@ def _parse_ids(ids: str) -> list[int]:
     return out
 
 
+def _check_text(what: str, text: str) -> None:
+    """Text from argv or stdin that was not UTF-8 (Python keeps such bytes as lone surrogates)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        bad = text[exc.start].encode("utf-8", "surrogateescape")
+        raise EngineError(f"{what}: not valid UTF-8 (byte {bad!r} at character {exc.start})") from None
+
+
 def _prompt_ids(codec: Any, model_name: str, prompt: str, system: Optional[str], chat: bool) -> list[int]:
+    _check_text("prompt", prompt)
+    if system is not None:
+        _check_text("--system", system)
     if codec is None:
         raise EngineError(f"{model_name}: no tokenizer installed to encode the prompt; pass --ids 1,2,3")
     if chat and callable(getattr(codec, "encode_chat", None)):

@@ -70,6 +70,10 @@ def test_bad_input_one_line_exit_2() -> None:
         assert r.returncode == 2, (args, r.stderr)
         lines = r.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("fak: error: "), (args, r.stderr)
+    import os
+
+    r = fak("synthetic", os.fsdecode(b"h\xffi"))  # argv bytes that are not UTF-8
+    assert r.returncode == 2 and r.stderr.strip() == "fak: error: prompt: not valid UTF-8 (byte b'\\xff' at character 1)"
     r = fak("synthetic", "--ids", "3,-5")
     assert r.returncode == 2 and r.stderr.strip() == "fak: error: --ids: token id -5 out of range for vocab 256"
 
