@@ -8,6 +8,7 @@ the mock engine replies with `meta["mock_reply"]` when given.
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,6 +58,10 @@ def parse_trace(obj: Any, source: str = "<trace>") -> Trace:
         where = f"calls[{i}]"
         if not isinstance(c, dict):
             raise fail(where, "expected an object")
+        try:  # JSON may spell a lone surrogate (\udcff): no UTF-8 argument bytes can carry it
+            json.dumps(c, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise fail(where, f"text is not valid Unicode (lone surrogate {exc.object[exc.start]!r})") from None
         tool = c.get("tool")
         if not isinstance(tool, str) or not tool:
             raise fail(f"{where}.tool", "expected a non-empty string")

@@ -83,6 +83,7 @@ BAD_TRACES = [
     ('{"steps": []}', "'calls' list"),
     ("{not json", "trace is not valid JSON"),
     ('{"calls": [{"tool": "x"}, {"tool": "y", "engine": "warp"}]}', "calls[1].engine: unknown engine 'warp'"),
+    ('{"calls": [{"tool": "Bash", "args": {"command": "ls \\udcff"}}]}', "calls[0]: text is not valid Unicode"),
 ]
 
 
