@@ -118,7 +118,7 @@ def read_metadata(path: str | Path, wanted_prefixes: tuple[str, ...] = ("tokeniz
                 if keep:
                     out[key] = value
             return out
-    except (struct.error, ValueError, IndexError) as exc:  # short or corrupt file
+    except (struct.error, ValueError, IndexError, OverflowError) as exc:  # short or corrupt file (huge lengths)
         raise GGUFError(f"{path}: truncated or corrupt GGUF metadata ({exc})") from exc
     except OSError as exc:
         raise GGUFError(f"{path}: cannot read ({exc.strerror or exc})") from exc

@@ -56,6 +56,9 @@ def config_for(g: GGUFFile) -> ModelConfig:
 
 def build_model(g: GGUFFile, make_resident: Callable[..., Any] | None = None, progress: bool | None = None) -> Model:
     c = config_for(g)
+    last = f"blk.{c.n_layers - 1}.attn_norm.weight"  # before listing every layer's tensors: a corrupt
+    if last not in g.tensors:                          # block_count may be in the billions
+        raise GGUFError(f"{g.path}: missing tensor {last!r} (block_count is {c.n_layers})")
     specs = _specs(c)
     if not c.tied_embeddings:
         specs["output.weight"] = (c.vocab_size, c.hidden)

@@ -90,6 +90,7 @@ BAD_METADATA = {
     "zero_heads": ("llama.attention.head_count", 0, "'llama.attention.head_count' must be positive"),
     "string_bos": ("tokenizer.ggml.bos_token_id", "x", "'tokenizer.ggml.bos_token_id' must be an integer"),
     "kv_heads": ("llama.attention.head_count_kv", 3, "2 attention heads are not a multiple of 3 KV heads"),
+    "huge_block_count": ("llama.block_count", 1862270977, "missing tensor 'blk.1862270976.attn_norm.weight'"),
 }
 
 CASES = {

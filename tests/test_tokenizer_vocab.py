@@ -245,3 +245,13 @@ def test_bad_chat_template_names_the_file(tmp_path: Path, template: str, needle:
     tok = load_tokenizer(_tiny_vocab_gguf(tmp_path / "tpl.gguf", **{"tokenizer.chat_template": template}), use_cache=False)
     with pytest.raises(EngineError, match=f"tpl.gguf: chat template.*{needle}"):
         tok.apply_chat_template([{"role": "user", "content": "hi"}])
+
+
+def test_huge_string_length_is_one_error(tmp_path: Path) -> None:
+    p = _tiny_vocab_gguf(tmp_path / "huge.gguf")
+    data = p.read_bytes()
+    field = (5).to_bytes(8, "little") + b"llama"  # general.architecture's value: length, then bytes
+    assert field in data
+    p.write_bytes(data.replace(field, (2**63 - 1).to_bytes(8, "little") + b"llama", 1))
+    with pytest.raises(EngineError, match="huge.gguf: truncated or corrupt GGUF metadata"):
+        load_tokenizer(p, use_cache=False)
