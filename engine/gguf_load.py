@@ -7,6 +7,7 @@ second and hands out the same memmapped tensor bytes. Type enums and block sizes
 
 from __future__ import annotations
 
+import math
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -117,7 +118,9 @@ def read_gguf(path: str | Path) -> GGUFFile:
     tensors: dict[str, TensorInfo] = {}
     for name, qtype, ne, off in infos:
         bs, ts = GGML_QUANT_SIZES[qtype]
-        n = int(np.prod(ne)) if ne else 1
+        if 0 in ne:
+            raise GGUFError(f"{path}: tensor {name!r} has an empty dimension {ne}")
+        n = math.prod(ne)  # Python ints: a corrupt dimension must not wrap around like int64 would
         if ne and ne[0] % bs:
             raise GGUFError(f"{path}: tensor {name!r} row of {ne[0]} is not a multiple of the {qtype.name} block {bs}")
         nbytes = n // bs * ts

@@ -73,6 +73,10 @@ def _case(tmp_path: Path, case: str) -> Path:
         _write(p, tensors={"blk.0.attn_q.weight": np.zeros((16, 32), np.float32)})
     elif case == "unsupported_arch":
         _write(p, arch="mamba")
+    elif case == "empty_dim":
+        _write(p)
+        info = b"blk.0.attn_q.weight" + (2).to_bytes(4, "little") + (32).to_bytes(8, "little")
+        p.write_bytes(p.read_bytes().replace(info, info[:-8] + (0).to_bytes(8, "little")))
     elif case in BAD_METADATA:
         _write(p, kv=dict([BAD_METADATA[case][:2]]))
     elif case == "unsupported_type":
@@ -102,6 +106,7 @@ CASES = {
     "wrong_shape": "tensor 'blk.0.attn_q.weight' has shape \\(16, 32\\), expected \\(32, 32\\)",
     "unsupported_arch": "unsupported architecture 'mamba'",
     "unsupported_type": "IQ2_XXS",
+    "empty_dim": "tensor 'blk.0.attn_q.weight' has an empty dimension",
     **{case: msg for case, (_, _, msg) in BAD_METADATA.items()},
 }
 
