@@ -192,3 +192,7 @@ def test_http_needs_config(monkeypatch: pytest.MonkeyPatch) -> None:
         HttpEngine()
     with pytest.raises(FakError, match="must start with http"):
         HttpEngine(base_url="ftp://x")
+    for bad in ("-1", "nan", "0"):
+        monkeypatch.setenv("FAK_HTTP_TIMEOUT", bad)
+        with pytest.raises(FakError, match="timeout must be a positive number"):
+            HttpEngine(base_url="http://127.0.0.1:9")

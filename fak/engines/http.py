@@ -60,6 +60,8 @@ class HttpEngine:
             self.timeout = float(timeout if timeout is not None else os.environ.get("FAK_HTTP_TIMEOUT", 60))
         except ValueError:
             raise FakError(f"http engine: FAK_HTTP_TIMEOUT must be a number, got {os.environ.get('FAK_HTTP_TIMEOUT')!r}") from None
+        if not 0 < self.timeout < float("inf"):
+            raise FakError(f"http engine: timeout must be a positive number of seconds, got {self.timeout:g}")
         self._client = httpx.Client(timeout=self.timeout)
         self.calls = 0
 
