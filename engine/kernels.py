@@ -25,6 +25,16 @@ explicit int32, avoiding the 64-bit integer lanes numba's integer promotion woul
 the loop. Measured on this box (2 threads, quiet): stream read 13.9 GB/s; Q8_0 8.5, Q4_K 5.2,
 Q6_K 5.0, Q5_0 3.6 GB/s for a 1-row GEMV. Quantizing activations to int8 (llama.cpp's q8_0 dot)
 was measured too and rejected: max |logit diff| 0.59 vs float32 on Gemma (bound: 0.05).
+
+Task F (contended box, 1 thread CPU time unless said): Q5_0 as Q8_0 blocks: gate 2048x640 423 ->
+217 us, q 211 -> 111 us; LM head B=16: 4-row `_dots4` 1.6x (B=1 unchanged: ~4.8 GB/s per core,
+~80% of one core's stream read, so the head is near its per-core ceiling and is ~52% of a decode
+step). Tried and rejected (no gain or slower, measured): a fused per-block dot (block sums scaled
+after; B=1 +10% at best but 1.7x slower for B=4, and a B=1-only path would not be bit-identical),
+2-row pairing (two FMA chains: latency-bound), Q5_0 unpack with compile-time 16 or a bit LUT,
+Q6_K unpack with a 32-wide loop and select on the scale, dynamic prange chunks (neutral).
+Alternating bench/decode.py runs (medians in the final report of task F): 16-lane aggregate
++15..44% in like-for-like pairs, prefill up to +10%, single lane +0..6% (the head dominates).
 """
 
 from __future__ import annotations

@@ -156,7 +156,9 @@ def resident_weight(name: str, qtype: QT, raw: np.ndarray, shape: tuple[int, int
     warmup()
     layout = kind
     if kind == "Q5_0" and os.environ.get("FAK_Q5_0_REPACK", "1") != "0":
-        a, layout = _repack_q5_0(a, getattr(raw, "_mmap", None) is not None), "Q8_0"
+        # only a read-only file mapping may drop its pages (a private mapping could hold edits)
+        file_ro = getattr(raw, "_mmap", None) is not None and not np.asarray(raw).flags.writeable
+        a, layout = _repack_q5_0(a, file_ro), "Q8_0"
     a.setflags(write=False)  # one kernel specialization (memmaps are read-only anyway)
     return QuantWeight(name, qtype, a, (out_f, in_f), layout)
 
