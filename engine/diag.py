@@ -18,7 +18,8 @@ from gguf import GGMLQuantizationType as QT
 from numba import njit, prange
 
 from engine.gguf_load import GGUFFile, TensorInfo, read_gguf
-from engine.resident import QUANT_TYPES, QuantWeight, resident_weight
+from engine.kernels import BLOCK_BYTES
+from engine.resident import QUANT_TYPES, QuantWeight, resident_block_bytes, resident_weight
 
 
 @dataclass
@@ -65,7 +66,10 @@ def rss_bytes() -> int:
 
 
 def _resident_nbytes(t: TensorInfo) -> int:
-    return t.nbytes if t.qtype in QUANT_TYPES or t.qtype == QT.F32 else t.n_elements * 4
+    if t.qtype in QUANT_TYPES:
+        kind = QUANT_TYPES[t.qtype]
+        return t.nbytes // BLOCK_BYTES[kind] * resident_block_bytes(kind)  # Q5_0 is kept as Q8_0 blocks
+    return t.nbytes if t.qtype == QT.F32 else t.n_elements * 4
 
 
 def plan(g: GGUFFile) -> Plan:

@@ -154,13 +154,23 @@ def resident_weight(name: str, qtype: QT, raw: np.ndarray, shape: tuple[int, int
         raise EngineError(f"{name}: {kind} data is {a.size} bytes, expected {out_f}x{row_bytes} for shape {shape}")
     a = np.ascontiguousarray(a).reshape(out_f, row_bytes).view()
     warmup()
-    layout = kind
-    if kind == "Q5_0" and os.environ.get("FAK_Q5_0_REPACK", "1") != "0":
+    layout = resident_layout(kind)
+    if layout != kind:
         # only a read-only file mapping may drop its pages (a private mapping could hold edits)
         file_ro = getattr(raw, "_mmap", None) is not None and not np.asarray(raw).flags.writeable
-        a, layout = _repack_q5_0(a, file_ro), "Q8_0"
+        a = _repack_q5_0(a, file_ro)
     a.setflags(write=False)  # one kernel specialization (memmaps are read-only anyway)
     return QuantWeight(name, qtype, a, (out_f, in_f), layout)
+
+
+def resident_layout(kind: str) -> str:
+    """The block format a quant type is kept in: its own, except Q5_0 -> Q8_0 (see _repack_q5_0)."""
+    return "Q8_0" if kind == "Q5_0" and os.environ.get("FAK_Q5_0_REPACK", "1") != "0" else kind
+
+
+def resident_block_bytes(kind: str) -> int:
+    """Bytes per block as kept resident (what a decode step streams)."""
+    return K.BLOCK_BYTES[resident_layout(kind)]
 
 
 def _repack_q5_0(a: np.ndarray, file_backed: bool) -> np.ndarray:
