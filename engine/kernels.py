@@ -210,6 +210,9 @@ def _dots4(buf, x, out, o):
         out[b, o + 3] = a3
 
 
+# The four gemm_* (and dq_rows_*) kernels are spelled out on purpose: a factory closing over the
+# unpacker would be one copy, but numba's cache=True does not cache closures (measured: every process
+# recompiled, ~3.5 s per kernel), and no request may pay a JIT.
 @njit(parallel=True, fastmath=True, cache=True)
 def gemm_q8_0(w, x, out, lut, qk):
     rows = w.shape[0]
