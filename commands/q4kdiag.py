@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 from typing import Any, Optional
 
@@ -26,8 +27,12 @@ def register(app: typer.Typer) -> None:
 
         if top < 1:
             raise FakError(f"q4kdiag: --top must be >= 1, got {top}")
-        if membw is not None and membw <= 0:
-            raise FakError(f"q4kdiag: --membw must be > 0 GB/s, got {membw}")
+        if membw is not None and not (math.isfinite(membw) and membw > 0):  # nan would also break the JSON
+            raise FakError(f"q4kdiag: --membw must be > 0 GB/s and finite, got {membw}")
+        try:  # argv bytes that are not UTF-8 arrive as lone surrogates the tokenizer cannot take
+            prompt.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise FakError(f"q4kdiag: --prompt is not valid UTF-8 (at character {exc.start})") from None
         report = diagnose(gguf, prompt, top, membw, plan_only)
         if as_json:
             sys.stdout.write(json.dumps(report) + "\n")

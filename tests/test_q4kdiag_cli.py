@@ -65,6 +65,8 @@ def test_rich_rendering_mentions_the_ceiling() -> None:
     (["--gguf", "/nonexistent/x.gguf"], "no such model file"),
     (["--plan-only", "--top", "0"], "--top must be >= 1"),
     (["--plan-only", "--membw", "-1"], "--membw must be > 0"),
+    (["--plan-only", "--membw", "nan"], "--membw must be > 0 GB/s and finite, got nan"),
+    (["--plan-only", "--membw", "inf"], "--membw must be > 0 GB/s and finite, got inf"),
 ])
 def test_bad_input_is_one_line_exit_2(args: list[str], needle: str) -> None:
     r = fak("q4kdiag", *args)
@@ -79,3 +81,11 @@ def test_not_a_gguf_is_one_line(tmp_path: Path) -> None:
     r = fak("q4kdiag", "--gguf", str(bad), "--plan-only")
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert r.stderr.startswith("fak: error:") and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_prompt_that_is_not_utf8_is_one_line() -> None:
+    # argv bytes that are not UTF-8 (here 0xff) reach Python as a lone surrogate
+    r = subprocess.run([sys.executable, "-m", "commands.main", "q4kdiag", "--gguf", "gemma3-270m", "--prompt",
+                        os.fsdecode(b"\xff")], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.strip() == "fak: error: q4kdiag: --prompt is not valid UTF-8 (at character 0)"

@@ -60,10 +60,28 @@ def test_env_options_and_errors(monkeypatch: pytest.MonkeyPatch) -> None:
         get_engine("inkernel")
 
 
-def test_bad_scheduler_option_is_an_error_result() -> None:
-    e = get_engine("inkernel", victim="random")
-    r = e.complete(ToolCall.from_args("t", {"prompt": "x"}))
-    assert not r.ok and "unknown victim rule 'random'" in r.payload["error"]
+@pytest.mark.parametrize("env, value, needle", [
+    ("FAK_VICTIM", "random", "victim 'random' (or $FAK_VICTIM): expected one of most-recent, cost-aware"),
+    ("FAK_PREEMPT", "zzz", "preempt 'zzz' (or $FAK_PREEMPT): expected one of swap, recompute"),
+    ("FAK_MAX_RUNNING", "-4", "max_running -4 (or $FAK_MAX_RUNNING): expected a non-negative integer"),
+    ("FAK_BLOCK_TOKENS", "0", "block_tokens 0 (or $FAK_BLOCK_TOKENS): expected a positive integer"),
+    ("FAK_KV_BLOCKS", "0", "kv_blocks 0 (or $FAK_KV_BLOCKS): expected a positive integer"),
+])
+def test_bad_scheduler_option_fails_at_construction(monkeypatch: pytest.MonkeyPatch, env: str, value: str,
+                                                   needle: str) -> None:
+    """A bad option is a boot error, not an ERROR result on every call (exit 0 with a table of failures)."""
+    monkeypatch.setenv(env, value)
+    with pytest.raises(FakError) as exc:
+        get_engine("inkernel")
+    assert needle in str(exc.value)
+
+
+def test_bad_scheduler_option_argument_fails_at_construction() -> None:
+    with pytest.raises(FakError, match="victim 'random'"):
+        get_engine("inkernel", victim="random")
+
+
+def test_prompt_over_the_kv_budget_is_an_error_result() -> None:
     e2 = get_engine("inkernel", kv_blocks=2, block_tokens=4, prompt_tokens=64)
     r2 = e2.complete(ToolCall.from_args("t", {"prompt": "y" * 40}))
     assert not r2.ok and "the budget is 2" in r2.payload["error"]

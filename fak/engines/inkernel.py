@@ -40,7 +40,23 @@ def _sched_options(given: dict[str, Any]) -> dict[str, Any]:
             except ValueError:
                 raise FakError(f"inkernel: {env}={os.environ[env]!r} is not a valid {kind.__name__}") from None
         out[key] = default if val is None else val
+    _check_sched_options(out)
     return out
+
+
+def _check_sched_options(opts: dict[str, Any]) -> None:
+    """A bad scheduler option is a boot error (one line, exit 2), not an error result on every call."""
+    from engine.preemption import PREEMPT_MODES, VICTIM_RULES
+
+    choices = {"preempt": PREEMPT_MODES, "victim": VICTIM_RULES}
+    for key, (env, _kind, _default) in _SCHED_ENV.items():
+        val = opts[key]
+        if key in choices:
+            if val not in choices[key]:
+                raise FakError(f"inkernel: {key} {val!r} (or ${env}): expected one of {', '.join(choices[key])}")
+        elif val is not None and val < (0 if key == "max_running" else 1):
+            raise FakError(f"inkernel: {key} {val} (or ${env}): expected a "
+                           f"{'non-negative' if key == 'max_running' else 'positive'} integer")
 
 
 def _prompt(call: ToolCall) -> str:
