@@ -11,6 +11,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from engine.kv import BlockPool
+from engine.lane import Lane
 
 
 def chain_hashes(tokens: list[int], block_tokens: int, n_blocks: int) -> list[int]:
@@ -49,16 +50,7 @@ class PrefixCache:
         blocks long; each is incref'd for the caller."""
         bt = self.pool.block_tokens
         self.queries += 1
-        blocks: list[int] = []
-        parent = 0
-        for h in chain_hashes(tokens, bt, max_tokens // bt):
-            e = self._entries.get(h)
-            i = len(blocks)
-            if e is None or e.parent != parent or e.tokens != tuple(tokens[i * bt : (i + 1) * bt]):
-                break
-            blocks.append(e.block)
-            parent = h
-        del blocks[len(blocks) - len(blocks) % align :]
+        blocks = [e.block for e in self._cached_run(tokens, max_tokens, align)]
         for b in reversed(blocks):  # touch leaf first so parents stay more recent (LRU evicts leaves first)
             h = self._by_block[b]
             self._entries[h].hits += 1
@@ -71,18 +63,23 @@ class PrefixCache:
 
     def peek(self, tokens: list[int], max_tokens: int, align: int = 1) -> tuple[int, int]:
         """(blocks `match` would map now, how many of them are reclaimable): no incref, no stats."""
+        run = self._cached_run(tokens, max_tokens, align)
+        return len(run), sum(1 for e in run if self.pool.refcount[e.block] == 1)
+
+    def _cached_run(self, tokens: list[int], max_tokens: int, align: int) -> list[_Entry]:
+        """Entries of the longest cached full-block prefix of tokens[:max_tokens], cut to a multiple of
+        `align` blocks (each entry checked against its parent and its own tokens: no hash collisions)."""
         bt = self.pool.block_tokens
-        free: list[bool] = []
+        run: list[_Entry] = []
         parent = 0
         for h in chain_hashes(tokens, bt, max_tokens // bt):
             e = self._entries.get(h)
-            n = len(free)
-            if e is None or e.parent != parent or e.tokens != tuple(tokens[n * bt : (n + 1) * bt]):
+            i = len(run)
+            if e is None or e.parent != parent or e.tokens != tuple(tokens[i * bt : (i + 1) * bt]):
                 break
-            free.append(bool(self.pool.refcount[e.block] == 1))
+            run.append(e)
             parent = h
-        n = len(free) - len(free) % align
-        return n, sum(free[:n])
+        return run[: len(run) - len(run) % align]
 
     def insert(self, tokens: list[int], blocks: list[int], n_full: int) -> None:
         """Offer the first n_full (full, prompt-only) blocks of a lane; already-cached prefixes are kept."""
@@ -126,3 +123,27 @@ class PrefixCache:
         """Release every cached block (on scheduler close)."""
         for h in list(self._entries):
             self._drop(h)
+
+
+# -- the scheduler's side of sharing: which blocks a lane's prompt may map, and when to wait for them
+
+
+def hit_limit(lane: Lane) -> int:
+    """Prompt tokens a prefix hit may cover: all but the last (its logits give the first token)."""
+    return len(lane.prompt_ids) - 1
+
+
+def prompt_hashes(lane: Lane, block_tokens: int) -> list[int]:
+    """Chained hashes of the lane's full prompt blocks (the ones the prefix cache may hold), computed once."""
+    if lane.prompt_hashes is None:
+        lane.prompt_hashes = chain_hashes(lane.prompt_ids, block_tokens, hit_limit(lane) // block_tokens)
+    return lane.prompt_hashes
+
+
+def waits_for_producer(cache: PrefixCache, lane: Lane, producing: set[int], align: int) -> bool:
+    """In one batched forward, lanes cannot share what none has computed yet: a newcomer whose next
+    uncached prompt block is being filled by another lane this iteration waits, then maps it from the
+    prefix cache instead of computing it again."""
+    hashes = prompt_hashes(lane, cache.pool.block_tokens)
+    hit = cache.peek(lane.prompt_ids, hit_limit(lane), align)[0]
+    return hit < len(hashes) and hashes[hit] in producing

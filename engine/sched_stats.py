@@ -8,7 +8,9 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+from engine.kv import BlockPool
 from engine.preemption import Victim
+from engine.prefix import PrefixCache
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,41 @@ class SchedStats:
     max_running: int = 0  # configured limit, 0 = unbounded
     preempt_mode: str = "swap"
     victim_rule: str = "most-recent"
+
+
+def snapshot(c: dict[str, int], finished: dict[str, int], last_victim: Victim | None, tokens_per_s: float, *,
+             pool: BlockPool, prefix: PrefixCache | None, running: int, waiting: int, preempted: int,
+             kv_blocks: int | None, max_running: int, preempt_mode: str, victim_rule: str) -> SchedStats:
+    """Assemble the scheduler's published snapshot from its loop-thread counters and queues."""
+    return SchedStats(
+        running=running,
+        waiting=waiting,
+        preempted=preempted,
+        tokens_per_s=tokens_per_s,
+        used_blocks=pool.num_used,
+        max_blocks=kv_blocks,
+        cached_blocks=len(prefix) if prefix is not None else 0,
+        reclaimable_blocks=prefix.reclaimable() if prefix is not None else 0,
+        block_tokens=pool.block_tokens,
+        steps=c["steps"],
+        tokens_generated=c["tokens"],
+        prefill_tokens=c["prefill_tokens"],
+        admitted=c["admitted"],
+        finished=dict(finished),
+        preemptions_swap=c["swap"],
+        preemptions_recompute=c["recompute"],
+        swap_bytes_out=c["bytes_out"],
+        swap_bytes_in=c["bytes_in"],
+        readmitted=c["readmitted"],
+        last_victim=last_victim,
+        prefix_queries=prefix.queries if prefix is not None else 0,
+        prefix_hits=prefix.hits if prefix is not None else 0,
+        prefix_hit_tokens=prefix.hit_tokens if prefix is not None else 0,
+        max_running_observed=c["max_running"],
+        max_running=max_running,
+        preempt_mode=preempt_mode,
+        victim_rule=victim_rule,
+    )
 
 
 class RateMeter:

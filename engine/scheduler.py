@@ -37,9 +37,9 @@ from engine.preemption import (
     swap_in,
     swap_out,
 )
-from engine.prefix import PrefixCache, chain_hashes
+from engine.prefix import PrefixCache, hit_limit, prompt_hashes, waits_for_producer
 from engine.sampling import sample
-from engine.sched_stats import RateMeter, SchedStats
+from engine.sched_stats import RateMeter, SchedStats, snapshot
 
 
 class NativeScheduler:
@@ -243,15 +243,16 @@ class NativeScheduler:
             if lane.state is not LaneState.PREFILLING:
                 continue
             if not lane.prefix_checked:
-                if self.batch_prefill and self._deferred_for_sharing(lane, producing):
+                if self.batch_prefill and self.prefix is not None and \
+                        waits_for_producer(self.prefix, lane, producing, self._hit_align):
                     continue
                 self._match_prefix(lane)  # may map more (or, after an eviction, less) than planned
                 end = min(end, self._chunk_end(lane, lane.session.length))
             if end > lane.session.length:
                 prefills.append((lane, lane.prompt_ids[lane.session.length : end]))
                 if self.prefix is not None and self.batch_prefill:
-                    producing.update(self._block_hashes(lane)[lane.session.length // self.pool.block_tokens :
-                                                              end // self.pool.block_tokens])
+                    bt = self.pool.block_tokens
+                    producing.update(prompt_hashes(lane, bt)[lane.session.length // bt : end // bt])
         if self.blas_chunks:
             for lane, ids in [(ln, ids) for ln, ids in prefills if len(ids) == self.prefill_chunk]:
                 self._prefill(lane, ids)
@@ -288,42 +289,18 @@ class NativeScheduler:
             self._waiting.pop(0)
             self._start(lane)
 
-    def _block_hashes(self, lane: Lane) -> list[int]:
-        """Chained hashes of the lane's full prompt blocks (the ones the prefix cache may hold)."""
-        if lane.prompt_hashes is None:
-            bt = self.pool.block_tokens
-            lane.prompt_hashes = chain_hashes(lane.prompt_ids, bt, (len(lane.prompt_ids) - 1) // bt)
-        return lane.prompt_hashes
-
-    def _deferred_for_sharing(self, lane: Lane, producing: set[int]) -> bool:
-        """In one batched forward, lanes cannot share what none has computed yet: a newcomer whose next
-        uncached prompt block is being filled by another lane this iteration waits, then maps it from the
-        prefix cache instead of computing it again."""
-        if self.prefix is None:
-            return False
-        hashes = self._block_hashes(lane)
-        hit = self.prefix.peek(lane.prompt_ids, self._hit_limit(lane), self._hit_align)[0]
-        return hit < len(hashes) and hashes[hit] in producing
-
     def _match_prefix(self, lane: Lane) -> None:
         """Map the cached prefix of the lane's prompt into its (empty) session. Done right before the
         lane's first chunk runs, so lanes admitted together still share what the earlier ones cached."""
         lane.prefix_checked = True
         if self.prefix is None:
             return
-        blocks = self.prefix.match(lane.prompt_ids, self._hit_limit(lane), self._hit_align)
+        blocks = self.prefix.match(lane.prompt_ids, hit_limit(lane), self._hit_align)
         if blocks:
             n = len(blocks) * self.pool.block_tokens
-            self._map(lane.session, blocks, lane.prompt_ids[:n])
+            attach(lane.session, blocks, n)
+            lane.session.tokens = list(lane.prompt_ids[:n])
             lane.prefix_hit_tokens += n
-
-    def _hit_limit(self, lane: Lane) -> int:
-        """Prompt tokens a prefix hit may cover: all but the last (its logits give the first token)."""
-        return len(lane.prompt_ids) - 1
-
-    def _map(self, session: Any, blocks: list[int], tokens: list[int]) -> None:
-        attach(session, blocks, len(tokens))
-        session.tokens = list(tokens)
 
     def _start(self, lane: Lane) -> None:
         lane.session = self._Session(self.model, pool=self.pool)
@@ -365,7 +342,7 @@ class NativeScheduler:
         for lane in prefilling:
             start = lane.session.length
             if not lane.prefix_checked and self.prefix is not None:  # expected hit; mapped when the chunk runs
-                start = self.prefix.peek(lane.prompt_ids, self._hit_limit(lane), self._hit_align)[0] * self.pool.block_tokens
+                start = self.prefix.peek(lane.prompt_ids, hit_limit(lane), self._hit_align)[0] * self.pool.block_tokens
             end = self._chunk_end(lane, start)
             if chunks and end - start > budget:
                 break
@@ -533,33 +510,8 @@ class NativeScheduler:
         self._publish()
 
     def _publish(self) -> None:
-        c = self._c
-        self._snapshot = SchedStats(
-            running=len(self._running),
-            waiting=len(self._waiting) + len(self._intake),
-            preempted=len(self._preempted),
-            tokens_per_s=self._rate.rate(now()),
-            used_blocks=self.pool.num_used,
-            max_blocks=self.kv_blocks,
-            cached_blocks=len(self.prefix) if self.prefix is not None else 0,
-            reclaimable_blocks=self.prefix.reclaimable() if self.prefix is not None else 0,
-            block_tokens=self.pool.block_tokens,
-            steps=c["steps"],
-            tokens_generated=c["tokens"],
-            prefill_tokens=c["prefill_tokens"],
-            admitted=c["admitted"],
-            finished=dict(self._finished),
-            preemptions_swap=c["swap"],
-            preemptions_recompute=c["recompute"],
-            swap_bytes_out=c["bytes_out"],
-            swap_bytes_in=c["bytes_in"],
-            readmitted=c["readmitted"],
-            last_victim=self._last_victim,
-            prefix_queries=self.prefix.queries if self.prefix is not None else 0,
-            prefix_hits=self.prefix.hits if self.prefix is not None else 0,
-            prefix_hit_tokens=self.prefix.hit_tokens if self.prefix is not None else 0,
-            max_running_observed=c["max_running"],
-            max_running=self.max_running,
-            preempt_mode=self.preempt_mode,
-            victim_rule=self.victim_rule,
-        )
+        self._snapshot = snapshot(
+            self._c, self._finished, self._last_victim, self._rate.rate(now()), pool=self.pool, prefix=self.prefix,
+            running=len(self._running), waiting=len(self._waiting) + len(self._intake),
+            preempted=len(self._preempted), kv_blocks=self.kv_blocks, max_running=self.max_running,
+            preempt_mode=self.preempt_mode, victim_rule=self.victim_rule)
