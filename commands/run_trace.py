@@ -29,8 +29,8 @@ def run_trace(
     opts: dict[str, dict[str, Any]] = {"inkernel": {"gguf": gguf, "resident": q4k}} if (gguf or q4k) else {}
     kernel = build_kernel(engine_id, policy, journal, opts)
     eng = kernel.engine_for(engine_id)
-    if gguf and callable(getattr(eng, "preload", None)):
-        eng.preload()  # --gguf: load the model at boot, so a bad model file fails before any call
+    if callable(getattr(eng, "preload", None)):
+        eng.preload()  # load the model (and KV pool) at boot: a bad model file or pool fails before any call
     try:
         result = replay(tr, kernel)
     finally:

@@ -6,11 +6,19 @@ is the unit the scheduler budgets, shares (prefix reuse), swaps and frees.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from engine.errors import EngineError
+
+
+def _physical_memory() -> int:
+    try:
+        return int(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):  # not on this platform: no ceiling
+        return 1 << 62
 
 
 class KVExhausted(EngineError):
@@ -39,8 +47,18 @@ class BlockPool:
         self.growable = num_blocks is None
         cap = 8 if num_blocks is None else int(num_blocks)
         shape = (n_layers, cap, block_tokens, n_kv_heads, head_dim)
-        self.k = np.zeros(shape, dtype=dtype)
-        self.v = np.zeros(shape, dtype=dtype)
+        # Python ints: an absurd --kv-blocks / --block-tokens is a clear error, not a numpy ValueError or
+        # MemoryError (or minutes building a free list of 10**20 ids)
+        nbytes = 2 * n_layers * cap * block_tokens * n_kv_heads * head_dim * np.dtype(dtype).itemsize
+        if nbytes > _physical_memory():
+            raise EngineError(f"KV pool of {cap} blocks x {block_tokens} tokens needs {nbytes / 2**30:,.1f} GiB, "
+                              f"more than this machine's {_physical_memory() / 2**30:,.1f} GiB")
+        try:
+            self.k = np.zeros(shape, dtype=dtype)
+            self.v = np.zeros(shape, dtype=dtype)
+        except MemoryError:
+            raise EngineError(f"KV pool of {cap} blocks x {block_tokens} tokens ({nbytes / 2**30:,.1f} GiB) "
+                              "cannot be allocated") from None
         self.refcount = np.zeros(cap, dtype=np.int32)
         self._free: list[int] = list(range(cap - 1, -1, -1))  # pop() hands out low ids first
 

@@ -77,3 +77,9 @@ def test_import_is_all_or_nothing_and_rejects_bad_payload() -> None:
     assert pool.num_free == 1
     with pytest.raises(EngineError, match="whole number"):
         import_blocks(pool, data[:-4])
+
+
+@pytest.mark.parametrize("blocks, block_tokens", [(10**20, 16), (8, 10**23), (10**8, 16)])
+def test_a_pool_larger_than_the_machine_is_a_clear_error(blocks: int, block_tokens: int) -> None:
+    with pytest.raises(EngineError, match=f"KV pool of {blocks} blocks x {block_tokens} tokens needs .* GiB, more than"):
+        BlockPool(18, 1, 256, num_blocks=blocks, block_tokens=block_tokens)

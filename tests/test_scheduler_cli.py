@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -15,8 +16,8 @@ from fak.errors import FakError
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _fak(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FAK_")}
+def _fak(*args: str, **extra_env: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FAK_")} | extra_env
     return subprocess.run([sys.executable, "-m", "commands.main", *args], capture_output=True, text=True,
                           timeout=120, cwd=REPO, env=env)
 
@@ -25,6 +26,7 @@ def test_flags_reach_the_engine_and_bad_values_are_one_line() -> None:
     ok = _fak("run", "--trace", "examples/trace.json", "--engine", "inkernel", "--max-running", "2",
               "--kv-blocks", "64", "--block-tokens", "8", "--preempt", "recompute", "--victim", "cost-aware", "--json")
     assert ok.returncode == 0, ok.stderr
+    assert all(c["status"] == "OK" for c in json.loads(ok.stdout)["calls"] if c["verdict"] != "DENY")
     bad = _fak("run", "--trace", "examples/trace.json", "--engine", "inkernel", "--preempt", "drop")
     assert bad.returncode == 2 and bad.stderr.strip() == "fak: error: --preempt 'drop': expected one of swap, recompute"
 
@@ -37,3 +39,25 @@ def test_export_sched_env(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "FAK_KV_BLOCKS" not in os.environ and os.environ["FAK_PREEMPT"] == "swap"
     with pytest.raises(FakError, match="--kv-blocks 0: expected a positive integer"):
         export_sched_env(kv_blocks=0)
+
+
+def test_small_budget_with_recompute_serves_every_call() -> None:
+    r = _fak("run", "--trace", "examples/trace.json", "--engine", "inkernel", "--max-running", "2", "--kv-blocks", "8",
+             "--preempt", "recompute", "--json")
+    assert r.returncode == 0, r.stderr
+    calls = json.loads(r.stdout)["calls"]
+    assert [c["status"] for c in calls if c["verdict"] != "DENY"] == ["OK"] * 6
+
+
+@pytest.mark.parametrize("args, env, needle", [
+    (["--block-tokens", "99999999999999999999999"], {}, "KV pool of 8 blocks x 99999999999999999999999 tokens needs"),
+    (["--kv-blocks", "99999999999999999999"], {}, "KV pool of 99999999999999999999 blocks x 16 tokens needs"),
+    ([], {"FAK_PREEMPT": "zzz"}, "preempt 'zzz' (or $FAK_PREEMPT): expected one of swap, recompute"),
+    ([], {"FAK_MAX_RUNNING": "-1"}, "max_running -1 (or $FAK_MAX_RUNNING): expected a non-negative integer"),
+])
+def test_impossible_scheduler_settings_fail_at_boot(args: list[str], env: dict[str, str], needle: str) -> None:
+    """Not a table of ERROR rows and exit 0: one line, exit 2, before any call."""
+    r = _fak("run", "--trace", "examples/trace.json", "--engine", "inkernel", *args, **env)
+    assert r.returncode == 2 and r.stdout == "", r.stdout
+    assert r.stderr.startswith("fak: error: inkernel: ") and needle in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1

@@ -87,11 +87,11 @@ class InKernelEngine:
         return self.gguf
 
     def preload(self) -> None:
-        """Build the model now (boot); raises FakError with one line if it cannot."""
+        """Build the model and the scheduler (its KV pool) now (boot); raises FakError with one line if it cannot."""
         from engine.errors import EngineError
 
         try:
-            self._ensure()
+            self.scheduler()
         except EngineError as exc:
             raise FakError(f"inkernel: {exc}") from None
 
