@@ -1,14 +1,11 @@
-"""`fak serve`: not landed yet."""
+"""`fak serve`: not landed yet (its module keeps the subcommand's name for when its issue lands)."""
 
 from __future__ import annotations
 
 import typer
 
-from commands.notlanded import not_landed
+from commands.notlanded import register_placeholder
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("serve", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
-    def serve(ctx: typer.Context) -> None:
-        """Not implemented yet: its issue has not landed."""
-        not_landed("serve")
+    register_placeholder(app, "serve")
