@@ -1,7 +1,8 @@
 """One-shot generation on a Session: prefill, then sample/step until max_tokens or a stop id.
 
-Shared by `fak run MODEL PROMPT` and the `inkernel` engine. Also picks the text codec for a
-model: the GGUF tokenizer, or the ByteTokenizer for the synthetic model.
+The single-stream path of `fak run MODEL PROMPT` (and the solo reference in scheduler tests); the
+`inkernel` engine serves through engine.scheduler instead. `codec_for` picks the text codec for a
+model (both use it): the GGUF tokenizer, or the ByteTokenizer for the synthetic model.
 """
 
 from __future__ import annotations
