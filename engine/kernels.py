@@ -42,6 +42,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from engine.blockdot import dot4_q4_k, dot4_q5_0, dot4_q6_k, dot4_q8_0, dot_q4_k, dot_q5_0, dot_q6_k, dot_q8_0
+
 QK = 32  # Q8_0 / Q5_0 block size, K-quant sub-block size
 QK_K = 256  # K-quant super-block size
 BLOCK_BYTES = {"Q8_0": 34, "Q5_0": 22, "Q4_K": 144, "Q6_K": 210}
@@ -173,120 +175,54 @@ def _unpack_q6_k(w, r, buf, lut, qk):
                     buf[i + U(96)] = d3 * (ch + np.float32(16) * h3 - np.float32(32))
 
 
-@njit(inline="always", fastmath=True, cache=True)
-def _dots(buf, x, out, o):
-    n = buf.shape[0]
-    for b in range(x.shape[0]):
-        xr = x[b]
-        acc = np.float32(0.0)
-        for i in range(n):
-            ui = U(i)
-            acc += buf[ui] * xr[ui]
-        out[b, o] = acc
+KIND = {"Q8_0": 0, "Q5_0": 1, "Q4_K": 2, "Q6_K": 3}  # `gemm`'s kind argument
+_KIND_BLOCK_BYTES = (34, 22, 144, 210)
+_KIND_BLOCK_SIZE = (QK, QK, QK_K, QK_K)
 
 
-@njit(inline="always", fastmath=True, cache=True)
-def _dots4(buf, x, out, o):
-    """Rows o..o+3 (unpacked in buf[4, n]) against every x row: each x load feeds 4 FMAs (B lanes
-    were load-bound at 2 loads per FMA). A row keeps its own accumulator, so its result does not
-    depend on B (and matches `_dots`, measured bit for bit)."""
-    n = buf.shape[1]
-    for b in range(x.shape[0]):
-        ub = U(b)
-        a0 = np.float32(0.0)
-        a1 = np.float32(0.0)
-        a2 = np.float32(0.0)
-        a3 = np.float32(0.0)
-        for i in range(n):
-            ui = U(i)
-            xv = x[ub, ui]
-            a0 += buf[0, ui] * xv
-            a1 += buf[1, ui] * xv
-            a2 += buf[2, ui] * xv
-            a3 += buf[3, ui] * xv
-        out[b, o] = a0
-        out[b, o + 1] = a1
-        out[b, o + 2] = a2
-        out[b, o + 3] = a3
+@njit(parallel=True, cache=True)
+def gemm(w, x, out, lut, kind):
+    """out[B, rows] = x[B, n] @ W.T for the quantized rows of w (kind: a KIND code), parallel over rows.
 
-
-# The four gemm_* (and dq_rows_*) kernels are spelled out on purpose: a factory closing over the
-# unpacker would be one copy, but numba's cache=True does not cache closures (measured: every process
-# recompiled, ~3.5 s per kernel), and no request may pay a JIT.
-@njit(parallel=True, fastmath=True, cache=True)
-def gemm_q8_0(w, x, out, lut, qk):
-    rows = w.shape[0]
-    nc = min(rows, 16)
+    Every (row, lane) pair is one call of the same block-dot (engine/blockdot.py): the row's bytes
+    stay in L1 while the lanes go by, and a result never depends on B or on the thread count."""
+    rows, row_bytes = w.shape
+    lanes, n = x.shape
+    bs = _KIND_BLOCK_SIZE[kind]
+    nb = n // bs
+    # the block dots read raw addresses: every size and stride they rely on is checked here
+    if (nb * bs != n or nb * _KIND_BLOCK_BYTES[kind] != row_bytes or out.shape[0] != lanes or out.shape[1] != rows
+            or w.strides[1] != 1 or x.strides[1] != 4 or out.strides[1] != 4 or lut.shape[0] != 65536
+            or lut.strides[0] != 4):
+        raise ValueError("gemm: weight, activation and output shapes do not match")
+    wa, xa, la, oa = U(w.ctypes.data), U(x.ctypes.data), U(lut.ctypes.data), U(out.ctypes.data)
+    ws, xs, os_ = U(w.strides[0]), U(x.strides[0]), U(out.strides[0])
+    full = lanes // 4 * 4
+    nc = min(rows, 64)
     for c in prange(nc):
-        buf = np.empty((4, x.shape[1]), dtype=np.float32)
-        o = c * rows // nc
-        hi = (c + 1) * rows // nc
-        while o + 3 < hi:
-            for k in range(4):
-                _unpack_q8_0(w, o + k, buf[k], lut, qk)
-            _dots4(buf, x, out, o)
-            o += 4
-        while o < hi:
-            _unpack_q8_0(w, o, buf[0], lut, qk)
-            _dots(buf[0], x, out, o)
-            o += 1
-
-
-@njit(parallel=True, fastmath=True, cache=True)
-def gemm_q5_0(w, x, out, lut, qk):
-    rows = w.shape[0]
-    nc = min(rows, 16)
-    for c in prange(nc):
-        buf = np.empty((4, x.shape[1]), dtype=np.float32)
-        o = c * rows // nc
-        hi = (c + 1) * rows // nc
-        while o + 3 < hi:
-            for k in range(4):
-                _unpack_q5_0(w, o + k, buf[k], lut, qk)
-            _dots4(buf, x, out, o)
-            o += 4
-        while o < hi:
-            _unpack_q5_0(w, o, buf[0], lut, qk)
-            _dots(buf[0], x, out, o)
-            o += 1
-
-
-@njit(parallel=True, fastmath=True, cache=True)
-def gemm_q4_k(w, x, out, lut, qk):
-    rows = w.shape[0]
-    nc = min(rows, 16)
-    for c in prange(nc):
-        buf = np.empty((4, x.shape[1]), dtype=np.float32)
-        o = c * rows // nc
-        hi = (c + 1) * rows // nc
-        while o + 3 < hi:
-            for k in range(4):
-                _unpack_q4_k(w, o + k, buf[k], lut, qk)
-            _dots4(buf, x, out, o)
-            o += 4
-        while o < hi:
-            _unpack_q4_k(w, o, buf[0], lut, qk)
-            _dots(buf[0], x, out, o)
-            o += 1
-
-
-@njit(parallel=True, fastmath=True, cache=True)
-def gemm_q6_k(w, x, out, lut, qk):
-    rows = w.shape[0]
-    nc = min(rows, 16)
-    for c in prange(nc):
-        buf = np.empty((4, x.shape[1]), dtype=np.float32)
-        o = c * rows // nc
-        hi = (c + 1) * rows // nc
-        while o + 3 < hi:
-            for k in range(4):
-                _unpack_q6_k(w, o + k, buf[k], lut, qk)
-            _dots4(buf, x, out, o)
-            o += 4
-        while o < hi:
-            _unpack_q6_k(w, o, buf[0], lut, qk)
-            _dots(buf[0], x, out, o)
-            o += 1
+        for r in range(c * rows // nc, (c + 1) * rows // nc):
+            wr = wa + U(r) * ws
+            orow = oa + U(r) * U(4)
+            for b in range(0, full, 4):
+                xb, ob = xa + U(b) * xs, orow + U(b) * os_
+                if kind == 0:
+                    dot4_q8_0(wr, xb, xs, nb, la, ob, os_)
+                elif kind == 1:
+                    dot4_q5_0(wr, xb, xs, nb, la, ob, os_)
+                elif kind == 2:
+                    dot4_q4_k(wr, xb, xs, nb, la, ob, os_)
+                else:
+                    dot4_q6_k(wr, xb, xs, nb, la, ob, os_)
+            for b in range(full, lanes):
+                xb, ob = xa + U(b) * xs, orow + U(b) * os_
+                if kind == 0:
+                    dot_q8_0(wr, xb, xs, nb, la, ob, os_)
+                elif kind == 1:
+                    dot_q5_0(wr, xb, xs, nb, la, ob, os_)
+                elif kind == 2:
+                    dot_q4_k(wr, xb, xs, nb, la, ob, os_)
+                else:
+                    dot_q6_k(wr, xb, xs, nb, la, ob, os_)
 
 
 @njit(parallel=True, fastmath=True, cache=True)
@@ -338,5 +274,4 @@ def repack_q5_0_q8_0(src, dst):
                 dst[r, q + 18 + j] = np.uint8((hi - 16) & 255)
 
 
-GEMM = {"Q8_0": gemm_q8_0, "Q5_0": gemm_q5_0, "Q4_K": gemm_q4_k, "Q6_K": gemm_q6_k}
 DQ_ROWS = {"Q8_0": dq_rows_q8_0, "Q5_0": dq_rows_q5_0, "Q4_K": dq_rows_q4_k, "Q6_K": dq_rows_q6_k}

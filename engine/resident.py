@@ -22,7 +22,6 @@ from engine.errors import EngineError
 from engine.parallel import launch
 
 QUANT_TYPES = {QT.Q8_0: "Q8_0", QT.Q5_0: "Q5_0", QT.Q4_K: "Q4_K", QT.Q6_K: "Q6_K"}
-GEMM = K.GEMM  # one decode kernel per type: a row's result never depends on the batch size
 DQ_ROWS = K.DQ_ROWS
 DENSE_TYPES = (QT.F32, QT.F16, QT.BF16)
 
@@ -67,7 +66,7 @@ class QuantWeight:
         x2 = self._x2d(np.atleast_2d(x))
         out = np.empty((x2.shape[0], self.shape[0]), dtype=np.float32)
         # small products run on one thread (waking the team costs more than it saves)
-        launch(GEMM[self._kind], x2.shape[0] * self.shape[0] * self.shape[1], self.raw, x2, out, K.F16_LUT, K.QK)
+        launch(K.gemm, x2.shape[0] * self.shape[0] * self.shape[1], self.raw, x2, out, K.F16_LUT, K.KIND[self._kind])
         return out[0] if squeeze else out
 
     def matmul_prefill(self, x: np.ndarray) -> np.ndarray:
@@ -252,7 +251,7 @@ def warmup() -> None:
             raw = np.zeros((2, (256 // bs) * bb), dtype=np.uint8)
             raw.setflags(write=False)  # QuantWeight always holds a read-only view
             x = np.zeros((1, 256), dtype=np.float32)
-            GEMM[kind](raw, x, np.empty((1, 2), dtype=np.float32), K.F16_LUT, K.QK)
+            K.gemm(raw, x, np.empty((1, 2), dtype=np.float32), K.F16_LUT, K.KIND[kind])
             DQ_ROWS[kind](raw, np.zeros(1, np.int64), np.empty((1, 256), np.float32), K.F16_LUT, K.QK)
         src = np.zeros((1, 22), np.uint8)
         K.repack_q5_0_q8_0(src, np.empty((1, 34), np.uint8))

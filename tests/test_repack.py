@@ -33,6 +33,6 @@ def test_resident_q5_0_matches_the_q5_0_kernel_bit_for_bit(monkeypatch: pytest.M
     assert w.type_name == "Q5_0" and w.layout == ("Q8_0" if repack == "1" else "Q5_0")
     x = np.random.default_rng(3).standard_normal((4, 320)).astype(np.float32)
     direct = np.empty((4, 33), np.float32)
-    K.gemm_q5_0(raw, x, direct, K.F16_LUT, K.QK)
+    K.gemm(raw, x, direct, K.F16_LUT, K.KIND["Q5_0"])
     assert np.array_equal(w.matmul(x), direct)
     assert np.array_equal(w.take([5, 0]), dequantize(raw, QT.Q5_0)[[5, 0]])
