@@ -42,7 +42,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from engine.blockdot import dot4_q4_k, dot4_q5_0, dot4_q6_k, dot4_q8_0, dot_q4_k, dot_q5_0, dot_q6_k, dot_q8_0
+from engine.blockdot import gemm  # noqa: F401  (the decode kernel; lives beside its intrinsics: see there)
 
 QK = 32  # Q8_0 / Q5_0 block size, K-quant sub-block size
 QK_K = 256  # K-quant super-block size
@@ -176,53 +176,6 @@ def _unpack_q6_k(w, r, buf, lut, qk):
 
 
 KIND = {"Q8_0": 0, "Q5_0": 1, "Q4_K": 2, "Q6_K": 3}  # `gemm`'s kind argument
-_KIND_BLOCK_BYTES = (34, 22, 144, 210)
-_KIND_BLOCK_SIZE = (QK, QK, QK_K, QK_K)
-
-
-@njit(parallel=True, cache=True)
-def gemm(w, x, out, lut, kind):
-    """out[B, rows] = x[B, n] @ W.T for the quantized rows of w (kind: a KIND code), parallel over rows.
-
-    Every (row, lane) pair is one call of the same block-dot (engine/blockdot.py): the row's bytes
-    stay in L1 while the lanes go by, and a result never depends on B or on the thread count."""
-    rows, row_bytes = w.shape
-    lanes, n = x.shape
-    bs = _KIND_BLOCK_SIZE[kind]
-    nb = n // bs
-    # the block dots read raw addresses: every size and stride they rely on is checked here
-    if (nb * bs != n or nb * _KIND_BLOCK_BYTES[kind] != row_bytes or out.shape[0] != lanes or out.shape[1] != rows
-            or w.strides[1] != 1 or x.strides[1] != 4 or out.strides[1] != 4 or lut.shape[0] != 65536
-            or lut.strides[0] != 4):
-        raise ValueError("gemm: weight, activation and output shapes do not match")
-    wa, xa, la, oa = U(w.ctypes.data), U(x.ctypes.data), U(lut.ctypes.data), U(out.ctypes.data)
-    ws, xs, os_ = U(w.strides[0]), U(x.strides[0]), U(out.strides[0])
-    full = lanes // 4 * 4
-    nc = min(rows, 64)
-    for c in prange(nc):
-        for r in range(c * rows // nc, (c + 1) * rows // nc):
-            wr = wa + U(r) * ws
-            orow = oa + U(r) * U(4)
-            for b in range(0, full, 4):
-                xb, ob = xa + U(b) * xs, orow + U(b) * os_
-                if kind == 0:
-                    dot4_q8_0(wr, xb, xs, nb, la, ob, os_)
-                elif kind == 1:
-                    dot4_q5_0(wr, xb, xs, nb, la, ob, os_)
-                elif kind == 2:
-                    dot4_q4_k(wr, xb, xs, nb, la, ob, os_)
-                else:
-                    dot4_q6_k(wr, xb, xs, nb, la, ob, os_)
-            for b in range(full, lanes):
-                xb, ob = xa + U(b) * xs, orow + U(b) * os_
-                if kind == 0:
-                    dot_q8_0(wr, xb, xs, nb, la, ob, os_)
-                elif kind == 1:
-                    dot_q5_0(wr, xb, xs, nb, la, ob, os_)
-                elif kind == 2:
-                    dot_q4_k(wr, xb, xs, nb, la, ob, os_)
-                else:
-                    dot_q6_k(wr, xb, xs, nb, la, ob, os_)
 
 
 @njit(parallel=True, fastmath=True, cache=True)

@@ -1,8 +1,10 @@
-"""Thread count per kernel call: small work runs on one thread.
+"""Thread count per kernel call: small work runs on one thread, without the thread team.
 
-numba parallel regions cost a thread-team wake-up each; a tiny model's step is ~60 of them and
-on a busy 2-core box that wake-up can take milliseconds. The kernel code is the same whatever
-the thread count (prange only splits the outer loop), so results do not change with it.
+numba parallel regions cost a thread-team wake-up each. Worse, a parallel kernel run with
+numba.set_num_threads(1) costs ~190 us per call on this box (measured: a 256x640 Q8_0 GEMV takes
+27 us on the team of 2, 190 us with the team set to 1, 11 us as a plain serial function). So small
+work runs the kernel's serial twin: the same Python source compiled without `parallel` (prange is
+then range), so results do not change with the choice.
 """
 
 from __future__ import annotations
@@ -10,12 +12,17 @@ from __future__ import annotations
 import os
 from typing import Any, Callable
 
-# Idle OpenMP workers spin by default; on a shared 2-core box spinning threads starve the one
-# doing work (measured: decode 0.8 -> 5 tok/s on Gemma 270M under load). Must be set before numba
-# starts its OpenMP thread pool (the first parallel launch); an explicit user setting wins.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# Idle OpenMP workers: a decode step is ~150 kernel calls with gaps of microseconds, and a sleeping
+# worker takes tens of microseconds to wake (OMP_WAIT_POLICY=PASSIVE: 41-48 tok/s on Gemma 270M);
+# spinning forever starves other work on a shared 2-core box (measured earlier: 0.8 vs 5 tok/s
+# under load). A bounded spin (libgomp's GOMP_SPINCOUNT) keeps the team awake across a step and lets
+# it sleep between requests: 50-58 tok/s, bench/decode.py. Must be set before numba starts its
+# OpenMP pool (the first parallel launch); an explicit user setting of either variable wins.
+if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
+    os.environ["GOMP_SPINCOUNT"] = "30000"
 
 import ctypes  # noqa: E402
+import types  # noqa: E402
 
 import numba  # noqa: E402
 
@@ -23,15 +30,28 @@ SMALL_WORK = 1 << 18  # multiply-adds below which one thread is faster than waki
 _MAX = numba.config.NUMBA_NUM_THREADS
 
 
+_TWINS: dict[Any, Any] = {}
+
+
+def serial_twin(kernel: Any) -> Any:
+    """The kernel's source compiled without `parallel` (cached on disk under its own name)."""
+    twin = _TWINS.get(kernel)
+    if twin is None:
+        f = kernel.py_func
+        g = types.FunctionType(f.__code__, f.__globals__, f.__name__ + "_serial", f.__defaults__, f.__closure__)
+        # numba's cache file is named after the qualname and its index ignores `parallel`: a distinct
+        # name keeps the two compilations from overwriting each other
+        g.__qualname__ = f.__qualname__ + "_serial"
+        g.__module__ = f.__module__
+        opts = {k: v for k, v in kernel.targetoptions.items() if k not in ("parallel", "nopython")}
+        twin = _TWINS[kernel] = numba.njit(cache=True, **opts)(g)
+    return twin
+
+
 def launch(kernel: Callable[..., Any], work: int, *args: Any) -> None:
-    """Call a numba parallel kernel with 1 thread for small work, all threads otherwise."""
+    """Call a numba parallel kernel on all threads, or its serial twin for small work."""
     if work < SMALL_WORK or _MAX == 1:
-        prev = numba.get_num_threads()
-        numba.set_num_threads(1)
-        try:
-            kernel(*args)
-        finally:
-            numba.set_num_threads(prev)
+        serial_twin(kernel)(*args)
     else:
         kernel(*args)
 
