@@ -19,7 +19,7 @@ from gguf import GGMLQuantizationType as QT
 
 from engine import kernels as K
 from engine.errors import EngineError
-from engine.parallel import launch
+from engine.parallel import launch, warming
 
 QUANT_TYPES = {QT.Q8_0: "Q8_0", QT.Q5_0: "Q5_0", QT.Q4_K: "Q4_K", QT.Q6_K: "Q6_K"}
 DQ_ROWS = K.DQ_ROWS
@@ -251,10 +251,12 @@ def warmup() -> None:
             raw = np.zeros((2, (256 // bs) * bb), dtype=np.uint8)
             raw.setflags(write=False)  # QuantWeight always holds a read-only view
             x = np.zeros((1, 256), dtype=np.float32)
-            K.gemm(raw, x, np.empty((1, 2), dtype=np.float32), K.F16_LUT, K.KIND[kind])
-            DQ_ROWS[kind](raw, np.zeros(1, np.int64), np.empty((1, 256), np.float32), K.F16_LUT, K.QK)
+            with warming():  # both the parallel kernels and their serial twins
+                launch(K.gemm, 0, raw, x, np.empty((1, 2), dtype=np.float32), K.F16_LUT, K.KIND[kind])
+                launch(DQ_ROWS[kind], 0, raw, np.zeros(1, np.int64), np.empty((1, 256), np.float32), K.F16_LUT, K.QK)
         src = np.zeros((1, 22), np.uint8)
-        K.repack_q5_0_q8_0(src, np.empty((1, 34), np.uint8))
-        src.setflags(write=False)  # memmapped weights are read-only: their own specialization
-        K.repack_q5_0_q8_0(src, np.empty((1, 34), np.uint8))
+        with warming():
+            launch(K.repack_q5_0_q8_0, 0, src, np.empty((1, 34), np.uint8))
+            src.setflags(write=False)  # memmapped weights are read-only: their own specialization
+            launch(K.repack_q5_0_q8_0, 0, src, np.empty((1, 34), np.uint8))
         _warm = True

@@ -15,6 +15,7 @@ import numpy as np
 from engine.errors import EngineError
 from engine.kv import BlockPool, KVExhausted, PageTable
 from engine.model import LaneInput, Model
+from engine.parallel import warming
 
 
 class Session:
@@ -153,10 +154,11 @@ def warmup(model: Model | None = None) -> None:
         from engine.synthetic import synthetic_model
 
         model = synthetic_model()
-    a, b = Session(model), Session(model)
-    a.prefill([1, 2])
-    b.prefill([3])
-    a.step(4)
-    step_batch([a, b], [5, 6])
-    a.free()
-    b.free()
+    with warming():  # both the parallel kernels and their serial twins
+        a, b = Session(model), Session(model)
+        a.prefill([1, 2])
+        b.prefill([3])
+        a.step(4)
+        step_batch([a, b], [5, 6])
+        a.free()
+        b.free()
