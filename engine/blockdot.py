@@ -219,6 +219,17 @@ def _dot_lanes(lanes: int) -> Callable:  # type: ignore[type-arg]
     return intrinsic(dot)
 
 
+@intrinsic
+def prefetch_ahead(typingctx, addr):  # type: ignore[no-untyped-def]
+    """Software prefetch of the line PREFETCH_BYTES past `addr` (what the block loops do)."""
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        _prefetch(builder, builder.inttoptr(args[0], P8))
+        return context.get_dummy_value()
+
+    return types.void(types.uint64), codegen
+
+
 # Lane groups: 8 accumulators (16 zmm) + an unpacked block fit the 32 vector registers of AVX-512;
 # every group size gives each lane the same bits, so gemm mixes them freely.
 dot1 = _dot_lanes(1)

@@ -1,40 +1,21 @@
-"""numba kernels that compute directly on GGUF quantized blocks (Q8_0, Q5_0, Q4_K, Q6_K).
+"""numba kernels on GGUF quantized blocks (Q8_0, Q5_0, Q4_K, Q6_K): dequantizers and block constants.
 
 A weight is the 2-D uint8 array [out_features, row_bytes] exactly as the GGUF stores it (a memmap
-view: no copy, resident bytes == file bytes; Q5_0 is the one exception, below). f16 block scales are decoded through a 65,536-entry
-float32 table (`F16_LUT`): numba has no float16 type.
+view: no copy). f16 block scales are decoded through a 65,536-entry float32 table (`F16_LUT`):
+numba has no float16 type.
 
-- `gemm_<t>(w, x, out, lut, qk)`: out[B, out] = x[B, in] @ W.T, parallel over output rows. Each
-  thread unpacks 4 weight rows ONCE into its own L1-resident float32 buffer [4, in], then runs the
-  B x 4 plain float32 dot products over it (`_dots4`: each activation load feeds 4 FMAs): B lanes
-  share one read and one unpack of the weights. Row b's dot only reads the buffer (identical
-  whatever B is) and x[b], in one compiled loop, and the 4-row grouping depends only on the row
-  index, so a row is bit-identical whether computed alone or in a batch of 16.
-- `repack_q5_0_q8_0`: the resident loader keeps Q5_0 as Q8_0 blocks of the same values (see
-  engine/resident.py): Q5_0's 16-wide bit fields vectorise badly, the Q8_0 GEMV is ~2x faster per
-  element, which outweighs 34/22 of the bytes for those tensors. Results are bit for bit the ones
-  `gemm_q5_0` gives on the original blocks.
-- `dq_rows_<t>(w, rows, out, lut, qk)`: the same unpackers for selected rows (embedding take,
-  prefill tiles for BLAS, full dequantize); they match gguf.quants.dequantize.
+- The decode product `gemm(w, x, out, lut, kind)` lives in engine/blockdot.py (LLVM vector IR, one
+  block unpacked once per group of lanes); re-exported here.
+- `dq_rows_<t>(w, rows, out, lut, qk)`: selected rows as float32 (embedding take, prefill tiles for
+  BLAS, full dequantize); they match gguf.quants.dequantize.
+- `repack_q5_0_q8_0`: Q5_0 blocks -> Q8_0 blocks of the same values (see engine/resident.py).
 
-Speed notes (measured, see bench/): indices are unsigned (`U`) so numba emits no negative-index
-fix-up and LLVM keeps contiguous vector loads instead of gathers; `qk` (always 32) is passed at
-run time because with a compile-time trip count LLVM fully unrolls the 32-wide block loops and
-then fails to vectorise them; bit fields are split in float32 (floor(v/16) ..., exact) or in
-explicit int32, avoiding the 64-bit integer lanes numba's integer promotion would otherwise put in
-the loop. Measured on this box (2 threads, quiet): stream read 13.9 GB/s; Q8_0 8.5, Q4_K 5.2,
-Q6_K 5.0, Q5_0 3.6 GB/s for a 1-row GEMV. Quantizing activations to int8 (llama.cpp's q8_0 dot)
-was measured too and rejected: max |logit diff| 0.59 vs float32 on Gemma (bound: 0.05).
-
-Task F (contended box, 1 thread CPU time unless said): Q5_0 as Q8_0 blocks: gate 2048x640 423 ->
-217 us, q 211 -> 111 us; LM head B=16: 4-row `_dots4` 1.6x (B=1 unchanged: ~4.8 GB/s per core,
-~80% of one core's stream read, so the head is near its per-core ceiling and is ~52% of a decode
-step). Tried and rejected (no gain or slower, measured): a fused per-block dot (block sums scaled
-after; B=1 +10% at best but 1.7x slower for B=4, and a B=1-only path would not be bit-identical),
-2-row pairing (two FMA chains: latency-bound), Q5_0 unpack with compile-time 16 or a bit LUT,
-Q6_K unpack with a 32-wide loop and select on the scale, dynamic prange chunks (neutral).
-Alternating bench/decode.py runs (medians in the final report of task F): 16-lane aggregate
-+15..44% in like-for-like pairs, prefill up to +10%, single lane +0..6% (the head dominates).
+Speed notes for the dequantizers (measured): indices are unsigned (`U`) so numba emits no
+negative-index fix-up and LLVM keeps contiguous vector loads instead of gathers; `qk` (always 32)
+is passed at run time because with a compile-time trip count LLVM fully unrolls the 32-wide block
+loops and then fails to vectorise them; bit fields are split in float32 (floor(v/16) ..., exact) or
+in explicit int32, avoiding 64-bit integer lanes. Quantizing activations to int8 (llama.cpp's q8_0
+dot) was measured and rejected: max |logit diff| 0.59 vs float32 on Gemma (bound: 0.05).
 """
 
 from __future__ import annotations
