@@ -19,7 +19,7 @@ from gguf import GGMLQuantizationType as QT
 
 from engine import kernels as K
 from engine.errors import EngineError
-from engine.parallel import launch, warming
+from engine.parallel import launch, serial_twin, warming
 
 QUANT_TYPES = {QT.Q8_0: "Q8_0", QT.Q5_0: "Q5_0", QT.Q4_K: "Q4_K", QT.Q6_K: "Q6_K"}
 DQ_ROWS = K.DQ_ROWS
@@ -78,31 +78,26 @@ class QuantWeight:
         out = np.empty((x2.shape[0], rows), dtype=np.float32)
         step = max(16, min(rows, _TILE_BYTES // (4 * n)))
         pool = _prefill_pool()
-        if pool is None or rows < 2 * step:
+        parts = numba.config.NUMBA_NUM_THREADS  # the pool's size
+        if pool is None or rows < 16 * parts:
             self._prefill_rows(x2, out, 0, rows, step)
             return out
-        # One worker per core, each a single-threaded dequantize + single-threaded BLAS on its own
+        # One worker per core, each a serial dequantize + single-threaded BLAS on its share of the
         # rows: no OpenBLAS and OpenMP thread teams spinning against each other on the same cores.
-        parts = numba.config.NUMBA_NUM_THREADS  # the pool's size
-        bounds = [rows * i // parts // step * step for i in range(parts)] + [rows]
+        bounds = [rows * i // parts // 16 * 16 for i in range(parts)] + [rows]
         futs = [pool.submit(self._prefill_rows, x2, out, a, b, step, True) for a, b in zip(bounds, bounds[1:]) if b > a]
         for f in futs:
             f.result()
         return out
 
     def _prefill_rows(self, x2: np.ndarray, out: np.ndarray, r0: int, r1: int, step: int, one_thread: bool = False) -> None:
-        prev = numba.get_num_threads()
-        if one_thread:
-            numba.set_num_threads(1)  # numba's thread count is per calling thread
-        try:
-            tile = np.empty((min(step, r1 - r0), self.shape[1]), dtype=np.float32)
-            for a in range(r0, r1, step):
-                b = min(r1, a + step)
-                t = tile[: b - a]
-                DQ_ROWS[self._kind](self.raw, np.arange(a, b, dtype=np.int64), t, K.F16_LUT, K.QK)
-                out[:, a:b] = x2 @ t.T
-        finally:
-            numba.set_num_threads(prev)
+        dq = serial_twin(DQ_ROWS[self._kind]) if one_thread else DQ_ROWS[self._kind]
+        tile = np.empty((min(step, r1 - r0), self.shape[1]), dtype=np.float32)
+        for a in range(r0, r1, step):
+            b = min(r1, a + step)
+            t = tile[: b - a]
+            dq(self.raw, np.arange(a, b, dtype=np.int64), t, K.F16_LUT, K.QK)
+            out[:, a:b] = x2 @ t.T
 
     def take(self, ids: np.ndarray | list[int]) -> np.ndarray:
         """Rows `ids` dequantized to float32 [len(ids), in] (embedding lookup)."""
