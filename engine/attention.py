@@ -12,7 +12,7 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from engine.parallel import launch
+from engine.parallel import launch, prefill_pool
 
 
 @njit(parallel=True, fastmath=True, cache=True)
@@ -91,6 +91,69 @@ def paged_attention(
     launch(_paged_attention, 2 * t_rows * n_heads * dim * span, np.ascontiguousarray(q), k_pool, v_pool, table,
            int(start), int(window), float(scale), float(softcap), out)
     return out
+
+
+PREFILL_BLAS_MIN_ROWS = 32  # below this many query rows the numba kernel is as fast
+_Q_TILE = 256  # query rows per BLAS tile: bounds the score matrix at 256 * heads * keys floats
+
+
+def prefill_attention(
+    q: np.ndarray,
+    k_pool: np.ndarray,
+    v_pool: np.ndarray,
+    blocks: list[int],
+    start: int,
+    window: int = 0,
+    scale: float | None = None,
+    softcap: float = 0.0,
+) -> np.ndarray:
+    """`paged_attention` for a prefill chunk through BLAS: per tile of query rows and per KV head,
+    scores = Q K^T for the query heads sharing that KV head, masked softmax, then P V. The tiles go
+    to the prefill workers. Not row-stable like the numba kernel (BLAS picks its own summation
+    order), so only prefill chunks use it, as they already do for the weight products."""
+    if scale is None:
+        scale = 1.0 / math.sqrt(q.shape[-1])
+    t_rows = q.shape[0]
+    out = np.empty_like(q)
+    table = np.asarray(blocks, dtype=np.int64)
+    tiles = [(a, min(t_rows, a + _Q_TILE)) for a in range(0, t_rows, _Q_TILE)]
+    args = (q, k_pool, v_pool, table, start, window, float(scale), float(softcap), out)
+    pool = prefill_pool()
+    if pool is None or len(tiles) == 1:
+        for a, b in tiles:
+            _attention_tile(a, b, *args)
+    else:
+        for f in [pool.submit(_attention_tile, a, b, *args) for a, b in tiles]:
+            f.result()
+    return out
+
+
+def _attention_tile(a: int, b: int, q: np.ndarray, k_pool: np.ndarray, v_pool: np.ndarray, table: np.ndarray,
+                    start: int, window: int, scale: float, softcap: float, out: np.ndarray) -> None:
+    """Query rows a..b-1 (positions start+a ..): keys from the first one any of them sees."""
+    bt = k_pool.shape[1]
+    n_kv = k_pool.shape[2]
+    group = q.shape[1] // n_kv
+    qpos = np.arange(start + a, start + b)
+    lo = 0 if window <= 0 else max(0, int(qpos[0]) - window + 1)
+    kpos = np.arange(lo, int(qpos[-1]) + 1)
+    k = k_pool[table[kpos // bt], kpos % bt]  # [L, KVH, D] gathered from the blocks
+    v = v_pool[table[kpos // bt], kpos % bt]
+    hidden = kpos[None, :] > qpos[:, None]  # causal
+    if window > 0:
+        hidden |= kpos[None, :] <= qpos[:, None] - window
+    rows = b - a
+    for kh in range(n_kv):
+        qg = np.ascontiguousarray(q[a:b, kh * group:(kh + 1) * group]).reshape(rows * group, -1)
+        s = (qg @ k[:, kh].T).reshape(rows, group, -1)
+        s *= np.float32(scale)
+        if softcap > 0:
+            s = np.float32(softcap) * np.tanh(s / np.float32(softcap))
+        s[np.broadcast_to(hidden[:, None, :], s.shape)] = -np.inf
+        s -= s.max(axis=-1, keepdims=True)
+        np.exp(s, out=s)
+        s /= s.sum(axis=-1, keepdims=True)
+        out[a:b, kh * group:(kh + 1) * group] = (s.reshape(rows * group, -1) @ v[:, kh]).reshape(rows, group, -1)
 
 
 def reference_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, start: int, window: int, scale: float,

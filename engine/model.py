@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from engine import linear
-from engine.attention import paged_attention
+from engine.attention import PREFILL_BLAS_MIN_ROWS, paged_attention, prefill_attention
 from engine.config import ModelConfig
 from engine.kv import BlockPool, PageTable
 from engine.ops import apply_rope, gated_act, rmsnorm, rope_tables
@@ -95,7 +95,8 @@ class Model:
         rows = int(ids.shape[0])
         if rows != sum(ln.n for ln in lanes):
             raise ValueError("ids do not match the lanes' token counts")
-        mm = linear.matmul if (decode or not self.prefill_blas) else linear.matmul_prefill
+        blas = not decode and self.prefill_blas
+        mm = linear.matmul_prefill if blas else linear.matmul
         positions = np.concatenate([np.arange(ln.start, ln.start + ln.n) for ln in lanes])
         x = linear.take(w.token_embd, ids)
         if c.embed_scale != 1.0:
@@ -128,8 +129,9 @@ class Model:
                 r1 = r0 + ln.n
                 ln.kv.write(li, ln.start, k[r0:r1], v[r0:r1])
                 pool = ln.kv.pool
-                att[r0:r1] = paged_attention(q[r0:r1], pool.k[li], pool.v[li], ln.kv.blocks, ln.start,
-                                             c.window(li), c.scale, c.attn_softcap)
+                attend = prefill_attention if blas and ln.n >= PREFILL_BLAS_MIN_ROWS else paged_attention
+                att[r0:r1] = attend(q[r0:r1], pool.k[li], pool.v[li], ln.kv.blocks, ln.start, c.window(li), c.scale,
+                                    c.attn_softcap)
                 r0 = r1
             o = mm(att.reshape(rows, c.q_dim), lw.wo)
             if lw.post_attn_norm is not None:

@@ -25,6 +25,7 @@ import contextlib  # noqa: E402
 import ctypes  # noqa: E402
 import threading  # noqa: E402
 import types  # noqa: E402
+from concurrent.futures import ThreadPoolExecutor  # noqa: E402
 
 import numba  # noqa: E402
 
@@ -36,17 +37,18 @@ _TWINS: dict[Any, Any] = {}
 
 
 def serial_twin(kernel: Any) -> Any:
-    """The kernel's source compiled without `parallel` (cached on disk under its own name)."""
+    """The kernel's source compiled without `parallel`, releasing the GIL (cached under its own name)."""
     twin = _TWINS.get(kernel)
     if twin is None:
         f = kernel.py_func
         g = types.FunctionType(f.__code__, f.__globals__, f.__name__ + "_serial", f.__defaults__, f.__closure__)
         # numba's cache file is named after the qualname and its index ignores `parallel`: a distinct
         # name keeps the two compilations from overwriting each other
-        g.__qualname__ = f.__qualname__ + "_serial"
+        g.__qualname__ = f.__qualname__ + "_twin"
         g.__module__ = f.__module__
         opts = {k: v for k, v in kernel.targetoptions.items() if k not in ("parallel", "nopython")}
-        twin = _TWINS[kernel] = numba.njit(cache=True, **opts)(g)
+        # nogil: the prefill workers run twins side by side (see launch_rows)
+        twin = _TWINS[kernel] = numba.njit(cache=True, nogil=True, **opts)(g)
     return twin
 
 
@@ -112,3 +114,17 @@ def _default_blas_threads() -> None:
 
 
 _default_blas_threads()
+
+_pool_lock = threading.Lock()
+_pool: ThreadPoolExecutor | None = None
+
+
+def prefill_pool() -> ThreadPoolExecutor | None:
+    """One worker per core for prefill, each running serial numba code and single-threaded BLAS on
+    its own share (OpenBLAS and OpenMP teams spinning against each other on 2 cores cost 10x).
+    None when there is one core, when FAK_PREFILL_THREADS=0, or when BLAS cannot be pinned."""
+    global _pool
+    with _pool_lock:
+        if _pool is None and _MAX > 1 and os.environ.get("FAK_PREFILL_THREADS", "1") != "0" and set_blas_threads(1):
+            _pool = ThreadPoolExecutor(max_workers=_MAX, thread_name_prefix="fak-prefill")
+        return _pool

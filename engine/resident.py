@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numba
@@ -19,7 +18,7 @@ from gguf import GGMLQuantizationType as QT
 
 from engine import kernels as K
 from engine.errors import EngineError
-from engine.parallel import launch, serial_twin, warming
+from engine.parallel import launch, prefill_pool, serial_twin, warming
 
 QUANT_TYPES = {QT.Q8_0: "Q8_0", QT.Q5_0: "Q5_0", QT.Q4_K: "Q4_K", QT.Q6_K: "Q6_K"}
 DQ_ROWS = K.DQ_ROWS
@@ -77,7 +76,7 @@ class QuantWeight:
         rows, n = self.shape
         out = np.empty((x2.shape[0], rows), dtype=np.float32)
         step = max(16, min(rows, _TILE_BYTES // (4 * n)))
-        pool = _prefill_pool()
+        pool = prefill_pool()
         parts = numba.config.NUMBA_NUM_THREADS  # the pool's size
         if pool is None or rows < 16 * parts:
             self._prefill_rows(x2, out, 0, rows, step)
@@ -196,45 +195,6 @@ def _drop_pages(a: np.ndarray) -> None:
 
 _warm_lock = threading.Lock()
 _warm = False
-_pool: ThreadPoolExecutor | None = None
-_blas_single = False
-
-
-def _openblas_single_thread() -> bool:
-    """Put numpy's bundled OpenBLAS on one thread (prefill then runs one BLAS call per core)."""
-    import ctypes
-    import glob
-
-    libdir = os.path.join(os.path.dirname(np.__file__), os.pardir, "numpy.libs")
-    for path in glob.glob(os.path.join(libdir, "*openblas*")):
-        try:
-            lib = ctypes.CDLL(path)
-        except OSError:
-            continue
-        for sym in ("scipy_openblas_set_num_threads64_", "openblas_set_num_threads64_", "openblas_set_num_threads"):
-            fn = getattr(lib, sym, None)
-            if fn is not None:
-                fn(ctypes.c_int(1))
-                return True
-    return False
-
-
-def _prefill_pool() -> ThreadPoolExecutor | None:
-    global _pool, _blas_single
-    with _warm_lock:
-        if _pool is None and numba.config.NUMBA_NUM_THREADS > 1 and os.environ.get("FAK_PREFILL_THREADS", "1") != "0":
-            try:
-                layer = numba.threading_layer()
-            except ValueError:  # no parallel kernel has run yet
-                layer = ""
-            if layer not in ("omp", "tbb"):  # workqueue must not be entered from two threads at once
-                return None
-            _blas_single = _openblas_single_thread()
-            if _blas_single:
-                _pool = ThreadPoolExecutor(max_workers=numba.config.NUMBA_NUM_THREADS, thread_name_prefix="fak-prefill")
-        return _pool
-
-
 def warmup() -> None:
     """Compile (or load from numba's cache) every kernel once, so no request pays a JIT."""
     global _warm
