@@ -1,11 +1,11 @@
 """NativeScheduler: continuous batching over a paged KV cache (one loop thread).
 
-Each loop iteration: take new requests and cancels; readmit preempted lanes (by preemption round, then
-admission order), then promote waiting lanes (FIFO, or earliest deadline first) up to max_running;
-plan the step (prefill chunks within a token budget, one token per decoding lane); meet the KV budget
-(evict reclaimable prefix blocks, defer newcomers, then preempt victims); run the prefill chunks and
-the decode tokens in ONE forward (`forward_batch`: each weight read once per iteration for every
-lane); sample, stream, finish.
+Each loop iteration: take new requests and cancels; let the Scheduler (engine/sched_plan.py) readmit
+preempted lanes, promote waiting ones, plan the step (prefill chunks within a token budget, one token
+per decoding lane) and meet the KV budget (evict reclaimable prefix blocks, defer newcomers, preempt
+victims); run the prefill chunks and the decode tokens in ONE forward (`forward_batch`: each weight read
+once per iteration for every lane); hand the logits to the OutputProcessor (engine/sched_output.py):
+sample, stream, finish. This file holds the public API, the loop thread and the model calls.
 
 Numerics: a greedy lane's output never depends on its batch mates, on prefix hits or on preemption.
 Chunks end on absolute multiples of `prefill_chunk`; a full chunk runs alone through BLAS
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections import deque
 from typing import Any
 
 import numpy as np
@@ -27,19 +26,16 @@ import numpy as np
 from engine.errors import EngineError
 from engine.kv import KVExhausted
 from engine.lane import FinishReason, Handle, Lane, LaneState, Request, TextTracker, now, validate_request
-from engine.preemption import (
-    PREEMPT_MODES,
-    VICTIM_RULES,
-    KVBudget,
-    attach,
-    choose_victim,
-    drop_for_recompute,
-    swap_in,
-    swap_out,
-)
-from engine.prefix import PrefixCache, hit_limit, prompt_hashes, waits_for_producer
-from engine.sampling import sample
-from engine.sched_stats import RateMeter, SchedStats, snapshot
+from engine.prefix import PrefixCache
+from engine.sched_output import OutputProcessor
+from engine.sched_plan import Scheduler, SchedulerConfig
+from engine.sched_stats import SchedStats, snapshot
+
+
+def _delegate(part: str, name: str) -> property:
+    """An attribute of one of the scheduler's parts (self.<part>.<name>), read and written through it."""
+    return property(lambda self: getattr(getattr(self, part), name),
+                    lambda self, value: setattr(getattr(self, part), name, value))
 
 
 class NativeScheduler:
@@ -63,18 +59,8 @@ class NativeScheduler:
         batch_prefill: bool = True,
         blas_chunks: bool = True,
     ) -> None:
-        if max_running < 0:
-            raise EngineError(f"max_running must be >= 0 (0 = unbounded), got {max_running}")
-        if kv_blocks is not None and kv_blocks < 1:
-            raise EngineError(f"kv_blocks must be >= 1, got {kv_blocks}")
-        if preempt not in PREEMPT_MODES:
-            raise EngineError(f"unknown preempt mode {preempt!r} (known: {', '.join(PREEMPT_MODES)})")
-        if victim not in VICTIM_RULES:
-            raise EngineError(f"unknown victim rule {victim!r} (known: {', '.join(VICTIM_RULES)})")
-        if prefill_chunk < 1:
-            raise EngineError(f"prefill_chunk must be >= 1, got {prefill_chunk}")
-        if prefill_budget < 1:
-            raise EngineError(f"prefill_budget must be >= 1, got {prefill_budget}")
+        self.config = SchedulerConfig(max_running=max_running, kv_blocks=kv_blocks, preempt_mode=preempt,
+                                      victim_rule=victim, prefill_chunk=prefill_chunk, prefill_budget=prefill_budget)
         from engine.session import Session, forward_batch, step_batch  # the model layer
 
         self._Session, self._step_batch, self._forward_batch = Session, step_batch, forward_batch
@@ -86,21 +72,15 @@ class NativeScheduler:
         # computed by BLAS or by the row-stable kernels depends only on its own prompt, never on the
         # cache or the batch.
         self.blas_chunks = batch_prefill and blas_chunks and prefill_chunk % block_tokens == 0
-        self._hit_align = prefill_chunk // block_tokens if self.blas_chunks else 1  # prefix hits: whole chunks
+        hit_align = prefill_chunk // block_tokens if self.blas_chunks else 1  # prefix hits: whole chunks
         self.model = model
         self.numba_threads = numba_threads  # numba's thread count is per thread: applied in the loop thread
-        self.max_running = max_running
-        self.preempt_mode, self.victim_rule = preempt, victim
-        self.prefill_chunk = prefill_chunk
-        self.prefill_budget = prefill_budget  # prompt tokens per iteration, all lanes (decoders wait for them)
         self.tokenizer = tokenizer
         if eos_ids is None:
             eos_ids = tuple(getattr(tokenizer, "eos_ids", ()) or ()) if tokenizer is not None else ()
         self.eos_ids = frozenset(eos_ids)
         self.pool = model.new_pool(kv_blocks, block_tokens)
-        self.kv_blocks = kv_blocks
         self.prefix = PrefixCache(self.pool) if prefix_cache else None
-        self.budget = KVBudget(self.pool, self.prefix, kv_blocks)
         # with a growable pool nothing forces eviction: cap what the prefix cache may keep unreferenced
         self.prefix_cache_blocks = prefix_cache_blocks
 
@@ -108,25 +88,33 @@ class NativeScheduler:
         self._intake: list[Lane] = []
         self._closed = False
         self._seq = itertools.count()
-        self._waiting: list[Lane] = []
-        self._running: list[Lane] = []
-        self._preempted: list[Lane] = []
-        self._iter_no = 0  # loop iterations: a lane's preemption round is the iteration that evicted it
-        # ("preempt"|"readmit", lane seq, preemption round): a bounded trace for debugging and tests
-        self.events: deque[tuple[str, int, int]] = deque(maxlen=4096)
-        # counters (loop thread only); published as an immutable SchedStats
+        # counters (loop thread only, shared by the scheduler and the output side); published as SchedStats
         self._c: dict[str, int] = dict.fromkeys(
             ("steps", "tokens", "prefill_tokens", "admitted", "swap", "recompute", "bytes_out", "bytes_in",
              "readmitted", "max_running"), 0)
-        self._finished: dict[str, int] = {}
-        self._last_victim = None
-        self._rate = RateMeter()
+        self.scheduler = Scheduler(self.config, self.pool, self.prefix, hit_align=hit_align,
+                                   new_session=lambda: self._Session(self.model, pool=self.pool),
+                                   batch_prefill=batch_prefill, counters=self._c)
+        self.output = OutputProcessor(self.scheduler, self.prefix, self.eos_ids, self._c)
+        self.events = self.scheduler.events  # ("preempt"|"readmit", lane seq, preemption round)
         self._snapshot = SchedStats()
         self._publish()
         self._thread: threading.Thread | None = None
         if thread:
             self._thread = threading.Thread(target=self._loop, name="fak-scheduler", daemon=True)
             self._thread.start()
+
+    # the policy lives in self.config, which the Scheduler reads every iteration (so it may be retuned live)
+    max_running = _delegate("config", "max_running")
+    kv_blocks = _delegate("config", "kv_blocks")
+    preempt_mode = _delegate("config", "preempt_mode")
+    victim_rule = _delegate("config", "victim_rule")
+    prefill_chunk = _delegate("config", "prefill_chunk")
+    prefill_budget = _delegate("config", "prefill_budget")
+    # the queues are the Scheduler's (loop thread only; read by tests and debugging)
+    _waiting = _delegate("scheduler", "waiting")
+    _running = _delegate("scheduler", "running")
+    _preempted = _delegate("scheduler", "preempted")
 
     # ------------------------------------------------------------------ caller side (any thread)
     def admit(self, request: Request) -> Handle:
@@ -217,42 +205,26 @@ class NativeScheduler:
         try:
             self._iteration(new)
         except Exception as e:  # an engine bug or model failure must not kill the loop (nor spin on it):
-            for q in (self._running, self._preempted, self._waiting):  # fail every lane, keep serving
+            sched = self.scheduler
+            for q in (sched.running, sched.preempted, sched.waiting):  # fail every lane, keep serving
                 for lane in list(q):
-                    self._finish(lane, FinishReason.ERROR, f"{type(e).__name__}: {e}")
+                    self.output.finish(lane, FinishReason.ERROR, f"{type(e).__name__}: {e}")
         self._publish()
 
     def _has_work(self) -> bool:
-        return bool(self._running or self._waiting or self._preempted)
+        return self.scheduler.has_work()
 
     def _iteration(self, new: list[Lane]) -> None:
-        self._iter_no += 1
-        for lane in new:
-            self._c["admitted"] += 1
-            self._waiting.append(lane)
-        for q in (self._waiting, self._running, self._preempted):
+        sched = self.scheduler
+        sched.begin(new)
+        for q in (sched.waiting, sched.running, sched.preempted):
             for lane in [ln for ln in q if ln.cancel_requested]:
-                self._finish(lane, FinishReason.CANCELLED)
-        self._promote()
-        self._c["max_running"] = max(self._c["max_running"], len(self._running))
-        chunks, decoders = self._plan()
-        chunks, decoders = self._meet_budget(chunks, decoders)
-        prefills: list[tuple[Lane, list[int]]] = []
-        producing: set[int] = set()  # prefix blocks this iteration's batched chunks will fill
-        for lane, end in chunks:
-            if lane.state is not LaneState.PREFILLING:
-                continue
-            if not lane.prefix_checked:
-                if self.batch_prefill and self.prefix is not None and \
-                        waits_for_producer(self.prefix, lane, producing, self._hit_align):
-                    continue
-                self._match_prefix(lane)  # may map more (or, after an eviction, less) than planned
-                end = min(end, self._chunk_end(lane, lane.session.length))
-            if end > lane.session.length:
-                prefills.append((lane, lane.prompt_ids[lane.session.length : end]))
-                if self.prefix is not None and self.batch_prefill:
-                    bt = self.pool.block_tokens
-                    producing.update(prompt_hashes(lane, bt)[lane.session.length // bt : end // bt])
+                self.output.finish(lane, FinishReason.CANCELLED)
+        plan = sched.schedule()
+        if plan.failed is not None:
+            lane, error = plan.failed
+            self.output.finish(lane, FinishReason.ERROR, error)
+        prefills, decoders = plan.prefills, plan.decoders
         if self.blas_chunks:
             for lane, ids in [(ln, ids) for ln, ids in prefills if len(ids) == self.prefill_chunk]:
                 self._prefill(lane, ids)
@@ -267,141 +239,6 @@ class NativeScheduler:
                 self._decode(decoders)
         if self.prefix is not None and self.kv_blocks is None and len(self.prefix) > self.prefix_cache_blocks:
             self.prefix.evict(len(self.prefix) - self.prefix_cache_blocks)
-
-    # -- admission
-    def _promote(self) -> None:
-        limit = self.max_running or (1 << 30)
-        self._preempted.sort(key=lambda ln: (ln.preempt_round, ln.seq))
-        while self._preempted and len(self._running) < limit:
-            lane = self._preempted[0]
-            if self._running and self.budget.owed(lane) > self.budget.headroom(self._running):
-                return  # wait for room; preempted lanes go first, so no newcomer either
-            if not self._readmit(lane):
-                return
-        if self._preempted:
-            return
-        if any(ln.request.deadline is not None for ln in self._waiting):
-            self._waiting.sort(key=lambda ln: (ln.request.deadline is None, ln.request.deadline or 0.0, ln.seq))
-        while self._waiting and len(self._running) < limit:
-            lane = self._waiting[0]
-            if self._running and self.budget.owed(lane) > self.budget.headroom(self._running):
-                return
-            self._waiting.pop(0)
-            self._start(lane)
-
-    def _match_prefix(self, lane: Lane) -> None:
-        """Map the cached prefix of the lane's prompt into its (empty) session. Done right before the
-        lane's first chunk runs, so lanes admitted together still share what the earlier ones cached."""
-        lane.prefix_checked = True
-        if self.prefix is None:
-            return
-        blocks = self.prefix.match(lane.prompt_ids, hit_limit(lane), self._hit_align)
-        if blocks:
-            n = len(blocks) * self.pool.block_tokens
-            attach(lane.session, blocks, n)
-            lane.session.tokens = list(lane.prompt_ids[:n])
-            lane.prefix_hit_tokens += n
-
-    def _start(self, lane: Lane) -> None:
-        lane.session = self._Session(self.model, pool=self.pool)
-        lane.prefix_checked = False
-        lane.to(LaneState.PREFILLING)
-        lane.pinned_until = now() + lane.request.pin_ttl
-        self._running.append(lane)
-
-    def _readmit(self, lane: Lane) -> bool:
-        """Bring the head of the preempted queue back; False (lane stays queued) if its blocks do not fit."""
-        if lane.swap_data is not None:
-            short = len(lane.swap_data) // self.pool.block_bytes - self.pool.num_free
-            if short > 0 and self.prefix is not None:
-                self.prefix.evict(short)
-            try:
-                self._c["bytes_in"] += swap_in(lane, self.pool)
-            except KVExhausted:  # not when the headroom check holds; wait rather than fail
-                return False
-            self._preempted.pop(0)
-            lane.to(lane.resume_state)
-            lane.pinned_until = now() + lane.request.pin_ttl
-            self._running.append(lane)
-        else:
-            self._preempted.pop(0)
-            self._start(lane)
-        self._c["readmitted"] += 1
-        self.events.append(("readmit", lane.seq, lane.preempt_round))
-        return True
-
-    # -- planning and the KV budget
-    def _plan(self) -> tuple[list[tuple[Lane, int]], list[Lane]]:
-        """Prefill chunks as (lane, end position), ending on absolute multiples of prefill_chunk, within a
-        token budget; and the decoding lanes."""
-        chunks: list[tuple[Lane, int]] = []
-        budget = self.prefill_budget
-        # lanes already holding blocks first: a newcomer's chunk never crowds out a half-prefilled lane
-        prefilling = [ln for ln in self._running if ln.state is LaneState.PREFILLING]
-        prefilling.sort(key=lambda ln: not ln.session.kv.blocks)
-        for lane in prefilling:
-            start = lane.session.length
-            if not lane.prefix_checked and self.prefix is not None:  # expected hit; mapped when the chunk runs
-                start = self.prefix.peek(lane.prompt_ids, hit_limit(lane), self._hit_align)[0] * self.pool.block_tokens
-            end = self._chunk_end(lane, start)
-            if chunks and end - start > budget:
-                break
-            chunks.append((lane, end))
-            budget -= end - start
-        decoders = [ln for ln in self._running if ln.state is LaneState.DECODING]
-        return chunks, decoders
-
-    def _chunk_end(self, lane: Lane, start: int) -> int:
-        return min(len(lane.prompt_ids), (start // self.prefill_chunk + 1) * self.prefill_chunk)
-
-    def _meet_budget(self, chunks: list[tuple[Lane, int]], decoders: list[Lane]
-                     ) -> tuple[list[tuple[Lane, int]], list[Lane]]:
-        """Make the step's blocks available: evict reclaimable prefix blocks; defer prefill chunks of
-        lanes that hold nothing yet (newcomers wait rather than evict); then preempt victims."""
-        if self.kv_blocks is None:
-            return chunks, decoders
-        while True:
-            need = sum(ln.session.kv.blocks_needed(end) for ln, end in chunks)
-            need += sum(ln.session.kv.blocks_needed(ln.session.length + 1) for ln in decoders)
-            avail = self.budget.available()
-            if need <= avail:
-                break
-            empty = [i for i, (ln, _) in enumerate(chunks) if not ln.session.kv.blocks]
-            if empty and len(chunks) + len(decoders) > 1:
-                chunks.pop(empty[-1])
-                continue
-            holders = [ln for ln in self._running if ln.session.kv.blocks]
-            if len(holders) < 2:  # a lone lane is never preempted: it cannot fit the budget at all
-                lane = holders[0] if holders else self._running[0]
-                self._finish(lane, FinishReason.ERROR,
-                             f"KV budget of {self.kv_blocks} blocks too small for {lane.session.length + 1} tokens")
-                return [], []
-            self._preempt(holders, f"step needs {need} blocks, {avail} available")
-            chunks = [(ln, end) for ln, end in chunks if ln.state is LaneState.PREFILLING]
-            decoders = [ln for ln in decoders if ln.state is LaneState.DECODING]
-        short = need - self.pool.num_free
-        if short > 0 and self.prefix is not None:
-            self.prefix.evict(short)
-        return chunks, decoders
-
-    def _preempt(self, candidates: list[Lane], reason: str) -> None:
-        hits = self.prefix.block_hits if self.prefix is not None else (lambda b: 0)
-        v = choose_victim(candidates, self.victim_rule, now(), self.pool.block_bytes, hits,
-                          self.preempt_mode, reason)
-        lane = next(ln for ln in self._running if ln.seq == v.seq)
-        self._running.remove(lane)
-        if self.preempt_mode == "swap":
-            self._c["bytes_out"] += swap_out(lane, self.pool)
-            self._c["swap"] += 1
-        else:
-            drop_for_recompute(lane)
-            self._c["recompute"] += 1
-        lane.to(LaneState.PREEMPTED)
-        lane.preemptions += 1
-        lane.preempt_round = self._iter_no
-        self.events.append(("preempt", lane.seq, lane.preempt_round))
-        self._preempted.append(lane)
-        self._last_victim = v
 
     # -- model work
     def _mixed_step(self, prefills: list[tuple[Lane, list[int]]], decoders: list[Lane]) -> None:
@@ -418,9 +255,9 @@ class NativeScheduler:
         if decoders:
             self._c["steps"] += 1
         for i, (lane, ids) in enumerate(prefills):
-            self._after_prefill(lane, ids, logits[i])
+            self.output.after_prefill(lane, ids, logits[i])
         for lane, row in zip(decoders, logits[len(prefills):]):
-            self._after_step(lane, row)
+            self.output.after_step(lane, row)
 
     def _prefill(self, lane: Lane, ids: list[int]) -> None:
         try:
@@ -428,23 +265,9 @@ class NativeScheduler:
         except KVExhausted:
             return  # budget estimate was short (growable accounting aside): retry next iteration
         except Exception as e:
-            self._finish(lane, FinishReason.ERROR, f"prefill failed: {type(e).__name__}: {e}")
+            self.output.finish(lane, FinishReason.ERROR, f"prefill failed: {type(e).__name__}: {e}")
             return
-        self._after_prefill(lane, ids, logits)
-
-    def _after_prefill(self, lane: Lane, ids: list[int], logits: np.ndarray) -> None:
-        self._c["prefill_tokens"] += len(ids)
-        s = lane.session
-        if self.prefix is not None:
-            full = min(s.length, len(lane.prompt_ids)) // self.pool.block_tokens
-            self.prefix.insert(lane.prompt_ids, s.kv.blocks, full)
-        if s.length < len(lane.prompt_ids):
-            return
-        lane.to(LaneState.DECODING)
-        if lane.generated:  # recompute readmission: the prompt is back, now replay the generated ids
-            lane.replay = lane.generated[:-1]
-        else:
-            self._emit(lane, sample(logits, lane.request.sampling, lane.rng))
+        self.output.after_prefill(lane, ids, logits)
 
     def _decode(self, lanes: list[Lane]) -> None:
         feed = [ln.replay[0] if ln.replay else ln.pending for ln in lanes]
@@ -454,64 +277,25 @@ class NativeScheduler:
             return
         self._c["steps"] += 1
         for lane, row in zip(lanes, logits):
-            self._after_step(lane, row)
-
-    def _after_step(self, lane: Lane, row: np.ndarray) -> None:
-        if lane.replay:
-            lane.replay.pop(0)  # recompute replay: the token was generated before, its logits are known
-        else:
-            self._emit(lane, sample(row, lane.request.sampling, lane.rng))
-
-    def _emit(self, lane: Lane, token: int) -> None:
-        t = now()
-        if lane.first_token_at is None:
-            lane.first_token_at = t
-        self._rate.add(t, 1)
-        self._c["tokens"] += 1
-        req = lane.request
-        if req.stop_on_eos and token in self.eos_ids:
-            self._finish(lane, FinishReason.EOS)
-            return
-        if token in req.stop_ids:
-            self._finish(lane, FinishReason.STOP)
-            return
-        lane.generated.append(token)
-        lane.pending = token
-        piece = lane.text.push(token) if lane.text is not None else ""
-        lane.handle._push(token, piece)
-        if lane.text is not None and lane.text.stopped:
-            self._finish(lane, FinishReason.STOP)
-        elif len(lane.generated) >= req.max_new_tokens:
-            self._finish(lane, FinishReason.LENGTH)
-
-    def _finish(self, lane: Lane, reason: FinishReason, error: str | None = None) -> None:
-        if lane.session is not None and lane.session.kv.blocks:
-            lane.session.kv.free()
-        lane.session, lane.swap_data, lane.replay = None, None, []
-        for q in (self._waiting, self._running, self._preempted):
-            if lane in q:
-                q.remove(lane)
-        lane.to(LaneState.FINISHED)
-        lane.finish_reason, lane.error = reason, error
-        self._finished[reason.value] = self._finished.get(reason.value, 0) + 1
-        tail = lane.text.finish() if lane.text is not None else ""
-        lane.handle._set_result(lane.result(now()), tail)
+            self.output.after_step(lane, row)
 
     def _shutdown(self) -> None:
         with self._cond:
             self._closed = True
             new, self._intake = self._intake, []
-        self._waiting.extend(new)
-        for q in (self._running, self._preempted, self._waiting):
+        sched = self.scheduler
+        sched.waiting.extend(new)
+        for q in (sched.running, sched.preempted, sched.waiting):
             for lane in list(q):
-                self._finish(lane, FinishReason.CANCELLED, "scheduler closed")
+                self.output.finish(lane, FinishReason.CANCELLED, "scheduler closed")
         if self.prefix is not None:
             self.prefix.clear()
         self._publish()
 
     def _publish(self) -> None:
+        sched = self.scheduler
         self._snapshot = snapshot(
-            self._c, self._finished, self._last_victim, self._rate.rate(now()), pool=self.pool, prefix=self.prefix,
-            running=len(self._running), waiting=len(self._waiting) + len(self._intake),
-            preempted=len(self._preempted), kv_blocks=self.kv_blocks, max_running=self.max_running,
+            self._c, self.output.finished, sched.last_victim, self.output.rate.rate(now()), pool=self.pool,
+            prefix=self.prefix, running=len(sched.running), waiting=len(sched.waiting) + len(self._intake),
+            preempted=len(sched.preempted), kv_blocks=self.kv_blocks, max_running=self.max_running,
             preempt_mode=self.preempt_mode, victim_rule=self.victim_rule)
