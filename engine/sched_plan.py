@@ -119,7 +119,7 @@ class Scheduler:
         self.preempted.sort(key=lambda ln: (ln.preempt_round, ln.seq))
         while self.preempted and len(self.running) < limit:
             lane = self.preempted[0]
-            if self.running and self.budget.owed(lane) > self.budget.headroom(self.running):
+            if not self._has_room(lane):
                 return  # wait for room; preempted lanes go first, so no newcomer either
             if not self._readmit(lane):
                 return
@@ -128,11 +128,13 @@ class Scheduler:
         if any(ln.request.deadline is not None for ln in self.waiting):
             self.waiting.sort(key=lambda ln: (ln.request.deadline is None, ln.request.deadline or 0.0, ln.seq))
         while self.waiting and len(self.running) < limit:
-            lane = self.waiting[0]
-            if self.running and self.budget.owed(lane) > self.budget.headroom(self.running):
+            if not self._has_room(self.waiting[0]):
                 return
-            self.waiting.pop(0)
-            self._start(lane)
+            self._start(self.waiting.pop(0))
+
+    def _has_room(self, lane: Lane) -> bool:
+        """The budget can take the lane's blocks on top of what running lanes are owed (or nothing runs)."""
+        return not self.running or self.budget.owed(lane) <= self.budget.headroom(self.running)
 
     def _start(self, lane: Lane) -> None:
         lane.session = self.new_session()
