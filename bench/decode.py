@@ -40,7 +40,8 @@ def prefill_tps(model, n: int) -> float:  # type: ignore[no-untyped-def]
 
 
 def batch_tps(model, lanes: int, steps: int) -> float:  # type: ignore[no-untyped-def]
-    sessions = [Session(model) for _ in range(lanes)]
+    pool = model.new_pool(None)  # one KV pool for every lane, as the scheduler runs them
+    sessions = [Session(model, pool) for _ in range(lanes)]
     last = [s.prefill(PROMPT8[: 4 + i % 5]) for i, s in enumerate(sessions)]
     ids = [int(np.argmax(lg)) for lg in last]
     t0 = time.perf_counter()

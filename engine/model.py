@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from engine import linear
-from engine.attention import PREFILL_BLAS_MIN_ROWS, paged_attention, prefill_attention
+from engine.attention_groups import attention_groups
 from engine.config import ModelConfig
 from engine.kv import BlockPool, PageTable
 from engine.ops import apply_rope, gated_act, rmsnorm, rope_tables
@@ -103,6 +103,7 @@ class Model:
             x *= np.float32(c.embed_scale)
         if trace is not None:
             trace.append(x.copy())
+        groups = attention_groups(lanes, blas)
         tables: dict[tuple[float, float], tuple[np.ndarray, np.ndarray]] = {}
         for li, lw in enumerate(w.layers):
             key = (c.rope_theta(li), c.rope_pos_scale(li))
@@ -124,15 +125,8 @@ class Model:
             q = apply_rope(q, cos, sin, c.rope_style)
             k = apply_rope(k, cos, sin, c.rope_style)
             att = np.empty_like(q)
-            r0 = 0
-            for ln in lanes:
-                r1 = r0 + ln.n
-                ln.kv.write(li, ln.start, k[r0:r1], v[r0:r1])
-                pool = ln.kv.pool
-                attend = prefill_attention if blas and ln.n >= PREFILL_BLAS_MIN_ROWS else paged_attention
-                att[r0:r1] = attend(q[r0:r1], pool.k[li], pool.v[li], ln.kv.blocks, ln.start, c.window(li), c.scale,
-                                    c.attn_softcap)
-                r0 = r1
+            for g in groups:
+                g.attend(li, q, k, v, att, c.window(li), c.scale, c.attn_softcap)
             o = mm(att.reshape(rows, c.q_dim), lw.wo)
             if lw.post_attn_norm is not None:
                 o = rmsnorm(o, lw.post_attn_norm, c.norm_eps)
