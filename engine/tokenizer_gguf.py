@@ -1,14 +1,11 @@
-"""The tokenizer part of a GGUF's metadata, read fast.
+"""The tokenizer part of a GGUF's metadata (llama.cpp key names and defaults) as one VocabMeta.
 
-`gguf.GGUFReader` builds one numpy view per array element and parses the tensor table too: ~16 s
-for Gemma 3's 262k-token vocabulary. We only need the key/value section, so we walk it once over an
-mmap: numeric arrays become one `np.frombuffer` each, string arrays one slice per string (~0.1 s).
+The bytes are read by engine.gguf_load.read_metadata: only the `tokenizer.` keys and the architecture,
+no tensor table (~0.1 s for Gemma 3's 262k-token vocabulary).
 """
 
 from __future__ import annotations
 
-import mmap
-import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -16,14 +13,9 @@ from typing import Any, Callable
 import numpy as np
 
 from engine.errors import GGUFError
+from engine.gguf_load import read_metadata
 
-# GGUF value types -> (struct format, numpy dtype) for the fixed-size ones.
-_SCALAR: dict[int, tuple[str, str]] = {
-    0: ("<B", "<u1"), 1: ("<b", "<i1"), 2: ("<H", "<u2"), 3: ("<h", "<i2"),
-    4: ("<I", "<u4"), 5: ("<i", "<i4"), 6: ("<f", "<f4"), 7: ("<?", "<u1"),
-    10: ("<Q", "<u8"), 11: ("<q", "<i8"), 12: ("<d", "<f8"),
-}
-_STRING, _ARRAY = 8, 9
+TOKENIZER_KEYS = ("tokenizer.", "general.architecture")
 
 # llama.cpp token types (tokenizer.ggml.token_type)
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
@@ -50,78 +42,6 @@ class VocabMeta:
     add_eos: bool | None = None
     add_space_prefix: bool = False
     chat_template: str | None = None
-
-
-def _read_str(buf: mmap.mmap, pos: int) -> tuple[str, int]:
-    (n,) = struct.unpack_from("<Q", buf, pos)
-    pos += 8
-    return buf[pos:pos + n].decode("utf-8", errors="replace"), pos + n
-
-
-def _read_str_array(buf: mmap.mmap, pos: int, count: int, keep: bool) -> tuple[list[str], int]:
-    out: list[str] = []
-    unpack = struct.Struct("<Q").unpack_from
-    append = out.append
-    for _ in range(count):
-        (n,) = unpack(buf, pos)
-        pos += 8
-        if keep:
-            append(buf[pos:pos + n].decode("utf-8", errors="replace"))
-        pos += n
-    return out, pos
-
-
-def _read_value(buf: mmap.mmap, pos: int, vtype: int, keep: bool) -> tuple[Any, int]:
-    if vtype in _SCALAR:
-        fmt, _ = _SCALAR[vtype]
-        (v,) = struct.unpack_from(fmt, buf, pos)
-        return v, pos + struct.calcsize(fmt)
-    if vtype == _STRING:
-        return _read_str(buf, pos)
-    if vtype == _ARRAY:
-        etype, count = struct.unpack_from("<IQ", buf, pos)
-        pos += 12
-        if etype in _SCALAR:
-            dt = np.dtype(_SCALAR[etype][1])
-            end = pos + dt.itemsize * count
-            arr = np.frombuffer(buf, dtype=dt, count=count, offset=pos).copy() if keep else None
-            return arr, end
-        if etype == _STRING:
-            return _read_str_array(buf, pos, count, keep)
-        items = []
-        for _ in range(count):  # nested arrays: rare, small
-            v, pos = _read_value(buf, pos, etype, keep)
-            items.append(v)
-        return items, pos
-    raise GGUFError(f"unknown GGUF value type {vtype} at offset {pos}")
-
-
-def read_metadata(path: str | Path, wanted_prefixes: tuple[str, ...] = ("tokenizer.", "general.architecture")
-                  ) -> dict[str, Any]:
-    """The key/value pairs whose key starts with one of `wanted_prefixes` (others are skipped)."""
-    path = Path(path)
-    try:
-        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-            if buf[:4] != b"GGUF":
-                raise GGUFError(f"{path}: not a GGUF file (bad magic {bytes(buf[:4])!r})")
-            version, _n_tensors, n_kv = struct.unpack_from("<IQQ", buf, 4)
-            if not 2 <= version <= 3:  # 1 is pre-2023; a huge number means a big-endian file
-                raise GGUFError(f"{path}: GGUF version {version} is not supported (need 2 or 3, little-endian)")
-            pos = 24
-            out: dict[str, Any] = {}
-            for _ in range(n_kv):
-                key, pos = _read_str(buf, pos)
-                (vtype,) = struct.unpack_from("<I", buf, pos)
-                pos += 4
-                keep = key.startswith(wanted_prefixes)
-                value, pos = _read_value(buf, pos, vtype, keep)
-                if keep:
-                    out[key] = value
-            return out
-    except (struct.error, ValueError, IndexError, OverflowError) as exc:  # short or corrupt file (huge lengths)
-        raise GGUFError(f"{path}: truncated or corrupt GGUF metadata ({exc})") from exc
-    except OSError as exc:
-        raise GGUFError(f"{path}: cannot read ({exc.strerror or exc})") from exc
 
 
 class NoTokenizer(GGUFError):
@@ -161,7 +81,7 @@ def _num_array(v: Any) -> bool:
 
 def read_vocab(path: str | Path) -> VocabMeta:
     """The tokenizer metadata of a GGUF, with llama.cpp's defaults for missing flags."""
-    kv = read_metadata(path)
+    kv = read_metadata(path, TOKENIZER_KEYS)
     model = kv.get("tokenizer.ggml.model")
     if model is None:
         raise NoTokenizer(f"{path}: no tokenizer in this GGUF (tokenizer.ggml.model missing)")
