@@ -122,8 +122,31 @@ def rope_tables(positions: np.ndarray, theta: float, dim: int, scale: float = 1.
     return np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
 
 
+@njit(parallel=True, cache=True)
+def _rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, neox: bool, out: np.ndarray) -> None:  # pragma: no cover
+    t_rows, heads, dim = x.shape
+    half = dim // 2
+    for th in prange(t_rows * heads):
+        t, h = th // heads, th % heads
+        for i in range(half):
+            ia, ib = (i, i + half) if neox else (2 * i, 2 * i + 1)
+            a, b = x[t, h, ia], x[t, h, ib]
+            c, s = cos[t, i], sin[t, i]
+            out[t, h, ia] = a * c - b * s  # no fastmath: the same float32 ops as the numpy reference
+            out[t, h, ib] = b * c + a * s
+
+
 def apply_rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, style: str) -> np.ndarray:
-    """Rotate x [T, H, D]: NEOX pairs (i, i + D/2), NORM pairs (2i, 2i + 1). Elementwise, so row-stable."""
+    """Rotate x [T, H, D]: NEOX pairs (i, i + D/2), NORM pairs (2i, 2i + 1). Elementwise, so row-stable.
+    One kernel call (the numpy form was ~10 array operations, ~28 us a call at decode)."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    out = np.empty_like(x)
+    launch(_rope, 4 * x.size, x, np.ascontiguousarray(cos), np.ascontiguousarray(sin), style == ROPE_NEOX, out)
+    return out
+
+
+def apply_rope_ref(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, style: str) -> np.ndarray:
+    """The numpy reference of apply_rope."""
     c, s = cos[:, None, :], sin[:, None, :]
     out = np.empty_like(x)
     if style == ROPE_NEOX:

@@ -13,7 +13,8 @@ from engine.config import ROPE_NEOX, ModelConfig
 from engine.kv import BlockPool, PageTable
 from engine.linear import matmul_rows
 from engine.model import Model
-from engine.ops import gated_act, gated_act_ref, rmsnorm, rmsnorm_ref
+from engine.config import ROPE_NEOX, ROPE_NORM
+from engine.ops import apply_rope, apply_rope_ref, gated_act, gated_act_ref, rmsnorm, rmsnorm_ref, rope_tables
 
 
 def ref_forward(m: Model, ids: list[int]) -> np.ndarray:
@@ -139,6 +140,18 @@ def test_ops_match_references() -> None:
         np.testing.assert_allclose(gated_act(x, u, act), gated_act_ref(x, u, act), rtol=1e-5, atol=1e-6)
         assert np.array_equal(gated_act(x[2:3], u[2:3], act)[0], gated_act(x, u, act)[2])
     assert np.array_equal(rmsnorm(x[3:4], g, 1e-6)[0], rmsnorm(x, g, 1e-6)[3])
+
+
+@pytest.mark.parametrize("style", [ROPE_NEOX, ROPE_NORM])
+def test_rope_kernel_equals_numpy_reference(style: str) -> None:
+    """Same float32 operations as the numpy form, so the same bits; rows independent of the batch."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((70, 3, 16)).astype(np.float32) * 4
+    cos, sin = rope_tables(np.arange(100, 170), 10000.0, 16)
+    got = apply_rope(x, cos, sin, style)
+    assert np.array_equal(got, apply_rope_ref(x, cos, sin, style))
+    assert np.array_equal(apply_rope(x[9:10], cos[9:10], sin[9:10], style)[0], got[9])
+    assert not np.array_equal(got, apply_rope_ref(x, cos, sin, ROPE_NORM if style == ROPE_NEOX else ROPE_NEOX))
 
 
 @pytest.mark.parametrize("window,softcap", [(0, 0.0), (5, 0.0), (0, 20.0)])
