@@ -26,6 +26,7 @@ Block layouts (ggml-common.h):
 
 from __future__ import annotations
 
+import itertools
 from typing import Callable
 
 import numpy as np
@@ -115,30 +116,41 @@ def _hsum(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
 Unpack = Callable[[ir.IRBuilder, ir.Value, ir.Value], list[tuple[ir.Value, int]]]
 
 
-def _row_dot(b: ir.IRBuilder, args: list[ir.Value], block_bytes: int, block_values: int, lanes: int,
-             unpack: Unpack) -> None:
-    """One weight row (n_blocks blocks at w_addr) against `lanes` activation rows, sums stored to
-    out_addr + g * out_stride. `unpack(b, p, lut)` turns the block at p into float32 weight vectors
-    [(w, value offset)]; each lane then does acc = fma(w, x, acc) on them: a block is unpacked once for
-    all lanes, and every lane runs the same operations whatever `lanes` is."""
-    wa, xa, xs, nb, la, oa, os_ = args
-    wp, lut = b.inttoptr(wa, P8), b.inttoptr(la, F32.as_pointer())
+def _tile_dot(b: ir.IRBuilder, args: list[ir.Value], block_bytes: int, block_values: int, rows: int, lanes: int,
+              unpack: Unpack) -> None:
+    """`rows` weight rows (n_blocks blocks each, from w_addr, w_stride apart) against `lanes` activation
+    rows; the sum of (row r, lane g) is stored at out_addr + 4 r + g * out_stride. `unpack(b, p, lut)`
+    turns the block at p into float32 weight vectors [(w, value offset)]; every (row, lane) pair then
+    does acc = fma(w, x, acc) on them in the same order: a block is unpacked once for all lanes, an
+    activation vector loaded once for all rows, and a pair's bits do not depend on the tile shape."""
+    wa, ws, xa, xs, nb, la, oa, os_ = args
+    wps = [b.inttoptr(b.add(wa, b.mul(ws, _c(r))), P8) for r in range(rows)]
+    lut = b.inttoptr(la, F32.as_pointer())
     xps = [b.inttoptr(b.add(xa, b.mul(xs, _c(g))), F32.as_pointer()) for g in range(lanes)]
-    slots = [cgutils.alloca_once(b, VF) for _ in range(lanes)]  # entry block: LLVM keeps them in registers
-    for s in slots:
+    # allocas in the entry block: LLVM keeps the accumulators in registers
+    slots = [[cgutils.alloca_once(b, VF) for _ in range(lanes)] for _ in range(rows)]
+    for s in itertools.chain(*slots):
         b.store(ZERO, s)
     with cgutils.for_range(b, nb) as loop:
-        p = _at(b, wp, b.mul(loop.index, _c(block_bytes)))
-        _prefetch(b, p)
         x0 = b.mul(loop.index, _c(block_values))
-        accs = [b.load(s) for s in slots]
-        for wv, off in unpack(b, p, lut):
+        accs = [[b.load(s) for s in row] for row in slots]
+        blocks = []
+        for wp in wps:
+            p = _at(b, wp, b.mul(loop.index, _c(block_bytes)))
+            _prefetch(b, p)
+            blocks.append(unpack(b, p, lut))
+        for k, (_, off) in enumerate(blocks[0]):
             for g in range(lanes):
-                accs[g] = _fma(b, wv, _xload(b, xps[g], b.add(x0, _c(off))), accs[g])
-        for s, acc in zip(slots, accs):
-            b.store(acc, s)
-    for g, s in enumerate(slots):
-        b.store(_hsum(b, b.load(s)), b.inttoptr(b.add(oa, b.mul(os_, _c(g))), F32.as_pointer()))
+                xv = _xload(b, xps[g], b.add(x0, _c(off)))
+                for r in range(rows):
+                    accs[r][g] = _fma(b, blocks[r][k][0], xv, accs[r][g])
+        for row, acc_row in zip(slots, accs):
+            for s, acc in zip(row, acc_row):
+                b.store(acc, s)
+    for r, row in enumerate(slots):
+        for g, s in enumerate(row):
+            dst = b.add(b.add(oa, _c(4 * r)), b.mul(os_, _c(g)))
+            b.store(_hsum(b, b.load(s)), b.inttoptr(dst, F32.as_pointer()))
 
 
 def _q8_0(b, p, lut):  # type: ignore[no-untyped-def]
@@ -201,17 +213,17 @@ def _q6_k(b, p, lut):  # type: ignore[no-untyped-def]
 _KINDS = ((34, 32, _q8_0), (22, 32, _q5_0), (144, 256, _q4_k), (210, 256, _q6_k))
 
 
-def _dot_lanes(lanes: int) -> Callable:  # type: ignore[type-arg]
-    """Intrinsic `dot(kind, w_addr, x_addr, x_stride, n_blocks, lut_addr, out_addr, out_stride)`."""
+def _dot_tile(rows: int, lanes: int) -> Callable:  # type: ignore[type-arg]
+    """Intrinsic `dot(kind, w_addr, w_stride, x_addr, x_stride, n_blocks, lut_addr, out_addr, out_stride)`."""
 
-    def dot(typingctx, kind, w_addr, x_addr, x_stride, n_blocks, lut_addr, out_addr, out_stride):  # type: ignore[no-untyped-def]
-        sig = types.void(types.int64, types.uint64, types.uint64, types.uint64, types.int64, types.uint64,
-                         types.uint64, types.uint64)
+    def dot(typingctx, kind, w_addr, w_stride, x_addr, x_stride, n_blocks, lut_addr, out_addr, out_stride):  # type: ignore[no-untyped-def]
+        u = types.uint64
+        sig = types.void(types.int64, u, u, u, u, types.int64, u, u, u)
 
         def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-            for code, (bb, bv, unpack) in enumerate(_KINDS):  # the branch is taken once per row
+            for code, (bb, bv, unpack) in enumerate(_KINDS):  # the branch is taken once per tile
                 with builder.if_then(builder.icmp_signed("==", args[0], _c(code))):
-                    _row_dot(builder, list(args[1:]), bb, bv, lanes, unpack)
+                    _tile_dot(builder, list(args[1:]), bb, bv, rows, lanes, unpack)
             return context.get_dummy_value()
 
         return sig, codegen
@@ -232,9 +244,10 @@ def prefetch_ahead(typingctx, addr):  # type: ignore[no-untyped-def]
 
 # Lane groups: 8 accumulators (16 zmm) + an unpacked block fit the 32 vector registers of AVX-512;
 # every group size gives each lane the same bits, so gemm mixes them freely.
-dot1 = _dot_lanes(1)
-dot4 = _dot_lanes(4)
-dot8 = _dot_lanes(8)
+dot1 = _dot_tile(1, 1)
+dot4 = _dot_tile(1, 4)
+dot8 = _dot_tile(1, 8)
+dot2x4 = _dot_tile(2, 4)
 U = np.uint64  # unsigned indices and addresses: no negative-index fix-ups in the loops
 
 
@@ -265,11 +278,11 @@ def gemm(w, x, out, lut, kind):  # type: ignore[no-untyped-def]
             wr, orow = wa + U(r) * ws, oa + U(r) * U(4)
             b = 0
             while b + 8 <= lanes:
-                dot8(kind, wr, xa + U(b) * xs, xs, nb, la, orow + U(b) * os_, os_)
+                dot8(kind, wr, ws, xa + U(b) * xs, xs, nb, la, orow + U(b) * os_, os_)
                 b += 8
             if b + 4 <= lanes:
-                dot4(kind, wr, xa + U(b) * xs, xs, nb, la, orow + U(b) * os_, os_)
+                dot4(kind, wr, ws, xa + U(b) * xs, xs, nb, la, orow + U(b) * os_, os_)
                 b += 4
             while b < lanes:
-                dot1(kind, wr, xa + U(b) * xs, xs, nb, la, orow + U(b) * os_, os_)
+                dot1(kind, wr, ws, xa + U(b) * xs, xs, nb, la, orow + U(b) * os_, os_)
                 b += 1
