@@ -23,12 +23,9 @@ from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType as QT
 from engine.errors import EngineError, GGUFError
 
 GGUF_MAGIC = b"GGUF"
-# GGUF value types with a fixed size -> (struct, numpy dtype for arrays of them); 7 is bool
-_FIXED: dict[int, tuple[struct.Struct, np.dtype]] = {
-    t: (struct.Struct(s), np.dtype(d)) for t, s, d in [
-        (0, "<B", "<u1"), (1, "<b", "<i1"), (2, "<H", "<u2"), (3, "<h", "<i2"), (4, "<I", "<u4"), (5, "<i", "<i4"),
-        (6, "<f", "<f4"), (7, "<?", "<u1"), (10, "<Q", "<u8"), (11, "<q", "<i8"), (12, "<d", "<f8")]
-}
+# GGUF value types with a fixed size -> struct format; numpy reads the same letters (bool arrays as u1)
+_FMT = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+_FIXED = {t: (struct.Struct(f), np.dtype("<u1" if t == 7 else f)) for t, f in _FMT.items()}
 _STRING, _ARRAY = 8, 9
 _U32, _U64 = _FIXED[4][0], _FIXED[10][0]
 
@@ -82,33 +79,25 @@ class _Cursor:
         return self.buf[start : self.pos].decode("utf-8", errors="replace")
 
     def strings(self, count: int, keep: bool) -> list[str]:
-        # the hot loop (262k vocabulary entries): locals only, one bounds test per string, and a
-        # loop of its own for stepping over; a length past the end fails in unpack_from or the test
+        # the hot loop (262k vocabulary entries): locals only, one bounds test per string; a length
+        # past the end fails in unpack_from or in the test
         buf, size, pos, unpack = self.buf, self.size, self.pos, _U64.unpack_from
         out: list[str] = []
-        append = out.append
         try:
-            if keep:
-                for _ in range(count):
-                    (n,) = unpack(buf, pos)
-                    end = pos + 8 + n
-                    if end > size:
-                        raise IndexError
-                    append(buf[pos + 8 : end].decode("utf-8", errors="replace"))
-                    pos = end
-            else:
-                for _ in range(count):
-                    (n,) = unpack(buf, pos)
-                    pos += 8 + n
-                    if pos > size:
-                        raise IndexError
+            for _ in range(count):
+                end = pos + 8 + unpack(buf, pos)[0]
+                if end > size:
+                    raise IndexError
+                if keep:
+                    out.append(buf[pos + 8 : end].decode("utf-8", errors="replace"))
+                pos = end
         except (struct.error, IndexError):
             raise self.fail(f"an array of {count} strings runs past the end of the file ({size} bytes)") from None
         self.pos = pos
         return out
 
     def value(self, vtype: int, keep: bool = True) -> Any:
-        """One value of type `vtype`; with keep=False arrays are stepped over and None comes back."""
+        """One value of type `vtype`; keep=False steps over arrays without decoding (the caller drops the result)."""
         if vtype in _FIXED:
             return self.scalar(_FIXED[vtype][0])
         if vtype == _STRING:
@@ -121,12 +110,10 @@ class _Cursor:
             start = self.take(count * dt.itemsize)
             return np.frombuffer(self.buf, dt, count, start).copy() if keep else None
         if etype == _STRING:
-            out = self.strings(count, keep)
-            return out if keep else None
+            return self.strings(count, keep)
         if etype != _ARRAY:
             raise self.fail(f"unknown metadata array element type {etype} at byte {self.pos - 12}")
-        items = [self.value(etype, keep) for _ in range(count)]  # arrays of arrays: rare and small
-        return items if keep else None
+        return [self.value(etype, keep) for _ in range(count)]  # arrays of arrays: rare and small
 
 
 def _read_header(path: Path, prefixes: tuple[str, ...] | None, with_tensors: bool) -> GGUFFile:
@@ -213,7 +200,7 @@ def _read_tensor_index(cur: _Cursor, n_tensors: int, md: dict[str, Any], data: n
 
 def read_metadata(path: str | Path, prefixes: tuple[str, ...]) -> dict[str, Any]:
     """The key/value pairs whose key starts with one of `prefixes`; other values are stepped over, not
-    decoded (a 262k-entry token array costs nothing unless asked for). The tensor table is not read."""
+    decoded (a 262k-string array then costs a walk over its lengths). The tensor table is not read."""
     return _read_header(Path(path), prefixes, with_tensors=False).metadata
 
 
