@@ -285,3 +285,6 @@ def gemm(w, x, out, lut, kind):  # type: ignore[no-untyped-def]
             while b < lanes:
                 dot1(kind, wr, ws, xa + U(b) * xs, xs, nb, la, orow + U(b) * os_, os_)
                 b += 1
+    # numba frees a local array after its last use it can see; the dots read xal through a raw
+    # address, so this use keeps the buffer alive until they are done (without it: a rare NaN row)
+    buf[0] = buf[0]
