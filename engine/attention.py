@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit, prange
 
-from engine.parallel import launch, prefill_pool
+from engine.parallel import prefill_pool
 
 
 @njit(parallel=True, fastmath=True, cache=True)
@@ -118,12 +118,11 @@ def batched_attention(q: np.ndarray, k_pool: np.ndarray, v_pool: np.ndarray, row
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1])
     out = np.empty_like(q)
-    t_rows, n_heads, dim = q.shape
-    span = int(rows.row_pos.max()) + 1 if t_rows else 0
-    if window > 0:
-        span = min(span, window)
-    launch(_paged_attention, 2 * t_rows * n_heads * dim * span, np.ascontiguousarray(q), k_pool, v_pool, rows.tables,
-           rows.row_lane, rows.row_pos, int(window), float(scale), float(softcap), out)
+    # Always the parallel kernel, never its serial twin (engine/parallel.py): its fast-math reductions
+    # may vectorise differently in a separate compilation, and which one ran would then depend on
+    # the batch size; one compiled kernel keeps step_batch bit-identical to serial steps.
+    _paged_attention(np.ascontiguousarray(q), k_pool, v_pool, rows.tables, rows.row_lane, rows.row_pos, int(window),
+                     float(scale), float(softcap), out)
     return out
 
 

@@ -1,0 +1,72 @@
+"""Small work runs a kernel's serial twin, big work the parallel kernel (engine/parallel.py), and which
+one runs depends on the batch size: so for step_batch to stay bit-identical to serial steps, a
+twin must give exactly the parallel kernel's bits, row for row. Checked here for every kernel that
+goes through `launch`. (Paged attention does not: its fast-math reductions vectorise differently in
+the twin - the test below shows it - so it always runs the one parallel kernel.)"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine import ops
+from engine.attention import RaggedRows, _paged_attention, batched_attention
+from engine.linear import _rows_kernel
+from engine.parallel import serial_twin
+
+RNG = np.random.default_rng(11)
+
+
+def _both(kernel, make_args) -> tuple[list[np.ndarray], list[np.ndarray]]:  # type: ignore[no-untyped-def]
+    """Run kernel and its twin on identical fresh arguments; return their outputs."""
+    a, b = make_args(), make_args()
+    kernel(*a)
+    serial_twin(kernel)(*b)
+    return [x for x in a if isinstance(x, np.ndarray)], [x for x in b if isinstance(x, np.ndarray)]
+
+
+def _assert_same(kernel, make_args) -> None:  # type: ignore[no-untyped-def]
+    got, want = _both(kernel, make_args)
+    for g, w in zip(got, want):
+        assert np.array_equal(g, w, equal_nan=True)
+
+
+def test_rmsnorm_twin() -> None:
+    x = RNG.standard_normal((37, 640)).astype(np.float32) * 5
+    w = RNG.standard_normal(640).astype(np.float32)
+    _assert_same(ops._rmsnorm, lambda: (x.copy(), w, 1e-6, np.zeros_like(x)))
+
+
+@pytest.mark.parametrize("gelu", [True, False])
+def test_gated_twin(gelu: bool) -> None:
+    g = RNG.standard_normal((19, 2048)).astype(np.float32) * 4
+    u = RNG.standard_normal((19, 2048)).astype(np.float32)
+    _assert_same(ops._gated, lambda: (g, u, gelu, np.zeros_like(g)))
+
+
+def test_rope_twin() -> None:
+    x = RNG.standard_normal((23, 4, 256)).astype(np.float32)
+    cos, sin = ops.rope_tables(np.arange(50, 73), 10000.0, 256)
+    _assert_same(ops._rope, lambda: (x, cos, sin, True, np.zeros_like(x)))
+
+
+def test_decode_attention_is_the_parallel_kernel() -> None:
+    """batched_attention calls the parallel kernel whatever the batch (its twin's fast-math sums can
+    round differently: seen on some inputs), so a lone row gets the bits it gets in a batch."""
+    bt, kvh, dim, heads = 16, 1, 256, 4
+    k = RNG.standard_normal((40, bt, kvh, dim)).astype(np.float32)
+    v = RNG.standard_normal((40, bt, kvh, dim)).astype(np.float32)
+    rows = RaggedRows.of([list(RNG.permutation(40)[:6]), list(RNG.permutation(40)[:5])], [70, 40], [3, 1])
+    q = RNG.standard_normal((4, heads, dim)).astype(np.float32)
+    got, _ = _both(_paged_attention, lambda: (q, k, v, rows.tables, rows.row_lane, rows.row_pos, 0, 0.0625, 0.0,
+                                                 np.zeros_like(q)))
+    out = batched_attention(q, k, v, rows, 0, 0.0625, 0.0)
+    assert np.array_equal(out, got[-1])  # what decode uses is the parallel kernel's result
+    one = batched_attention(q[3:4], k, v, RaggedRows(rows.tables, rows.row_lane[3:4], rows.row_pos[3:4]), 0, 0.0625)
+    assert np.array_equal(one[0], out[3])  # and a lone row gets the same bits as in the batch
+
+
+def test_plain_rows_kernel_twin() -> None:
+    x = RNG.standard_normal((5, 640)).astype(np.float32)
+    w = RNG.standard_normal((300, 640)).astype(np.float32)
+    _assert_same(_rows_kernel, lambda: (x, w, np.zeros((5, 300), np.float32)))
