@@ -1,10 +1,11 @@
-"""Load time and RSS for a GGUF model on the plain (float32) path; also one prefill and a few steps.
+"""Load time and RSS for a GGUF model, plain (float32) or resident (--q4k); one prefill and a few steps.
 
-    python bench/load.py [MODEL]   (default gemma3-270m)
+    python bench/load.py [MODEL] [--q4k]   (default gemma3-270m)
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 
@@ -12,7 +13,11 @@ import psutil
 
 
 def main() -> None:
-    name = sys.argv[1] if len(sys.argv) > 1 else "gemma3-270m"
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("model", nargs="?", default="gemma3-270m", help="GGUF path or alias")
+    ap.add_argument("--q4k", action="store_true", help="resident quantized blocks instead of float32")
+    a = ap.parse_args()
+    name = a.model
     proc = psutil.Process()
     rss0 = proc.memory_info().rss
     t0 = time.perf_counter()
@@ -20,18 +25,24 @@ def main() -> None:
     from engine.aliases import resolve_model
     from engine.gguf_load import read_gguf
 
-    path = resolve_model(name)
+    from engine.errors import EngineError
+
+    try:
+        path = resolve_model(name)
+    except EngineError as exc:
+        sys.exit(f"bench/load.py: error: {exc}")
     t1 = time.perf_counter()
     read_gguf(path)
     t_header = time.perf_counter() - t1
     t2 = time.perf_counter()
-    model = load_model(str(path), progress=False)
+    model = load_model(str(path), resident=a.q4k, progress=False)
     t_load = time.perf_counter() - t2
     rss1 = proc.memory_info().rss
     print(f"model            {path.name} ({path.stat().st_size / 2**20:.0f} MiB file)")
     print(f"import engine    {t1 - t0:.2f} s")
     print(f"read header      {t_header:.2f} s")
-    print(f"plain load       {t_load:.2f} s  ({model.weights.nbytes / 2**20:.0f} MiB float32 weights)")
+    kind = "resident load" if a.q4k else "plain load   "
+    print(f"{kind}    {t_load:.2f} s  ({model.weights.nbytes / 2**20:.0f} MiB of weights)")
     print(f"RSS              {rss1 / 2**20:.0f} MiB (+{(rss1 - rss0) / 2**20:.0f} MiB)")
     s = Session(model)
     ids = [2] + [(i * 7919) % 20000 + 100 for i in range(63)]
