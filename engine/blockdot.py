@@ -6,17 +6,18 @@ on explicit `<32 x float>` values, each block is a handful of wide loads, conver
 the accumulator stays in registers: ~16 GB/s per core from cache, so a GEMV is bound by memory, not
 by unpacking. A software prefetch `PREFETCH_BYTES` ahead doubles what one core pulls from DRAM.
 
-Each `dot_<type>(w_addr, x_addr, n_blocks, lut_addr) -> float32` reads raw addresses (the caller
-checks shapes; see engine/kernels.py). The arithmetic is fixed by the IR, not by compiler choices:
-`llvm.fma` per block into a 32-wide accumulator (lane i collects positions i mod 32), then one
-fixed-order tree sum. So a row's result is the same bits whoever calls it, for any batch size or
-thread count. f16 block scales are decoded through a 65,536-entry float32 table (numba has no
+`dot1` / `dot4` / `dot8(kind, w_addr, x, lane, n_blocks, lut_addr, out_addr, out_stride)` dot one
+weight row (raw address) with 1 / 4 / 8 rows of the activation array x from row `lane` on, and store
+the sums. `gemm` (below) checks every shape and stride they rely on. The arithmetic is fixed by the
+IR, not by compiler choices: `llvm.fma` per block into a 32-wide accumulator (lane i collects
+positions i mod 32), then one fixed-order tree sum. So a row's result is the same bits whoever calls
+it, for any batch size or thread count. f16 block scales are decoded through a 65,536-entry float32 table (numba has no
 float16 and not every CPU converts f16 in hardware).
 
 Block layouts (ggml-common.h):
 - Q8_0, 34 bytes / 32 values: f16 d, int8 q[32]; value = d * q.
 - Q5_0, 22 bytes / 32 values: f16 d, u32 qh (5th bits), u8 qs[16] (value j: low nibble of qs[j],
-  value j+16: high nibble); value = d * (nibble | bit << 4) - 16).
+  value j+16: high nibble); value = d * ((nibble | bit << 4) - 16).
 - Q4_K, 144 bytes / 256 values: f16 d, f16 dmin, 12 bytes of 6-bit (scale, min) for 8 sub-blocks,
   u8 qs[128]: bytes 32c..32c+31 hold sub-block 2c in the low nibbles, 2c+1 in the high ones;
   value = d * sc * q - dmin * m.
@@ -26,7 +27,6 @@ Block layouts (ggml-common.h):
 
 from __future__ import annotations
 
-import itertools
 from typing import Callable
 
 import numpy as np
@@ -116,41 +116,28 @@ def _hsum(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
 Unpack = Callable[[ir.IRBuilder, ir.Value, ir.Value], list[tuple[ir.Value, int]]]
 
 
-def _tile_dot(b: ir.IRBuilder, args: list[ir.Value], block_bytes: int, block_values: int, rows: int, lanes: int,
-              unpack: Unpack) -> None:
-    """`rows` weight rows (n_blocks blocks each, from w_addr, w_stride apart) against `lanes` activation
-    rows; the sum of (row r, lane g) is stored at out_addr + 4 r + g * out_stride. `unpack(b, p, lut)`
-    turns the block at p into float32 weight vectors [(w, value offset)]; every (row, lane) pair then
-    does acc = fma(w, x, acc) on them in the same order: a block is unpacked once for all lanes, an
-    activation vector loaded once for all rows, and a pair's bits do not depend on the tile shape."""
-    wa, ws, xa, xs, nb, la, oa, os_ = args
-    wps = [b.inttoptr(b.add(wa, b.mul(ws, _c(r))), P8) for r in range(rows)]
-    lut = b.inttoptr(la, F32.as_pointer())
-    xps = [b.inttoptr(b.add(xa, b.mul(xs, _c(g))), F32.as_pointer()) for g in range(lanes)]
-    # allocas in the entry block: LLVM keeps the accumulators in registers
-    slots = [[cgutils.alloca_once(b, VF) for _ in range(lanes)] for _ in range(rows)]
-    for s in itertools.chain(*slots):
+def _row_dot(b: ir.IRBuilder, wa: ir.Value, xps: list[ir.Value], nb: ir.Value, lut: ir.Value, dsts: list[ir.Value],
+             block_bytes: int, block_values: int, unpack: Unpack) -> None:
+    """One weight row (n_blocks blocks at wa) against the activation rows at xps; lane g's sum is
+    stored at dsts[g]. `unpack(b, p, lut)` turns the block at p into float32 weight vectors
+    [(w, value offset)]; every lane then does acc = fma(w, x, acc) on them in the same order: a
+    block is unpacked once for all lanes, and a lane's bits do not depend on how many there are."""
+    wp = b.inttoptr(wa, P8)
+    slots = [cgutils.alloca_once(b, VF) for _ in xps]  # entry block: LLVM keeps them in registers
+    for s in slots:
         b.store(ZERO, s)
     with cgutils.for_range(b, nb) as loop:
         x0 = b.mul(loop.index, _c(block_values))
-        accs = [[b.load(s) for s in row] for row in slots]
-        blocks = []
-        for wp in wps:
-            p = _at(b, wp, b.mul(loop.index, _c(block_bytes)))
-            _prefetch(b, p)
-            blocks.append(unpack(b, p, lut))
-        for k, (_, off) in enumerate(blocks[0]):
-            for g in range(lanes):
-                xv = _xload(b, xps[g], b.add(x0, _c(off)))
-                for r in range(rows):
-                    accs[r][g] = _fma(b, blocks[r][k][0], xv, accs[r][g])
-        for row, acc_row in zip(slots, accs):
-            for s, acc in zip(row, acc_row):
-                b.store(acc, s)
-    for r, row in enumerate(slots):
-        for g, s in enumerate(row):
-            dst = b.add(b.add(oa, _c(4 * r)), b.mul(os_, _c(g)))
-            b.store(_hsum(b, b.load(s)), b.inttoptr(dst, F32.as_pointer()))
+        accs = [b.load(s) for s in slots]
+        p = _at(b, wp, b.mul(loop.index, _c(block_bytes)))
+        _prefetch(b, p)
+        for wv, off in unpack(b, p, lut):
+            for g, xp in enumerate(xps):
+                accs[g] = _fma(b, wv, _xload(b, xp, b.add(x0, _c(off))), accs[g])
+        for s, acc in zip(slots, accs):
+            b.store(acc, s)
+    for s, dst in zip(slots, dsts):
+        b.store(_hsum(b, b.load(s)), dst)
 
 
 def _q8_0(b, p, lut):  # type: ignore[no-untyped-def]
@@ -213,17 +200,29 @@ def _q6_k(b, p, lut):  # type: ignore[no-untyped-def]
 _KINDS = ((34, 32, _q8_0), (22, 32, _q5_0), (144, 256, _q4_k), (210, 256, _q6_k))
 
 
-def _dot_tile(rows: int, lanes: int) -> Callable:  # type: ignore[type-arg]
-    """Intrinsic `dot(kind, w_addr, w_stride, x_addr, x_stride, n_blocks, lut_addr, out_addr, out_stride)`."""
+_BLOCK_BYTES = tuple(k[0] for k in _KINDS)
+_BLOCK_VALUES = tuple(k[1] for k in _KINDS)
 
-    def dot(typingctx, kind, w_addr, w_stride, x_addr, x_stride, n_blocks, lut_addr, out_addr, out_stride):  # type: ignore[no-untyped-def]
+
+def _dot_lanes(lanes: int) -> Callable:  # type: ignore[type-arg]
+    """Intrinsic `dot(kind, w_addr, x, lane, n_blocks, lut_addr, out_addr, out_stride)`: x is a
+    C-contiguous float32 [B, n] array, passed as an array (not an address) so numba keeps it alive
+    for as long as the dots run."""
+
+    def dot(typingctx, kind, w_addr, x, lane, n_blocks, lut_addr, out_addr, out_stride):  # type: ignore[no-untyped-def]
         u = types.uint64
-        sig = types.void(types.int64, u, u, u, u, types.int64, u, u, u)
+        sig = types.void(types.int64, u, x, types.int64, types.int64, u, u, u)
 
         def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-            for code, (bb, bv, unpack) in enumerate(_KINDS):  # the branch is taken once per tile
-                with builder.if_then(builder.icmp_signed("==", args[0], _c(code))):
-                    _tile_dot(builder, list(args[1:]), bb, bv, rows, lanes, unpack)
+            kind_v, wa, xv, lane_v, nb, la, oa, os_ = args
+            xarr = context.make_array(signature.args[2])(context, builder, value=xv)
+            n = cgutils.unpack_tuple(builder, xarr.shape, 2)[1]
+            xps = [builder.gep(xarr.data, [builder.mul(builder.add(lane_v, _c(g)), n)]) for g in range(lanes)]
+            dsts = [builder.inttoptr(builder.add(oa, builder.mul(os_, _c(g))), F32.as_pointer()) for g in range(lanes)]
+            lut = builder.inttoptr(la, F32.as_pointer())
+            for code, (bb, bv, unpack) in enumerate(_KINDS):  # the branch is taken once per row
+                with builder.if_then(builder.icmp_signed("==", kind_v, _c(code))):
+                    _row_dot(builder, wa, xps, nb, lut, dsts, bb, bv, unpack)
             return context.get_dummy_value()
 
         return sig, codegen
@@ -244,9 +243,9 @@ def prefetch_ahead(typingctx, addr):  # type: ignore[no-untyped-def]
 
 # Lane groups: 8 accumulators (16 zmm) + an unpacked block fit the 32 vector registers of AVX-512;
 # every group size gives each lane the same bits, so gemm mixes them freely.
-dot1 = _dot_tile(1, 1)
-dot4 = _dot_tile(1, 4)
-dot8 = _dot_tile(1, 8)  # (2 rows x 4 lanes: no faster, measured on the LM head at B = 4 / 8 / 16)
+dot1 = _dot_lanes(1)
+dot4 = _dot_lanes(4)
+dot8 = _dot_lanes(8)  # (tiles of 2 rows x 4 lanes: no faster, measured on the LM head at B = 4 / 8 / 16)
 U = np.uint64  # unsigned indices and addresses: no negative-index fix-ups in the loops
 ROW_TILE = 32
 
@@ -261,19 +260,20 @@ def gemm(w, x, out, lut, kind):  # type: ignore[no-untyped-def]
     measured 1.8x at B=16)."""
     rows, row_bytes = w.shape
     lanes, n = x.shape
-    bs = 32 if kind < 2 else 256
+    if kind < 0 or kind > 3:
+        raise ValueError("gemm: weight, activation and output shapes do not match")
+    bs = _BLOCK_VALUES[kind]
     nb = n // bs
-    bb = 34 if kind == 0 else 22 if kind == 1 else 144 if kind == 2 else 210
     # the block dots read raw addresses: every size and stride they rely on is checked here
-    if (kind < 0 or kind > 3 or nb * bs != n or nb * bb != row_bytes or out.shape[0] != lanes or out.shape[1] != rows
+    if (nb * bs != n or nb * _BLOCK_BYTES[kind] != row_bytes or out.shape[0] != lanes or out.shape[1] != rows
             or w.strides[1] != 1 or out.strides[1] != 4 or lut.shape[0] != 65536 or lut.strides[0] != 4):
         raise ValueError("gemm: weight, activation and output shapes do not match")
     buf = np.empty(lanes * n + 16, dtype=np.float32)
     skip = ((64 - buf.ctypes.data % 64) % 64) // 4
     xal = buf[skip: skip + lanes * n].reshape((lanes, n))
     xal[:] = x
-    wa, xa, la, oa = U(w.ctypes.data), U(xal.ctypes.data), U(lut.ctypes.data), U(out.ctypes.data)
-    ws, xs, os_ = U(w.strides[0]), U(n * 4), U(out.strides[0])
+    wa, la, oa = U(w.ctypes.data), U(lut.ctypes.data), U(out.ctypes.data)
+    ws, os_ = U(w.strides[0]), U(out.strides[0])
     nc = min(rows, 64)
     for c in prange(nc):
         lo, hi = c * rows // nc, (c + 1) * rows // nc
@@ -282,16 +282,13 @@ def gemm(w, x, out, lut, kind):  # type: ignore[no-untyped-def]
             b = 0
             while b + 8 <= lanes:
                 for r in range(r0, r1):
-                    dot8(kind, wa + U(r) * ws, ws, xa + U(b) * xs, xs, nb, la, oa + U(r) * U(4) + U(b) * os_, os_)
+                    dot8(kind, wa + U(r) * ws, xal, b, nb, la, oa + U(r) * U(4) + U(b) * os_, os_)
                 b += 8
             if b + 4 <= lanes:
                 for r in range(r0, r1):
-                    dot4(kind, wa + U(r) * ws, ws, xa + U(b) * xs, xs, nb, la, oa + U(r) * U(4) + U(b) * os_, os_)
+                    dot4(kind, wa + U(r) * ws, xal, b, nb, la, oa + U(r) * U(4) + U(b) * os_, os_)
                 b += 4
             while b < lanes:
                 for r in range(r0, r1):
-                    dot1(kind, wa + U(r) * ws, ws, xa + U(b) * xs, xs, nb, la, oa + U(r) * U(4) + U(b) * os_, os_)
+                    dot1(kind, wa + U(r) * ws, xal, b, nb, la, oa + U(r) * U(4) + U(b) * os_, os_)
                 b += 1
-    # numba frees a local array after its last use it can see; the dots read xal through a raw
-    # address, so this use keeps the buffer alive until they are done (without it: a rare NaN row)
-    buf[0] = buf[0]
