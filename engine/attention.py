@@ -1,8 +1,10 @@
-"""Causal (optionally sliding-window) attention straight over a lane's paged KV blocks.
+"""Causal (optionally sliding-window) attention over a lane's paged KV blocks.
 
-One numba kernel for prefill and decode: each (query row, head) is computed by the same loop in
-the same order whatever the batch, so a prefill row, a serial step and a batched step agree bit
-for bit. K/V are read in place from the pool through the lane's block table (no gather copy).
+Decode rows (and short chunks): one numba kernel reads K/V in place through each lane's block table
+(no gather copy); each (query row, head) is computed by the same loop in the same order whatever the
+batch, so a serial step and a batched step agree bit for bit. Long prefill chunks: `prefill_attention`
+gathers the keys once and goes through BLAS (not row-stable; only prefill chunks use it, as they do
+for the weight products).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit, prange
 
+from engine.errors import EngineError
 from engine.parallel import prefill_pool
 
 
@@ -85,9 +88,7 @@ def paged_attention(
     softcap: float = 0.0,
 ) -> np.ndarray:
     """q [T, H, D] at positions start.. -> attention output [T, H, D] over positions 0..start+T-1."""
-    t_rows = q.shape[0]
-    rows = RaggedRows(np.asarray([blocks], dtype=np.int64).reshape(1, -1), np.zeros(t_rows, np.int64),
-                      np.arange(start, start + t_rows, dtype=np.int64))
+    rows = RaggedRows.of([list(blocks)], [start], [q.shape[0]], k_pool.shape[1])
     return batched_attention(q, k_pool, v_pool, rows, window, scale, softcap)
 
 
@@ -101,7 +102,13 @@ class RaggedRows:
     row_pos: np.ndarray  # [R] int64
 
     @classmethod
-    def of(cls, block_lists: list[list[int]], starts: list[int], counts: list[int]) -> RaggedRows:
+    def of(cls, block_lists: list[list[int]], starts: list[int], counts: list[int], block_tokens: int) -> RaggedRows:
+        """The kernel reads blocks through these tables unchecked: every position a row attends to
+        (0 .. its own) must lie in a block its lane holds."""
+        for i, (b, s, n) in enumerate(zip(block_lists, starts, counts)):
+            if s < 0 or n < 0 or -(-(s + n) // block_tokens) > len(b):
+                raise EngineError(f"attention: lane {i} has {len(b)} KV blocks of {block_tokens} tokens, "
+                                  f"positions {s}..{s + n - 1} need {-(-(s + n) // block_tokens)}")
         width = max(1, max(len(b) for b in block_lists))
         tables = np.full((len(block_lists), width), -1, dtype=np.int64)
         for i, b in enumerate(block_lists):
@@ -126,7 +133,7 @@ def batched_attention(q: np.ndarray, k_pool: np.ndarray, v_pool: np.ndarray, row
     return out
 
 
-PREFILL_BLAS_MIN_ROWS = 32  # below this many query rows the numba kernel is as fast
+PREFILL_ATTN_MIN_ROWS = 32  # a prefill chunk this long takes BLAS attention; shorter, the numba kernel is as fast
 _Q_TILE = 256  # query rows per BLAS tile: bounds the score matrix at 256 * heads * keys floats
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.attention import PREFILL_BLAS_MIN_ROWS, RaggedRows, batched_attention, prefill_attention
+from engine.attention import PREFILL_ATTN_MIN_ROWS, RaggedRows, batched_attention, prefill_attention
 from engine.kv import BlockPool
 
 
@@ -56,14 +56,14 @@ def attention_groups(lanes: list[Any], blas: bool) -> list[PrefillLane | PoolRow
     by_pool: dict[int, tuple[BlockPool, list[tuple[Any, int]]]] = {}
     r0 = 0
     for ln in lanes:
-        if blas and ln.n >= PREFILL_BLAS_MIN_ROWS:
+        if blas and ln.n >= PREFILL_ATTN_MIN_ROWS:
             out.append(PrefillLane(ln, r0, r0 + ln.n))
         else:
             by_pool.setdefault(id(ln.kv.pool), (ln.kv.pool, []))[1].append((ln, r0))
         r0 += ln.n
     for pool, members in by_pool.values():
         ragged = RaggedRows.of([ln.kv.blocks for ln, _ in members], [ln.start for ln, _ in members],
-                               [ln.n for ln, _ in members])
+                               [ln.n for ln, _ in members], pool.block_tokens)
         rows = np.concatenate([np.arange(r, r + ln.n, dtype=np.int64) for ln, r in members])
         bt = pool.block_tokens
         dest = ragged.tables[ragged.row_lane, ragged.row_pos // bt]

@@ -18,16 +18,33 @@ from engine.config import ROPE_NEOX
 from engine.parallel import launch
 
 
-@njit(parallel=True, fastmath=True, cache=True)
+# No `reassoc`: the sum of squares adds in the order written whatever the compiler does with the
+# loop, so the serial twin (few rows) and the parallel kernel (many) agree bit for bit (with full
+# fast-math they did not, at some widths: tests/test_twins.py); 16 explicit partial sums vectorise.
+_STRICT = {"nnan", "ninf", "nsz", "contract"}
+_PARTS = 16
+
+
+@njit(parallel=True, fastmath=_STRICT, error_model="numpy", cache=True)
 def _rmsnorm(x: np.ndarray, w: np.ndarray, eps: float, out: np.ndarray) -> None:  # pragma: no cover
     rows, n = x.shape
+    full = n - n % _PARTS
     for r in prange(rows):
+        xr, orow = x[r], out[r]
+        part = np.zeros(_PARTS, dtype=np.float32)
+        for i0 in range(0, full, _PARTS):
+            for j in range(_PARTS):
+                v = xr[np.uint64(i0 + j)]
+                part[j] += v * v
         ss = np.float32(0.0)
-        for i in range(n):
-            ss += x[r, i] * x[r, i]
+        for i in range(full, n):
+            ss += xr[i] * xr[i]
+        for j in range(_PARTS):
+            ss += part[j]
         inv = np.float32(1.0) / np.sqrt(ss / np.float32(n) + np.float32(eps))
         for i in range(n):
-            out[r, i] = (x[r, i] * inv) * w[i]
+            ui = np.uint64(i)
+            orow[ui] = (xr[ui] * inv) * w[ui]
 
 
 def rmsnorm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
@@ -144,6 +161,8 @@ def apply_rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, style: str) -> n
     """Rotate x [T, H, D]: NEOX pairs (i, i + D/2), NORM pairs (2i, 2i + 1). Elementwise, so row-stable.
     One kernel call (the numpy form was ~10 array operations, ~28 us a call at decode)."""
     x = np.ascontiguousarray(x, dtype=np.float32)
+    if x.ndim != 3 or x.shape[2] % 2 or cos.shape != (x.shape[0], x.shape[2] // 2) or sin.shape != cos.shape:
+        raise ValueError(f"apply_rope: x {x.shape} does not match cos {cos.shape} / sin {sin.shape}")  # the kernel reads unchecked
     out = np.empty_like(x)
     launch(_rope, 4 * x.size, x, np.ascontiguousarray(cos), np.ascontiguousarray(sin), style == ROPE_NEOX, out)
     return out

@@ -34,22 +34,29 @@ _MAX = numba.config.NUMBA_NUM_THREADS
 
 
 _TWINS: dict[Any, Any] = {}
+_twins_lock = threading.Lock()
 
 
 def serial_twin(kernel: Any) -> Any:
     """The kernel's source compiled without `parallel`, releasing the GIL (cached under its own name)."""
     twin = _TWINS.get(kernel)
-    if twin is None:
+    if twin is not None:
+        return twin
+    with _twins_lock:  # prefill workers may ask for the same twin at once
+        twin = _TWINS.get(kernel)
+        if twin is not None:
+            return twin
         f = kernel.py_func
         g = types.FunctionType(f.__code__, f.__globals__, f.__name__ + "_serial", f.__defaults__, f.__closure__)
         # numba's cache file is named after the qualname and its index ignores `parallel`: a distinct
         # name keeps the two compilations from overwriting each other
         g.__qualname__ = f.__qualname__ + "_twin"
         g.__module__ = f.__module__
-        opts = {k: v for k, v in kernel.targetoptions.items() if k not in ("parallel", "nopython")}
-        # nogil: the prefill workers run twins side by side (see launch_rows)
+        opts = {k: v for k, v in kernel.targetoptions.items() if k not in ("parallel", "nopython", "nogil")}
+        # nogil: the prefill workers run twins side by side (QuantWeight._prefill_rows); they must
+        # never `launch` big work themselves (a parallel region entered from two threads)
         twin = _TWINS[kernel] = numba.njit(cache=True, nogil=True, **opts)(g)
-    return twin
+        return twin
 
 
 _warming = threading.local()
@@ -59,11 +66,12 @@ _warming = threading.local()
 def warming() -> Iterator[None]:
     """Within this block every launch runs both the parallel kernel and its serial twin, so a
     warmup on tiny inputs loads both (every launched kernel only writes its `out` argument)."""
+    prev = getattr(_warming, "on", False)
     _warming.on = True
     try:
         yield
     finally:
-        _warming.on = False
+        _warming.on = prev
 
 
 def launch(kernel: Callable[..., Any], work: int, *args: Any) -> None:
@@ -117,14 +125,20 @@ _default_blas_threads()
 
 _pool_lock = threading.Lock()
 _pool: ThreadPoolExecutor | None = None
+_pool_failed = False  # BLAS could not be pinned to one thread: no pool, and do not look again
 
 
 def prefill_pool() -> ThreadPoolExecutor | None:
     """One worker per core for prefill, each running serial numba code and single-threaded BLAS on
     its own share (OpenBLAS and OpenMP teams spinning against each other on 2 cores cost 10x).
     None when there is one core, when FAK_PREFILL_THREADS=0, or when BLAS cannot be pinned."""
-    global _pool
+    global _pool, _pool_failed
+    if _pool is not None or _pool_failed:
+        return _pool
     with _pool_lock:
-        if _pool is None and _MAX > 1 and os.environ.get("FAK_PREFILL_THREADS", "1") != "0" and set_blas_threads(1):
-            _pool = ThreadPoolExecutor(max_workers=_MAX, thread_name_prefix="fak-prefill")
+        if _pool is None and not _pool_failed:
+            if _MAX > 1 and os.environ.get("FAK_PREFILL_THREADS", "1") != "0" and set_blas_threads(1):
+                _pool = ThreadPoolExecutor(max_workers=_MAX, thread_name_prefix="fak-prefill")
+            else:
+                _pool_failed = True
         return _pool

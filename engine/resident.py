@@ -195,6 +195,8 @@ def _drop_pages(a: np.ndarray) -> None:
 
 _warm_lock = threading.Lock()
 _warm = False
+
+
 def warmup() -> None:
     """Compile (or load from numba's cache) every kernel once, so no request pays a JIT."""
     global _warm

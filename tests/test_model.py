@@ -9,11 +9,10 @@ import pytest
 
 from engine import Session, synthetic_model
 from engine.attention import paged_attention, reference_attention
-from engine.config import ROPE_NEOX, ModelConfig
+from engine.config import ROPE_NEOX, ROPE_NORM, ModelConfig
 from engine.kv import BlockPool, PageTable
 from engine.linear import matmul_rows
 from engine.model import Model
-from engine.config import ROPE_NEOX, ROPE_NORM
 from engine.ops import apply_rope, apply_rope_ref, gated_act, gated_act_ref, rmsnorm, rmsnorm_ref, rope_tables
 
 

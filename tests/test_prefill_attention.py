@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from engine.attention import paged_attention, prefill_attention, reference_attention
+from engine.errors import EngineError
 
 
 def _pool(seed: int, n_blocks: int = 80, bt: int = 16, kvh: int = 2, dim: int = 64):  # type: ignore[no-untyped-def]
@@ -46,3 +47,13 @@ def test_prefill_attention_masks_the_future() -> None:
     for p in range(100, 60 * bt):  # every later position of the lane
         kp[blocks[p // bt], p % bt] += 100.0
     np.testing.assert_array_equal(prefill_attention(q, kp, vp, blocks, 0), a)
+
+
+def test_attention_refuses_positions_outside_the_lanes_blocks() -> None:
+    """The kernel reads through the block table unchecked: a row past the lane's blocks is refused."""
+    rng, kp, vp, blocks = _pool(3)
+    q = rng.standard_normal((2, 8, 64)).astype(np.float32)
+    bt = kp.shape[1]
+    paged_attention(q, kp, vp, blocks[:2], 2 * bt - 2)  # the last two positions of two blocks: fine
+    with pytest.raises(EngineError, match="lane 0 has 2 KV blocks of 16 tokens, positions 31..32 need 3"):
+        paged_attention(q, kp, vp, blocks[:2], 2 * bt - 1)

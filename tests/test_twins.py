@@ -9,10 +9,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from gguf import GGMLQuantizationType as QT
+
+from engine import kernels as K
 from engine import ops
 from engine.attention import RaggedRows, _paged_attention, batched_attention
 from engine.linear import _rows_kernel
 from engine.parallel import serial_twin
+from tests.test_kernels import TYPES, random_blocks
 
 RNG = np.random.default_rng(11)
 
@@ -31,17 +35,34 @@ def _assert_same(kernel, make_args) -> None:  # type: ignore[no-untyped-def]
         assert np.array_equal(g, w, equal_nan=True)
 
 
-def test_rmsnorm_twin() -> None:
-    x = RNG.standard_normal((37, 640)).astype(np.float32) * 5
-    w = RNG.standard_normal(640).astype(np.float32)
+@pytest.mark.parametrize("rows,width", [(1, 640), (17, 640), (3, 1024), (5, 2048), (2, 256), (9, 100)])
+def test_rmsnorm_twin(rows: int, width: int) -> None:
+    x = RNG.standard_normal((rows, width)).astype(np.float32) * 5
+    w = RNG.standard_normal(width).astype(np.float32)
     _assert_same(ops._rmsnorm, lambda: (x.copy(), w, 1e-6, np.zeros_like(x)))
 
 
 @pytest.mark.parametrize("gelu", [True, False])
-def test_gated_twin(gelu: bool) -> None:
-    g = RNG.standard_normal((19, 2048)).astype(np.float32) * 4
-    u = RNG.standard_normal((19, 2048)).astype(np.float32)
+@pytest.mark.parametrize("rows,width", [(1, 2048), (19, 2048), (4, 4864), (3, 130)])
+def test_gated_twin(gelu: bool, rows: int, width: int) -> None:
+    g = RNG.standard_normal((rows, width)).astype(np.float32) * 4
+    u = RNG.standard_normal((rows, width)).astype(np.float32)
     _assert_same(ops._gated, lambda: (g, u, gelu, np.zeros_like(g)))
+
+
+@pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
+def test_dequantize_rows_twin(qtype: QT) -> None:
+    """The embedding take (decode) runs the twin for few rows, the parallel kernel for many."""
+    cols = 640 if qtype in (QT.Q8_0, QT.Q5_0) else 2048
+    raw = random_blocks(qtype, 40, cols, seed=int(qtype))
+    rows = np.array([39, 0, 7, 7, 21], dtype=np.int64)
+    kernel = K.DQ_ROWS[qtype.name]
+    _assert_same(kernel, lambda: (raw, rows, np.zeros((5, cols), np.float32), K.F16_LUT, K.QK))
+
+
+def test_q5_0_repack_twin() -> None:
+    raw = random_blocks(QT.Q5_0, 33, 320, seed=8)
+    _assert_same(K.repack_q5_0_q8_0, lambda: (raw, np.zeros((33, 320 // 32 * 34), np.uint8)))
 
 
 def test_rope_twin() -> None:
@@ -56,7 +77,7 @@ def test_decode_attention_is_the_parallel_kernel() -> None:
     bt, kvh, dim, heads = 16, 1, 256, 4
     k = RNG.standard_normal((40, bt, kvh, dim)).astype(np.float32)
     v = RNG.standard_normal((40, bt, kvh, dim)).astype(np.float32)
-    rows = RaggedRows.of([list(RNG.permutation(40)[:6]), list(RNG.permutation(40)[:5])], [70, 40], [3, 1])
+    rows = RaggedRows.of([list(RNG.permutation(40)[:6]), list(RNG.permutation(40)[:5])], [70, 40], [3, 1], bt)
     q = RNG.standard_normal((4, heads, dim)).astype(np.float32)
     got, _ = _both(_paged_attention, lambda: (q, k, v, rows.tables, rows.row_lane, rows.row_pos, 0, 0.0625, 0.0,
                                                  np.zeros_like(q)))
