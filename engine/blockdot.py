@@ -231,6 +231,33 @@ def _dot_lanes(lanes: int) -> Callable:  # type: ignore[type-arg]
 
 
 @intrinsic
+def dot_f32(typingctx, a_addr, b_addr, n):  # type: ignore[no-untyped-def]
+    """sum(a[i] * b[i] for i < n) over two float32 vectors at raw addresses, in one fixed order:
+    32-wide FMAs over whole chunks of 32, the fixed tree sum, then the tail in sequence. (A
+    reassociating fast-math loop leaves the order to the compiler, which may pick differently in
+    the serial twin and the parallel kernel.)"""
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        b = builder
+        pa, pb = b.inttoptr(args[0], F32.as_pointer()), b.inttoptr(args[1], F32.as_pointer())
+        n = args[2]
+        acc = cgutils.alloca_once(b, VF)
+        b.store(ZERO, acc)
+        chunks = b.sdiv(n, _c(W))
+        with cgutils.for_range(b, chunks) as loop:
+            i0 = b.mul(loop.index, _c(W))
+            b.store(_fma(b, _xload(b, pa, i0), _xload(b, pb, i0), b.load(acc)), acc)
+        total = cgutils.alloca_once_value(b, _hsum(b, b.load(acc)))
+        fma1 = cgutils.get_or_insert_function(b.module, ir.FunctionType(F32, [F32, F32, F32]), "llvm.fma.f32")
+        with cgutils.for_range_slice(b, b.mul(chunks, _c(W)), n, _c(1)) as (i, _):
+            av, bv = b.load(b.gep(pa, [i])), b.load(b.gep(pb, [i]))
+            b.store(b.call(fma1, [av, bv, b.load(total)]), total)
+        return b.load(total)
+
+    return types.float32(types.uint64, types.uint64, types.int64), codegen
+
+
+@intrinsic
 def prefetch_ahead(typingctx, addr):  # type: ignore[no-untyped-def]
     """Software prefetch of the line PREFETCH_BYTES past `addr` (what the block loops do)."""
 

@@ -13,18 +13,22 @@ from typing import Any
 import numpy as np
 from numba import njit, prange
 
+from engine.blockdot import dot_f32
 from engine.parallel import launch
 
 
-@njit(parallel=True, fastmath=True, cache=True)
+@njit(parallel=True, cache=True)
 def _rows_kernel(x: np.ndarray, w: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover - numba
+    """out[b, o] = x[b] . w[o], each dot in one fixed order (blockdot.dot_f32), so the result is the
+    same bits whichever compilation (serial twin or parallel kernel) runs it."""
     b_rows, n = x.shape
+    if w.shape[1] != n or x.strides[1] != 4 or w.strides[1] != 4 or out.shape[0] != b_rows or out.shape[1] != w.shape[0]:
+        raise ValueError("matmul_rows: shapes do not match")  # dot_f32 reads raw addresses
+    xa, wa = np.uint64(x.ctypes.data), np.uint64(w.ctypes.data)
+    xs, ws = np.uint64(x.strides[0]), np.uint64(w.strides[0])
     for o in prange(w.shape[0]):
         for b in range(b_rows):
-            acc = np.float32(0.0)
-            for i in range(n):
-                acc += x[b, i] * w[o, i]
-            out[b, o] = acc
+            out[b, o] = dot_f32(xa + np.uint64(b) * xs, wa + np.uint64(o) * ws, n)
 
 
 def matmul_rows(x: np.ndarray, w: np.ndarray) -> np.ndarray:

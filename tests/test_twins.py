@@ -87,7 +87,8 @@ def test_decode_attention_is_the_parallel_kernel() -> None:
     assert np.array_equal(one[0], out[3])  # and a lone row gets the same bits as in the batch
 
 
-def test_plain_rows_kernel_twin() -> None:
-    x = RNG.standard_normal((5, 640)).astype(np.float32)
-    w = RNG.standard_normal((300, 640)).astype(np.float32)
+@pytest.mark.parametrize("width", [640, 100, 130, 2048, 48])
+def test_plain_rows_kernel_twin(width: int) -> None:
+    x = RNG.standard_normal((5, width)).astype(np.float32)
+    w = RNG.standard_normal((300, width)).astype(np.float32)
     _assert_same(_rows_kernel, lambda: (x, w, np.zeros((5, 300), np.float32)))
