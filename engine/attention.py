@@ -16,13 +16,20 @@ import numpy as np
 from numba import njit, prange
 
 from engine.errors import EngineError
-from engine.parallel import prefill_pool
+from engine.blockdot import dot_f32
+from engine.parallel import launch, prefill_pool
 
 
-@njit(parallel=True, fastmath=True, cache=True)
+# No `reassoc`: every sum adds in the order written (the q.k dots through blockdot.dot_f32, the
+# softmax sum in sequence, P.V elementwise per output value), so the serial twin and the parallel
+# kernel give the same bits whatever the compiler does with the loops (tests/test_twins.py).
+_STRICT = {"nnan", "ninf", "nsz", "contract"}
+
+
+@njit(parallel=True, fastmath=_STRICT, error_model="numpy", cache=True)
 def _paged_attention(
-    q: np.ndarray,  # [R, H, D] f32: query rows of one or more lanes
-    k_pool: np.ndarray,  # [blocks, bt, KVH, D] (one layer of the pool)
+    q: np.ndarray,  # [R, H, D] f32, C-contiguous: query rows of one or more lanes
+    k_pool: np.ndarray,  # [blocks, bt, KVH, D] (one layer of the pool), rows of D contiguous
     v_pool: np.ndarray,
     tables: np.ndarray,  # [lanes, max_blocks] int64 block ids of each lane, in position order
     row_lane: np.ndarray,  # [R] int64: the lane of each query row
@@ -35,6 +42,10 @@ def _paged_attention(
     t_rows, n_heads, dim = q.shape
     bt = k_pool.shape[1]
     group = n_heads // k_pool.shape[2]
+    if q.strides[2] != 4 or q.strides[1] != 4 * dim or k_pool.strides[3] != 4 or k_pool.shape[3] != dim:
+        raise ValueError("paged attention: q and K must hold contiguous float32 rows of head_dim")  # raw reads below
+    qa, ka = np.uint64(q.ctypes.data), np.uint64(k_pool.ctypes.data)
+    ks0, ks1, ks2 = np.uint64(k_pool.strides[0]), np.uint64(k_pool.strides[1]), np.uint64(k_pool.strides[2])
     for th in prange(t_rows * n_heads):
         t = th // n_heads
         h = th % n_heads
@@ -47,13 +58,12 @@ def _paged_attention(
         n = pos - lo + 1
         s = np.empty(n, dtype=np.float32)
         m = np.float32(-np.inf)
+        qrow = qa + np.uint64(th * dim * 4)  # q[t, h]
         for j in range(n):
             p = lo + j
             b = table[p // bt]
             off = p % bt
-            acc = np.float32(0.0)
-            for d in range(dim):
-                acc += q[t, h, d] * k_pool[b, off, kh, d]
+            acc = dot_f32(qrow, ka + np.uint64(b) * ks0 + np.uint64(off) * ks1 + np.uint64(kh) * ks2, dim)
             acc = acc * np.float32(scale)
             if softcap > 0.0:
                 acc = np.float32(softcap) * np.tanh(acc / np.float32(softcap))
@@ -66,15 +76,16 @@ def _paged_attention(
             s[j] = e
             tot += e
         inv = np.float32(1.0) / tot
+        orow = out[t, h]
         for d in range(dim):
-            out[t, h, d] = 0.0
+            orow[d] = 0.0
         for j in range(n):
             p = lo + j
-            b = table[p // bt]
-            off = p % bt
+            vrow = v_pool[table[p // bt], p % bt, kh]
             w = s[j] * inv
             for d in range(dim):
-                out[t, h, d] += w * v_pool[b, off, kh, d]
+                ud = np.uint64(d)
+                orow[ud] += w * vrow[ud]
 
 
 def paged_attention(
@@ -125,11 +136,12 @@ def batched_attention(q: np.ndarray, k_pool: np.ndarray, v_pool: np.ndarray, row
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1])
     out = np.empty_like(q)
-    # Always the parallel kernel, never its serial twin (engine/parallel.py): its fast-math reductions
-    # may vectorise differently in a separate compilation, and which one ran would then depend on
-    # the batch size; one compiled kernel keeps step_batch bit-identical to serial steps.
-    _paged_attention(np.ascontiguousarray(q), k_pool, v_pool, rows.tables, rows.row_lane, rows.row_pos, int(window),
-                     float(scale), float(softcap), out)
+    t_rows, n_heads, dim = q.shape
+    span = int(rows.row_pos.max()) + 1 if t_rows else 0
+    if window > 0:
+        span = min(span, window)
+    launch(_paged_attention, 2 * t_rows * n_heads * dim * span, np.ascontiguousarray(q), k_pool, v_pool, rows.tables,
+           rows.row_lane, rows.row_pos, int(window), float(scale), float(softcap), out)
     return out
 
 

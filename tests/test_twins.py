@@ -1,8 +1,8 @@
 """Small work runs a kernel's serial twin, big work the parallel kernel (engine/parallel.py), and which
 one runs depends on the batch size: so for step_batch to stay bit-identical to serial steps, a
 twin must give exactly the parallel kernel's bits, row for row. Checked here for every kernel that
-goes through `launch`. (Paged attention does not: its fast-math reductions vectorise differently in
-the twin - the test below shows it - so it always runs the one parallel kernel.)"""
+goes through `launch`, at several widths (with reassociating fast-math sums, rmsnorm and attention
+did differ: their sums are now written in a fixed order)."""
 
 from __future__ import annotations
 
@@ -71,20 +71,19 @@ def test_rope_twin() -> None:
     _assert_same(ops._rope, lambda: (x, cos, sin, True, np.zeros_like(x)))
 
 
-def test_decode_attention_is_the_parallel_kernel() -> None:
-    """batched_attention calls the parallel kernel whatever the batch (its twin's fast-math sums can
-    round differently: seen on some inputs), so a lone row gets the bits it gets in a batch."""
-    bt, kvh, dim, heads = 16, 1, 256, 4
+@pytest.mark.parametrize("window,softcap,dim", [(0, 0.0, 256), (24, 0.0, 256), (0, 50.0, 256), (0, 0.0, 40)])
+def test_paged_attention_twin(window: int, softcap: float, dim: int) -> None:
+    bt, kvh, heads = 16, 1, 4
     k = RNG.standard_normal((40, bt, kvh, dim)).astype(np.float32)
     v = RNG.standard_normal((40, bt, kvh, dim)).astype(np.float32)
     rows = RaggedRows.of([list(RNG.permutation(40)[:6]), list(RNG.permutation(40)[:5])], [70, 40], [3, 1], bt)
     q = RNG.standard_normal((4, heads, dim)).astype(np.float32)
-    got, _ = _both(_paged_attention, lambda: (q, k, v, rows.tables, rows.row_lane, rows.row_pos, 0, 0.0625, 0.0,
-                                                 np.zeros_like(q)))
-    out = batched_attention(q, k, v, rows, 0, 0.0625, 0.0)
-    assert np.array_equal(out, got[-1])  # what decode uses is the parallel kernel's result
-    one = batched_attention(q[3:4], k, v, RaggedRows(rows.tables, rows.row_lane[3:4], rows.row_pos[3:4]), 0, 0.0625)
-    assert np.array_equal(one[0], out[3])  # and a lone row gets the same bits as in the batch
+    _assert_same(_paged_attention, lambda: (q, k, v, rows.tables, rows.row_lane, rows.row_pos, window, 0.0625,
+                                            softcap, np.zeros_like(q)))
+    out = batched_attention(q, k, v, rows, window, 0.0625, softcap)
+    one = batched_attention(q[3:4], k, v, RaggedRows(rows.tables, rows.row_lane[3:4], rows.row_pos[3:4]), window,
+                            0.0625, softcap)
+    assert np.array_equal(one[0], out[3])  # a lone row gets the bits it gets in the batch
 
 
 @pytest.mark.parametrize("width", [640, 100, 130, 2048, 48])
