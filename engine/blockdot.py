@@ -11,7 +11,8 @@ weight row (raw address) with 1 / 4 / 8 rows of the activation array x from row 
 the sums. `gemm` (below) checks every shape and stride they rely on. The arithmetic is fixed by the
 IR, not by compiler choices: `llvm.fma` per block into a 32-wide accumulator (lane i collects
 positions i mod 32), then one fixed-order tree sum. So a row's result is the same bits whoever calls
-it, for any batch size or thread count. f16 block scales are decoded through a 65,536-entry float32 table (numba has no
+it, for any batch size or thread count. `dot_f32` is the same idea for two float32 vectors (the
+plain-weight product and attention's q.k). f16 block scales are decoded through a 65,536-entry float32 table (numba has no
 float16 and not every CPU converts f16 in hardware).
 
 Block layouts (ggml-common.h):
