@@ -17,16 +17,13 @@ from numba import njit, prange
 
 from engine.errors import EngineError
 from engine.blockdot import dot_f32
-from engine.parallel import launch, prefill_pool
+from engine.parallel import ORDERED_FASTMATH, launch, prefill_pool
 
 
-# No `reassoc`: every sum adds in the order written (the q.k dots through blockdot.dot_f32, the
-# softmax sum in sequence, P.V elementwise per output value), so the serial twin and the parallel
-# kernel give the same bits whatever the compiler does with the loops (tests/test_twins.py).
-_STRICT = {"nnan", "ninf", "nsz", "contract"}
-
-
-@njit(parallel=True, fastmath=_STRICT, error_model="numpy", cache=True)
+# Every sum adds in the order written (the q.k dots through blockdot.dot_f32, the softmax sum in
+# sequence, P.V elementwise per output value), so the serial twin and the parallel kernel give the
+# same bits whatever the compiler does with the loops (tests/test_twins.py).
+@njit(parallel=True, fastmath=ORDERED_FASTMATH, error_model="numpy", cache=True)
 def _paged_attention(
     q: np.ndarray,  # [R, H, D] f32, C-contiguous: query rows of one or more lanes
     k_pool: np.ndarray,  # [blocks, bt, KVH, D] (one layer of the pool), rows of D contiguous
@@ -189,8 +186,8 @@ def _attention_tile(a: int, b: int, q: np.ndarray, k_pool: np.ndarray, v_pool: n
     qpos = np.arange(start + a, start + b)
     lo = 0 if window <= 0 else max(0, int(qpos[0]) - window + 1)
     kpos = np.arange(lo, int(qpos[-1]) + 1)
-    k = k_pool[table[kpos // bt], kpos % bt]  # [L, KVH, D] gathered from the blocks
-    v = v_pool[table[kpos // bt], kpos % bt]
+    blk, off = table[kpos // bt], kpos % bt
+    k, v = k_pool[blk, off], v_pool[blk, off]  # [L, KVH, D] gathered from the blocks
     hidden = kpos[None, :] > qpos[:, None]  # causal
     if window > 0:
         hidden |= kpos[None, :] <= qpos[:, None] - window

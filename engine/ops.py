@@ -15,32 +15,20 @@ from numba import njit, prange, types
 from numba.extending import intrinsic
 
 from engine.config import ROPE_NEOX
-from engine.parallel import launch
+from engine.blockdot import dot_f32
+from engine.parallel import ORDERED_FASTMATH, launch
 
 
-# No `reassoc`: the sum of squares adds in the order written whatever the compiler does with the
-# loop, so the serial twin (few rows) and the parallel kernel (many) agree bit for bit (with full
-# fast-math they did not, at some widths: tests/test_twins.py); 16 explicit partial sums vectorise.
-_STRICT = {"nnan", "ninf", "nsz", "contract"}
-_PARTS = 16
-
-
-@njit(parallel=True, fastmath=_STRICT, error_model="numpy", cache=True)
+@njit(parallel=True, fastmath=ORDERED_FASTMATH, error_model="numpy", cache=True)
 def _rmsnorm(x: np.ndarray, w: np.ndarray, eps: float, out: np.ndarray) -> None:  # pragma: no cover
     rows, n = x.shape
-    full = n - n % _PARTS
+    if x.strides[1] != 4:
+        raise ValueError("rmsnorm: rows must be contiguous float32")  # dot_f32 reads raw addresses
+    xa, xs = np.uint64(x.ctypes.data), np.uint64(x.strides[0])
     for r in prange(rows):
         xr, orow = x[r], out[r]
-        part = np.zeros(_PARTS, dtype=np.float32)
-        for i0 in range(0, full, _PARTS):
-            for j in range(_PARTS):
-                v = xr[np.uint64(i0 + j)]
-                part[j] += v * v
-        ss = np.float32(0.0)
-        for i in range(full, n):
-            ss += xr[i] * xr[i]
-        for j in range(_PARTS):
-            ss += part[j]
+        row = xa + np.uint64(r) * xs
+        ss = dot_f32(row, row, n)  # a fixed summation order: the twin and the parallel kernel agree
         inv = np.float32(1.0) / np.sqrt(ss / np.float32(n) + np.float32(eps))
         for i in range(n):
             ui = np.uint64(i)
