@@ -17,11 +17,13 @@ import numpy as np
 from gguf import GGMLQuantizationType as QT
 
 from engine import kernels as K
+from engine import tiledot as T
 from engine.errors import EngineError
 from engine.parallel import launch, prefill_pool, serial_twin, warming
 
 QUANT_TYPES = {QT.Q8_0: "Q8_0", QT.Q5_0: "Q5_0", QT.Q4_K: "Q4_K", QT.Q6_K: "Q6_K"}
-DQ_ROWS = K.DQ_ROWS
+TILED = "Q8_0x16"  # Q8_0 rows in 16-row tiles for the int16 dot kernel (engine/tiledot.py)
+DQ_ROWS = {**K.DQ_ROWS, TILED: T.dq_rows_q8_0x16}
 DENSE_TYPES = (QT.F32, QT.F16, QT.BF16)
 
 # Below this many rows matmul_prefill uses the decode kernel (dequantizing a whole weight for a
@@ -36,9 +38,9 @@ class QuantWeight:
 
     name: str
     qtype: QT
-    raw: np.ndarray  # uint8 [out_features, row_bytes], usually a read-only memmap view
+    raw: np.ndarray  # uint8 [out_features, row_bytes] (a read-only memmap view), or tiles for Q8_0x16
     shape: tuple[int, int]
-    layout: str = ""  # block format of `raw` (the GGUF type, or Q8_0 for a repacked Q5_0)
+    layout: str = ""  # block format of `raw`: the GGUF type, Q8_0x16 (Q8_0 and Q5_0), or Q8_0 for Q5_0
     _kind: str = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -64,8 +66,12 @@ class QuantWeight:
         squeeze = np.ndim(x) == 1
         x2 = self._x2d(np.atleast_2d(x))
         out = np.empty((x2.shape[0], self.shape[0]), dtype=np.float32)
+        work = x2.shape[0] * self.shape[0] * self.shape[1]
         # small products run on one thread (waking the team costs more than it saves)
-        launch(K.gemm, x2.shape[0] * self.shape[0] * self.shape[1], self.raw, x2, out, K.F16_LUT, K.KIND[self._kind])
+        if self._kind == TILED:
+            launch(T.gemm_tiles, work, self.raw, x2, out)
+        else:
+            launch(K.gemm, work, self.raw, x2, out, K.F16_LUT, K.KIND[self._kind])
         return out[0] if squeeze else out
 
     def matmul_prefill(self, x: np.ndarray) -> np.ndarray:
@@ -151,33 +157,52 @@ def resident_weight(name: str, qtype: QT, raw: np.ndarray, shape: tuple[int, int
     if layout != kind:
         # only a read-only file mapping may drop its pages (a private mapping could hold edits)
         file_ro = getattr(raw, "_mmap", None) is not None and not np.asarray(raw).flags.writeable
-        a = _repack_q5_0(a, file_ro)
+        src = a
+        if kind == "Q5_0":
+            a = _repack_q5_0(a)
+        if layout == TILED:
+            a = _tiles(a)
+        if file_ro and src.size:
+            _drop_pages(src)
     a.setflags(write=False)  # one kernel specialization (memmaps are read-only anyway)
     return QuantWeight(name, qtype, a, (out_f, in_f), layout)
 
 
 def resident_layout(kind: str) -> str:
-    """The block format a quant type is kept in: its own, except Q5_0 -> Q8_0 (see _repack_q5_0)."""
-    return "Q8_0" if kind == "Q5_0" and os.environ.get("FAK_Q5_0_REPACK", "1") != "0" else kind
+    """The block format a quant type is kept in: Q8_0 -> Q8_0x16 tiles (engine/tiledot.py), Q5_0 ->
+    the same via Q8_0 blocks (see _repack_q5_0), Q4_K / Q6_K their own. FAK_Q8_0_TILES=0 keeps Q8_0
+    blocks (the float32 kernels of engine/blockdot.py), FAK_Q5_0_REPACK=0 keeps Q5_0: for A/B runs."""
+    tiles = os.environ.get("FAK_Q8_0_TILES", "1") != "0"
+    if kind == "Q5_0" and os.environ.get("FAK_Q5_0_REPACK", "1") == "0":
+        return kind
+    if kind in ("Q8_0", "Q5_0"):
+        return TILED if tiles else "Q8_0"
+    return kind
 
 
 def resident_block_bytes(kind: str) -> int:
     """Bytes per block as kept resident (what a decode step streams)."""
-    return K.BLOCK_BYTES[resident_layout(kind)]
+    layout = resident_layout(kind)
+    return K.BLOCK_BYTES["Q8_0" if layout == TILED else layout]
 
 
-def _repack_q5_0(a: np.ndarray, file_backed: bool) -> np.ndarray:
+def _tiles(a: np.ndarray) -> np.ndarray:
+    """Q8_0 rows -> Q8_0x16 tiles: the same 34 bytes per row and block, rows padded to 16."""
+    out = np.empty(((a.shape[0] + T.TILE - 1) // T.TILE, a.shape[1] // 34 * T.TILE_BLOCK), dtype=np.uint8)
+    launch(T.repack_q8_0_tiles, a.size * 8, a, out)
+    return out
+
+
+def _repack_q5_0(a: np.ndarray) -> np.ndarray:
     """Q5_0 blocks -> Q8_0 blocks of the same values (34/22 of the bytes: +10% of Gemma 270M's file).
 
     Why: the Q8_0 GEMV runs ~2x the Q5_0 one per element on this CPU class, which outweighs the extra
-    bytes (decode +~15%, bench/decode.py; FAK_Q5_0_REPACK=0 turns it off for A/B). The source
-    pages of a file mapping are then dropped from this process (MADV_DONTNEED on a shared read-only
-    mapping only unmaps; a later read faults them back from the page cache), so RSS holds the
-    repacked copy, not both (tests/test_resident_memory.py)."""
+    bytes (decode +~15%, bench/decode.py; FAK_Q5_0_REPACK=0 turns it off for A/B). After any repack
+    resident_weight drops the source pages of a file mapping from this process (MADV_DONTNEED on a
+    shared read-only mapping only unmaps; a later read faults them back from the page cache), so RSS
+    holds the repacked copy, not both (tests/test_resident_memory.py)."""
     out = np.empty((a.shape[0], a.shape[1] // 22 * 34), dtype=np.uint8)
     launch(K.repack_q5_0_q8_0, a.size * 8, a, out)
-    if file_backed and a.size:
-        _drop_pages(a)
     return out
 
 
@@ -211,9 +236,15 @@ def warmup() -> None:
             with warming():  # both the parallel kernels and their serial twins
                 launch(K.gemm, 0, raw, x, np.empty((1, 2), dtype=np.float32), K.F16_LUT, K.KIND[kind])
                 launch(DQ_ROWS[kind], 0, raw, np.zeros(1, np.int64), np.empty((1, 256), np.float32), K.F16_LUT, K.QK)
-        src = np.zeros((1, 22), np.uint8)
+        src, q8 = np.zeros((1, 22), np.uint8), np.zeros((1, 34), np.uint8)
+        tiles = np.zeros((1, T.TILE_BLOCK), np.uint8)
         with warming():
-            launch(K.repack_q5_0_q8_0, 0, src, np.empty((1, 34), np.uint8))
-            src.setflags(write=False)  # memmapped weights are read-only: their own specialization
-            launch(K.repack_q5_0_q8_0, 0, src, np.empty((1, 34), np.uint8))
+            for ro in (False, True):  # memmapped weights are read-only: their own specialization
+                launch(K.repack_q5_0_q8_0, 0, src, np.empty((1, 34), np.uint8))
+                launch(T.repack_q8_0_tiles, 0, q8, tiles)
+                src.setflags(write=False)
+                q8.setflags(write=False)
+            tiles.setflags(write=False)
+            launch(T.gemm_tiles, 0, tiles, np.zeros((1, 32), np.float32), np.empty((1, 1), np.float32))
+            launch(T.dq_rows_q8_0x16, 0, tiles, np.zeros(1, np.int64), np.empty((1, 32), np.float32), K.F16_LUT, K.QK)
         _warm = True

@@ -7,6 +7,7 @@ import pytest
 from gguf import GGMLQuantizationType as QT
 from gguf.quants import dequantize, quantize
 
+from engine import tiledot as T
 from engine.errors import EngineError
 from engine.quantize import quantize_q4_k, quantize_q8_0
 from engine.resident import QuantWeight, resident_weight
@@ -58,7 +59,18 @@ def test_matmul_matches_float64_reference(weight: tuple[QT, np.ndarray, QuantWei
     ref = reference(raw, qtype, x)
     scale = np.abs(dequantize(raw, qtype)).astype(np.float64) @ np.abs(x.T).astype(np.float64)
     assert got.shape == (B, w.shape[0]) and got.dtype == np.float32
-    assert np.all(np.abs(got - ref) <= 2e-6 * scale.T + 1e-6)
+    tol = 2e-6 * scale.T + 1e-6
+    if w.layout == "Q8_0x16":
+        # int16 activations (engine/tiledot.py): exact to float rounding against the quantized x,
+        # and within half a step per value (dx / 2 = max|x_block| / 65534) of the float x
+        xq, dx = np.empty(x.shape, np.int16), np.empty((B, x.shape[1] // 32), np.float32)
+        T.quantize_rows_i16(x, xq, dx)
+        xhat = (xq.reshape(B, -1, 32) * dx[:, :, None].astype(np.float64)).reshape(x.shape)
+        assert np.all(np.abs(xhat - x).reshape(B, -1, 32).max(axis=2) <= dx / 2 * (1 + 1e-3))  # round to nearest
+        assert np.all(np.abs(got - reference(raw, qtype, xhat)) <= tol)
+        wabs = np.abs(dequantize(raw, qtype)).astype(np.float64).reshape(w.shape[0], -1, 32).sum(axis=2)
+        tol = tol + (dx.astype(np.float64) / 2) @ wabs.T
+    assert np.all(np.abs(got - ref) <= tol)
 
 
 def test_rows_bit_identical_across_batch_sizes(weight: tuple[QT, np.ndarray, QuantWeight]) -> None:
@@ -91,8 +103,12 @@ def test_matmul_prefill_matches_reference(weight: tuple[QT, np.ndarray, QuantWei
 
 def test_nbytes_is_the_block_bytes(weight: tuple[QT, np.ndarray, QuantWeight]) -> None:
     qtype, raw, w = weight
-    # Q5_0 stays resident repacked as Q8_0 blocks of the same values (34 bytes per 32, not 22)
-    assert w.nbytes == (raw.nbytes // 22 * 34 if qtype == QT.Q5_0 else raw.nbytes)
+    # Q5_0 stays resident repacked as Q8_0 blocks of the same values (34 bytes per 32, not 22), and
+    # both in 16-row tiles (the last one padded with zero rows)
+    q8 = raw.nbytes // 22 * 34 if qtype == QT.Q5_0 else raw.nbytes
+    tiled = qtype in (QT.Q8_0, QT.Q5_0)
+    assert w.layout == ("Q8_0x16" if tiled else qtype.name)
+    assert w.nbytes == (q8 // w.shape[0] * -(-w.shape[0] // 16) * 16 if tiled else q8)
 
 
 def test_dense_types_become_float32_arrays() -> None:

@@ -13,6 +13,7 @@ from gguf import GGMLQuantizationType as QT
 
 from engine import kernels as K
 from engine import ops
+from engine import tiledot as T
 from engine.attention import RaggedRows, _paged_attention, batched_attention
 from engine.linear import _rows_kernel
 from engine.parallel import serial_twin
@@ -63,6 +64,19 @@ def test_dequantize_rows_twin(qtype: QT) -> None:
 def test_q5_0_repack_twin() -> None:
     raw = random_blocks(QT.Q5_0, 33, 320, seed=8)
     _assert_same(K.repack_q5_0_q8_0, lambda: (raw, np.zeros((33, 320 // 32 * 34), np.uint8)))
+
+
+@pytest.mark.parametrize("lanes", [1, 5, 16])
+def test_q8_0_tiles_twins(lanes: int) -> None:
+    """The tiled Q8_0 layout: repack, dequantize and the int16-dot product (engine/tiledot.py)."""
+    raw = random_blocks(QT.Q8_0, 37, 640, seed=9)
+    _assert_same(T.repack_q8_0_tiles, lambda: (raw, np.zeros((3, 20 * T.TILE_BLOCK), np.uint8)))
+    tiles = np.zeros((3, 20 * T.TILE_BLOCK), np.uint8)
+    T.repack_q8_0_tiles(raw, tiles)
+    x = RNG.standard_normal((lanes, 640)).astype(np.float32)
+    _assert_same(T.gemm_tiles, lambda: (tiles, x, np.zeros((lanes, 37), np.float32)))
+    rows = np.array([36, 0, 17, 17], dtype=np.int64)
+    _assert_same(T.dq_rows_q8_0x16, lambda: (tiles, rows, np.zeros((4, 640), np.float32), K.F16_LUT, K.QK))
 
 
 def test_rope_twin() -> None:
