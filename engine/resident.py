@@ -81,7 +81,7 @@ class QuantWeight:
             return self.matmul(x2)
         rows, n = self.shape
         out = np.empty((x2.shape[0], rows), dtype=np.float32)
-        step = max(16, min(rows, _TILE_BYTES // (4 * n)))
+        step = max(16, min(rows, _TILE_BYTES // (4 * n)) // 16 * 16)  # whole 16-row tiles (Q8_0x16)
         pool = prefill_pool()
         parts = numba.config.NUMBA_NUM_THREADS  # the pool's size
         if pool is None or rows < 16 * parts:
@@ -96,12 +96,17 @@ class QuantWeight:
         return out
 
     def _prefill_rows(self, x2: np.ndarray, out: np.ndarray, r0: int, r1: int, step: int, one_thread: bool = False) -> None:
-        dq = serial_twin(DQ_ROWS[self._kind]) if one_thread else DQ_ROWS[self._kind]
+        tiled = self._kind == TILED
+        kernel = T.dq_tile_range if tiled else DQ_ROWS[self._kind]
+        dq = serial_twin(kernel) if one_thread else kernel
         tile = np.empty((min(step, r1 - r0), self.shape[1]), dtype=np.float32)
         for a in range(r0, r1, step):
             b = min(r1, a + step)
             t = tile[: b - a]
-            dq(self.raw, np.arange(a, b, dtype=np.int64), t, K.F16_LUT, K.QK)
+            if tiled:  # a is a multiple of 16 (matmul_prefill's bounds and step)
+                dq(self.raw, a // T.TILE, t)
+            else:
+                dq(self.raw, np.arange(a, b, dtype=np.int64), t, K.F16_LUT, K.QK)
             out[:, a:b] = x2 @ t.T
 
     def take(self, ids: np.ndarray | list[int]) -> np.ndarray:
@@ -247,4 +252,5 @@ def warmup() -> None:
             tiles.setflags(write=False)
             launch(T.gemm_tiles, 0, tiles, np.zeros((1, 32), np.float32), np.empty((1, 1), np.float32))
             launch(T.dq_rows_q8_0x16, 0, tiles, np.zeros(1, np.int64), np.empty((1, 32), np.float32), K.F16_LUT, K.QK)
+            launch(T.dq_tile_range, 0, tiles, 0, np.empty((1, 32), np.float32))
         _warm = True

@@ -142,6 +142,55 @@ tdot4 = _tile_lanes(4)
 tdot8 = _tile_lanes(8)  # 16 unpacked weight vectors + 8 accumulators: within the 32 zmm registers
 
 
+@intrinsic
+def dq_tile(typingctx, w_addr, n_blocks, out, row0):  # type: ignore[no-untyped-def]
+    """Tile at w_addr dequantized into rows row0.. of out (float32 [R, n_blocks * 32]; rows past R
+    are the padding, skipped). One block: 16 wide loads, conversions and multiplies, then each
+    row's two values of a pair as one 8-byte store (the layout's transpose, done on the way out)."""
+
+    def codegen(context, b, signature, args):  # type: ignore[no-untyped-def]
+        wa, nb, ov, row0_v = args
+        oarr = context.make_array(signature.args[2])(context, b, value=ov)
+        nrows, ncols = cgutils.unpack_tuple(b, oarr.shape, 2)
+        wp = b.inttoptr(wa, P8)
+        v32 = ir.VectorType(F32, QB)
+        v2 = ir.VectorType(F32, 2)
+        pairs = ir.Constant(ir.VectorType(I32, QB), [i // 2 for i in range(QB)])
+        with cgutils.for_range(b, nb) as loop:
+            p = _at(b, wp, b.mul(loop.index, _c(TILE_BLOCK)))
+            d = b.fpext(b.load(b.bitcast(p, VH16.as_pointer()), align=1), VF16)
+            dd = b.shuffle_vector(d, d, pairs)  # d0 d0 d1 d1 ...: a pair's two values share a row
+            for k in range(TILE):
+                q = b.load(b.bitcast(_at(b, p, 2 * TILE + QB * k), VB32.as_pointer()), align=1)
+                f = b.fmul(b.sitofp(q, v32), dd)
+                col = b.add(b.mul(loop.index, _c(QB)), _c(2 * k))
+                for i in range(TILE):
+                    row = b.add(row0_v, _c(i))
+                    with b.if_then(b.icmp_signed("<", row, nrows), likely=True):
+                        dst = b.gep(oarr.data, [b.add(b.mul(row, ncols), col)])
+                        pair = b.shuffle_vector(f, f, ir.Constant(ir.VectorType(I32, 2), [2 * i, 2 * i + 1]))
+                        b.store(pair, b.bitcast(dst, v2.as_pointer()), align=4)
+        return context.get_dummy_value()
+
+    return types.void(types.uint64, types.int64, out, types.int64), codegen
+
+
+@njit(parallel=True, cache=True)
+def dq_tile_range(w, t0, out):  # type: ignore[no-untyped-def]
+    """Tiles t0, t0 + 1, ... of a Q8_0x16 weight as float32 rows out[0:], out[16:], ... (out is
+    C-contiguous [R, n]; its last tile may be partial): the prefill path's dequantized tiles."""
+    rows, n = out.shape
+    nb = n // QB
+    nt = (rows + TILE - 1) // TILE
+    if nb * QB != n or nb * TILE_BLOCK != w.shape[1] or t0 < 0 or t0 + nt > w.shape[0] or w.strides[1] != 1:
+        raise ValueError("dq_tile_range: weight and output shapes do not match")
+    if not out.flags.c_contiguous:
+        raise ValueError("dq_tile_range: output must be C-contiguous")
+    wa, ws = U(w.ctypes.data), U(w.strides[0])
+    for j in prange(nt):
+        dq_tile(wa + U(t0 + j) * ws, nb, out, j * TILE)
+
+
 @njit(inline="always", cache=True)
 def quantize_rows_i16(x, xq, dx):  # type: ignore[no-untyped-def]
     """x float32 [B, n] -> xq int16 [B, n] and dx float32 [B, n / 32], x ~ xq * dx per block:

@@ -49,6 +49,19 @@ def test_tile_layout_round_trips_and_pads_with_zero_rows() -> None:
     assert np.array_equal(q[1, :, 1].reshape(32), want)
 
 
+def test_tile_range_dequantizes_whole_tiles_like_the_row_kernel() -> None:
+    raw, tiles = _weight(53, 320)  # 4 tiles, the last with 5 rows
+    ref = dequantize(raw, QT.Q8_0)
+    for t0, nrows in ((0, 53), (1, 37), (3, 5), (2, 16)):
+        out = np.full((nrows, 320), np.nan, np.float32)
+        T.dq_tile_range(tiles, t0, out)
+        assert np.array_equal(out, ref[16 * t0: 16 * t0 + nrows])
+    with pytest.raises(ValueError, match="shapes"):
+        T.dq_tile_range(tiles, 3, np.empty((17, 320), np.float32))  # past the last tile
+    with pytest.raises(ValueError, match="contiguous"):
+        T.dq_tile_range(tiles, 0, np.empty((16, 640), np.float32)[:, :320])
+
+
 def test_activation_quantizer_matches_the_obvious_one() -> None:
     x = (RNG.standard_normal((5, 128)) * np.array([1e-3, 1, 50, 1e4, 0])[:, None]).astype(np.float32)
     x[1, 40] = 3e4  # one big value: its block's step grows, the others' do not

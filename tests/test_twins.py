@@ -77,6 +77,7 @@ def test_q8_0_tiles_twins(lanes: int) -> None:
     _assert_same(T.gemm_tiles, lambda: (tiles, x, np.zeros((lanes, 37), np.float32)))
     rows = np.array([36, 0, 17, 17], dtype=np.int64)
     _assert_same(T.dq_rows_q8_0x16, lambda: (tiles, rows, np.zeros((4, 640), np.float32), K.F16_LUT, K.QK))
+    _assert_same(T.dq_tile_range, lambda: (tiles, 1, np.zeros((21, 640), np.float32)))
 
 
 def test_rope_twin() -> None:
