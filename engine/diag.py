@@ -21,7 +21,7 @@ from engine.blockdot import prefetch_ahead
 from engine.gguf_load import GGUFFile, TensorInfo, read_gguf
 from engine.kernels import BLOCK_BYTES
 from engine.resident import QUANT_TYPES, TILED, QuantWeight, resident_block_bytes, resident_layout, resident_weight
-from engine.tiledot import TILE
+from engine.tile_layout import TILE
 
 
 @dataclass
@@ -72,7 +72,7 @@ def _resident_nbytes(t: TensorInfo) -> int:
         kind = QUANT_TYPES[t.qtype]
         nbytes = t.nbytes // BLOCK_BYTES[kind] * resident_block_bytes(kind)  # Q5_0 is kept as Q8_0 blocks
         rows = int(t.shape[0]) if len(t.shape) == 2 else 0
-        if resident_layout(kind) == TILED and rows % TILE:  # 16-row tiles: the last one padded
+        if resident_layout(kind).endswith(TILED) and rows % TILE:  # 16-row tiles: the last one padded
             nbytes = nbytes // rows * (rows + TILE - rows % TILE)
         return nbytes
     return t.nbytes if t.qtype == QT.F32 else t.n_elements * 4

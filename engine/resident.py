@@ -17,19 +17,20 @@ import numpy as np
 from gguf import GGMLQuantizationType as QT
 
 from engine import kernels as K
-from engine import tiledot as T
+from engine import tile_layout as L
+from engine import tilegemm as T
 from engine.errors import EngineError
 from engine.parallel import launch, prefill_pool, serial_twin, warming
 
 QUANT_TYPES = {QT.Q8_0: "Q8_0", QT.Q5_0: "Q5_0", QT.Q4_K: "Q4_K", QT.Q6_K: "Q6_K"}
-TILED = "Q8_0x16"  # Q8_0 rows in 16-row tiles for the int16 dot kernel (engine/tiledot.py)
-DQ_ROWS = {**K.DQ_ROWS, TILED: T.dq_rows_q8_0x16}
+DQ_ROWS = K.DQ_ROWS  # the GGUF block layouts' row dequantizers (tiled layouts: tiledot)
 DENSE_TYPES = (QT.F32, QT.F16, QT.BF16)
 
 # Below this many rows matmul_prefill uses the decode kernel (dequantizing a whole weight for a
 # handful of rows costs more than it saves); above it, float32 tiles + BLAS (compute bound).
 PREFILL_BLAS_MIN_ROWS = 8
 _TILE_BYTES = 4 << 20  # float32 tile size for prefill: fits L2/L3, big enough for BLAS
+TILED = "x16"  # layout suffix of the 16-row tiles
 
 
 @dataclass(eq=False)
@@ -38,14 +39,15 @@ class QuantWeight:
 
     name: str
     qtype: QT
-    raw: np.ndarray  # uint8 [out_features, row_bytes] (a read-only memmap view), or tiles for Q8_0x16
+    raw: np.ndarray  # uint8 tiles (tile_layout.tiled_shape), or GGUF rows [out_features, row_bytes]
     shape: tuple[int, int]
-    layout: str = ""  # block format of `raw`: the GGUF type, Q8_0x16 (Q8_0 and Q5_0), or Q8_0 for Q5_0
+    layout: str = ""  # format of `raw`: "<type>x16" tiles (the default), a GGUF type, or Q8_0 for Q5_0
     _kind: str = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.layout = self.layout or QUANT_TYPES[self.qtype]
         self._kind = self.layout
+        self._tile = L.KINDS.index(self.layout[:-3]) if self.layout.endswith(TILED) else -1
 
     @property
     def nbytes(self) -> int:
@@ -68,8 +70,8 @@ class QuantWeight:
         out = np.empty((x2.shape[0], self.shape[0]), dtype=np.float32)
         work = x2.shape[0] * self.shape[0] * self.shape[1]
         # small products run on one thread (waking the team costs more than it saves)
-        if self._kind == TILED:
-            launch(T.gemm_tiles, work, self.raw, x2, out)
+        if self._tile >= 0:
+            launch(T.gemm_tiles, work, self._tile, self.raw, x2, out)
         else:
             launch(K.gemm, work, self.raw, x2, out, K.F16_LUT, K.KIND[self._kind])
         return out[0] if squeeze else out
@@ -96,7 +98,7 @@ class QuantWeight:
         return out
 
     def _prefill_rows(self, x2: np.ndarray, out: np.ndarray, r0: int, r1: int, step: int, one_thread: bool = False) -> None:
-        tiled = self._kind == TILED
+        tiled = self._tile >= 0
         kernel = T.dq_tile_range if tiled else DQ_ROWS[self._kind]
         dq = serial_twin(kernel) if one_thread else kernel
         tile = np.empty((min(step, r1 - r0), self.shape[1]), dtype=np.float32)
@@ -104,7 +106,7 @@ class QuantWeight:
             b = min(r1, a + step)
             t = tile[: b - a]
             if tiled:  # a is a multiple of 16 (matmul_prefill's bounds and step)
-                dq(self.raw, a // T.TILE, t)
+                dq(self._tile, self.raw, a // L.TILE, t)
             else:
                 dq(self.raw, np.arange(a, b, dtype=np.int64), t, K.F16_LUT, K.QK)
             out[:, a:b] = x2 @ t.T
@@ -115,7 +117,10 @@ class QuantWeight:
         if rows.size and (rows.min() < 0 or rows.max() >= self.shape[0]):
             raise EngineError(f"{self.name}: row id out of range [0, {self.shape[0]})")
         out = np.empty((rows.shape[0], self.shape[1]), dtype=np.float32)
-        launch(DQ_ROWS[self._kind], out.size * 8, self.raw, rows, out, K.F16_LUT, K.QK)  # 1 row: 1 thread
+        if self._tile >= 0:  # each row through its tile: 16x the work, but take is one row a token
+            launch(T.dq_rows_tiles, out.size * 128, self._tile, self.raw, rows, out)
+        else:
+            launch(DQ_ROWS[self._kind], out.size * 8, self.raw, rows, out, K.F16_LUT, K.QK)  # 1 row: 1 thread
         return out
 
     def dequantize(self) -> np.ndarray:
@@ -163,10 +168,10 @@ def resident_weight(name: str, qtype: QT, raw: np.ndarray, shape: tuple[int, int
         # only a read-only file mapping may drop its pages (a private mapping could hold edits)
         file_ro = getattr(raw, "_mmap", None) is not None and not np.asarray(raw).flags.writeable
         src = a
-        if kind == "Q5_0":
+        if layout == "Q8_0":
             a = _repack_q5_0(a)
-        if layout == TILED:
-            a = _tiles(a)
+        else:
+            a = _tiles(L.KINDS.index(kind), a)
         if file_ro and src.size:
             _drop_pages(src)
     a.setflags(write=False)  # one kernel specialization (memmaps are read-only anyway)
@@ -174,27 +179,31 @@ def resident_weight(name: str, qtype: QT, raw: np.ndarray, shape: tuple[int, int
 
 
 def resident_layout(kind: str) -> str:
-    """The block format a quant type is kept in: Q8_0 -> Q8_0x16 tiles (engine/tiledot.py), Q5_0 ->
-    the same via Q8_0 blocks (see _repack_q5_0), Q4_K / Q6_K their own. FAK_Q8_0_TILES=0 keeps Q8_0
-    blocks (the float32 kernels of engine/blockdot.py), FAK_Q5_0_REPACK=0 keeps Q5_0: for A/B runs."""
-    tiles = os.environ.get("FAK_Q8_0_TILES", "1") != "0"
-    if kind == "Q5_0" and os.environ.get("FAK_Q5_0_REPACK", "1") == "0":
-        return kind
-    if kind in ("Q8_0", "Q5_0"):
-        return TILED if tiles else "Q8_0"
+    """The format a quant type is kept in: 16-row tiles ("<type>x16", engine/tile_layout.py) for the
+    integer-dot kernels of engine/tiledot.py. For A/B runs, FAK_TILES=0 keeps the GGUF blocks (the
+    float32 kernels of engine/blockdot.py), Q5_0 then repacked as Q8_0 unless FAK_Q5_0_REPACK=0."""
+    if os.environ.get("FAK_TILES", "1") != "0":
+        return kind + TILED
+    if kind == "Q5_0" and os.environ.get("FAK_Q5_0_REPACK", "1") != "0":
+        return "Q8_0"
     return kind
 
 
 def resident_block_bytes(kind: str) -> int:
-    """Bytes per block as kept resident (what a decode step streams)."""
+    """Bytes per row and block (super-block for K-quants) as kept resident: what a decode step streams."""
     layout = resident_layout(kind)
-    return K.BLOCK_BYTES["Q8_0" if layout == TILED else layout]
+    if layout.endswith(TILED):
+        code = L.KINDS.index(kind)
+        return L.SB_BYTES[code] // L.TILE  # Q4_K: 148 (its 6-bit scales unpacked), others as the GGUF
+    return K.BLOCK_BYTES[layout]
 
 
-def _tiles(a: np.ndarray) -> np.ndarray:
-    """Q8_0 rows -> Q8_0x16 tiles: the same 34 bytes per row and block, rows padded to 16."""
-    out = np.empty(((a.shape[0] + T.TILE - 1) // T.TILE, a.shape[1] // 34 * T.TILE_BLOCK), dtype=np.uint8)
-    launch(T.repack_q8_0_tiles, a.size * 8, a, out)
+def _tiles(code: int, a: np.ndarray) -> np.ndarray:
+    """GGUF rows -> 16-row tiles (rows padded to a multiple of 16)."""
+    out = np.empty(L.tiled_shape(code, a.shape[0], a.shape[1] // L.GGUF_BYTES[code] * L.SB_VALUES[code]), np.uint8)
+    src = a.view()
+    src.setflags(write=False)  # one specialization: the memmaps are read-only
+    launch(L.repack_tiles, a.size * 8, code, src, out)
     return out
 
 
@@ -241,16 +250,17 @@ def warmup() -> None:
             with warming():  # both the parallel kernels and their serial twins
                 launch(K.gemm, 0, raw, x, np.empty((1, 2), dtype=np.float32), K.F16_LUT, K.KIND[kind])
                 launch(DQ_ROWS[kind], 0, raw, np.zeros(1, np.int64), np.empty((1, 256), np.float32), K.F16_LUT, K.QK)
-        src, q8 = np.zeros((1, 22), np.uint8), np.zeros((1, 34), np.uint8)
-        tiles = np.zeros((1, T.TILE_BLOCK), np.uint8)
+        src = np.zeros((1, 22), np.uint8)
         with warming():
-            for ro in (False, True):  # memmapped weights are read-only: their own specialization
-                launch(K.repack_q5_0_q8_0, 0, src, np.empty((1, 34), np.uint8))
-                launch(T.repack_q8_0_tiles, 0, q8, tiles)
-                src.setflags(write=False)
-                q8.setflags(write=False)
+            launch(K.repack_q5_0_q8_0, 0, src, np.empty((1, 34), np.uint8))
+            src.setflags(write=False)  # memmapped weights are read-only: their own specialization
+            launch(K.repack_q5_0_q8_0, 0, src, np.empty((1, 34), np.uint8))
+            tiles = np.zeros(L.tiled_shape(0, 1, 32), np.uint8)
+            src = np.zeros((1, 34), np.uint8)
+            src.setflags(write=False)
+            launch(L.repack_tiles, 0, 0, src, tiles)
             tiles.setflags(write=False)
-            launch(T.gemm_tiles, 0, tiles, np.zeros((1, 32), np.float32), np.empty((1, 1), np.float32))
-            launch(T.dq_rows_q8_0x16, 0, tiles, np.zeros(1, np.int64), np.empty((1, 32), np.float32), K.F16_LUT, K.QK)
-            launch(T.dq_tile_range, 0, tiles, 0, np.empty((1, 32), np.float32))
+            launch(T.gemm_tiles, 0, 0, tiles, np.zeros((1, 32), np.float32), np.empty((1, 1), np.float32))
+            launch(T.dq_rows_tiles, 0, 0, tiles, np.zeros(1, np.int64), np.empty((1, 32), np.float32))
+            launch(T.dq_tile_range, 0, 0, tiles, 0, np.empty((1, 32), np.float32))
         _warm = True

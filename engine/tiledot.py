@@ -1,47 +1,42 @@
-"""Q8_0 weights in 16-row tiles against int16 activations: the batched decode product on integer dots.
+"""Tiled quantized weights against int16 activations: the decode product on integer dot instructions.
 
 Why: a float32 FMA does 16 multiply-adds per instruction, so at 16 lanes the block dot of
 engine/blockdot.py is bound by the FMA ports, not by memory. `vpdpwssd` (AVX-512 VNNI) does 32
-int16 multiply-adds per instruction at the same rate (measured: 3.0-3.1 G instr/s per core for
-both). Activations are quantized per 32-value block to int16 (scale = max|x| / 32767): on Gemma 3
-270M that moves the logits by at most 0.0024 against float32 (int8, llama.cpp's q8_0, moves them
-by 0.53; the bound is 0.05). Every integer sum is exact, so a lane's bits still do not depend on
-the batch size, the thread count or which lane group ran it.
+int16 multiply-adds per instruction at the same rate (measured: 3.0-5.5 G instr/s per core for
+both, side by side). Activations are quantized per 32 values to int16 (scale = max|x| / 32767): on
+Gemma 3 270M the logits move by at most 0.0024 against float32 (int8, llama.cpp's q8_0, moves them
+by 0.53; the bound is 0.05). Integer sums are exact, so a lane's bits do not depend on the batch
+size, the thread count or which lane group ran it.
 
-The tile layout ("Q8_0x16"): the rows of a Q8_0 weight in tiles of TILE = 16 (the last tile padded
-with zero rows), each tile one row of the repacked array [n_tiles, n_blocks * TILE_BLOCK]. Tile
-block b (TILE_BLOCK = 544 bytes, the same 34 bytes per row and block as Q8_0):
-- bytes 0..31: the 16 rows' f16 scales d;
-- bytes 32 + 32k + 2i + j (k < 16, i < 16, j < 2): q[row i, 32b + 2k + j] (int8).
-So one 32-byte load, sign-extended to 32 int16, is "values 2k, 2k+1 of all 16 rows": against a
-broadcast pair of activations, one `vpdpwssd` adds them into the 16 rows' int32 sums.
-
-Per tile block and lane: sum_i = sum_k dpwssd(W_k, x pair k) (exact int32), then
-acc_i = fma(float(sum_i), d_i * dx_b, acc_i): blocks in order, so the float part is fixed too.
+Weights are in 16-row tiles (engine/tile_layout.py): one 32-byte vector holds values 2k, 2k+1 of
+all 16 rows, so against a broadcast activation pair one `vpdpwssd` adds into the 16 rows' int32
+sums. Per 32-value tile block and lane: the exact int sum I over 16 pairs (two halves for Q6_K's
+per-16 scales), then acc = fma(float(I), scale * dx, acc) (Q4_K also acc += -dmin*m * dx*sum(xq)):
+blocks in order, so the float part is fixed too. The kernels are IR (numba intrinsics) for the
+same reasons as blockdot's.
 """
 
 from __future__ import annotations
 
 from typing import Callable
 
-import numpy as np
 from llvmlite import binding as llvm
 from llvmlite import ir
-from numba import njit, prange, types
+from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from engine.blockdot import F32, I8, I32, P8, U, VF16, _at, _c, _fma, _prefetch, _splat
+from engine.blockdot import F32, I8, I32, P8, VF16, _at, _c, _fma, _prefetch, _splat
+from engine.tile_layout import HEADER, NIB, QB, SB_BYTES, SB_VALUES, TB_BYTES, TILE
 
-TILE = 16  # rows per tile: one zmm of int32 row sums
-QB = 32  # values per block
-TILE_BLOCK = 2 * TILE + TILE * QB  # 544 bytes
 X_MAX = 32767.0  # int16 activation range
 
 VI16 = ir.VectorType(I32, TILE)
 VB32 = ir.VectorType(I8, QB)
 VW32 = ir.VectorType(ir.IntType(16), QB)
 VH16 = ir.VectorType(ir.HalfType(), TILE)
+VB16 = ir.VectorType(I8, TILE)
+VF32 = ir.VectorType(F32, QB)
 
 
 def _has_vnni() -> bool:
@@ -71,54 +66,131 @@ def _dpwssd(b: ir.IRBuilder, acc: ir.Value, w: ir.Value, x: ir.Value) -> ir.Valu
     return b.add(acc, b.add(even, odd))
 
 
-def _tile_lanes(lanes: int) -> Callable:  # type: ignore[type-arg]
-    """Intrinsic `tdot(w_addr, xq, dx, lane, n_blocks, out_addr, out_stride, valid)`: one tile of
-    16 rows (raw address) against lanes `lane..lane+lanes-1` of xq (int16 [B, n]) with block
-    scales dx (float32 [B, n / 32]); row i of lane g goes to out_addr + g * out_stride + 4 i for
-    i < valid. Both arrays are passed as arrays so numba keeps them alive while the dots run."""
+# ---- per-kind pieces: header, tile-block scales, the 16 pair vectors ------------------------------
 
-    def tdot(typingctx, w_addr, xq, dx, lane, n_blocks, out_addr, out_stride, valid):  # type: ignore[no-untyped-def]
+
+def _load(b: ir.IRBuilder, p: ir.Value, off: int, vt: ir.VectorType) -> ir.Value:
+    return b.load(b.bitcast(_at(b, p, off), vt.as_pointer()), align=1)
+
+
+def _f16x16(b: ir.IRBuilder, p: ir.Value, off: int) -> ir.Value:
+    return b.fpext(_load(b, p, off, VH16), VF16)
+
+
+def _bytes_f(b: ir.IRBuilder, p: ir.Value, off: int, signed: bool) -> ir.Value:
+    v = _load(b, p, off, VB16)
+    return b.sitofp(b.sext(v, VI16), VF16) if signed else b.uitofp(b.zext(v, VI16), VF16)
+
+
+def _vc(v: int) -> ir.Constant:
+    return ir.Constant(VB32, [v] * QB)
+
+
+def _header(kind: int, b: ir.IRBuilder, psb: ir.Value) -> list[ir.Value]:
+    if kind == 2:
+        return [_f16x16(b, psb, 0), _f16x16(b, psb, 32)]  # d, dmin
+    if kind == 3:
+        return [_f16x16(b, psb, 0)]  # d
+    return []
+
+
+def _scales(kind: int, b: ir.IRBuilder, p: ir.Value, hdr: list[ir.Value]) -> list[ir.Value]:
+    """Per-row float vectors a tile block needs (shared by every lane)."""
+    if kind < 2:
+        return [_f16x16(b, p, 0)]  # d
+    if kind == 2:
+        return [b.fmul(hdr[0], _bytes_f(b, p, 0, False)), b.fmul(hdr[1], _bytes_f(b, p, 16, False))]  # d*sc, dmin*m
+    return [b.fmul(hdr[0], _bytes_f(b, p, 0, True)), b.fmul(hdr[0], _bytes_f(b, p, 16, True))]  # d*sc, two halves
+
+
+def _pairs(kind: int, b: ir.IRBuilder, p: ir.Value) -> list[ir.Value]:
+    """The tile block's 16 pair vectors as <32 x i8> signed values."""
+    if kind == 0:
+        return [_load(b, p, 32 + QB * k, VB32) for k in range(TILE)]
+    nib = [_load(b, p, NIB[kind] + QB * g, VB32) for g in range(8)]
+    out = []
+    for k in range(TILE):
+        v = b.and_(nib[k], _vc(15)) if k < 8 else b.lshr(nib[k - 8], _vc(4))
+        if kind in (1, 3):  # high bits, then the offset
+            bits = 1 if kind == 1 else 2
+            per = 8 // bits
+            hv = _load(b, p, NIB[kind] + 256 + QB * (k // per), VB32)
+            field = b.and_(b.lshr(hv, _vc(bits * (k % per))), _vc((1 << bits) - 1))
+            v = b.sub(b.or_(v, b.shl(field, _vc(4))), _vc(16 if kind == 1 else 32))
+        out.append(v)
+    return out
+
+
+def _sb_loop(kind: int, b: ir.IRBuilder, wp: ir.Value, nsb: ir.Value, body: Callable) -> None:  # type: ignore[type-arg]
+    """body(p, blk, scales) for every tile block, in order."""
+    tbs = SB_VALUES[kind] // QB
+    with cgutils.for_range(b, nsb) as sb:
+        psb = _at(b, wp, b.mul(sb.index, _c(SB_BYTES[kind])))
+        hdr = _header(kind, b, psb)
+        base = _at(b, psb, HEADER[kind])
+        with cgutils.for_range(b, _c(tbs)) as j:
+            p = _at(b, base, b.mul(j.index, _c(TB_BYTES[kind])))
+            body(p, b.add(b.mul(sb.index, _c(tbs)), j.index), hdr)
+
+
+def _tile_lanes(kind: int, lanes: int) -> Callable:  # type: ignore[type-arg]
+    """Intrinsic `tdot(w_addr, xq, dx, sxd, lane, n_super, out_addr, out_stride, valid)`: one tile of
+    16 rows (raw address) against lanes lane .. lane + lanes - 1 of xq (int16 [B, n]), with the
+    block scales dx and dx * sum(xq) (float32 [B, n / 32]); row i of lane g goes to
+    out_addr + g * out_stride + 4 i for i < valid. The arrays are passed as arrays so numba keeps
+    them alive while the dots run."""
+    n_int = 2 if kind == 3 else 1  # int sums per lane and tile block (Q6_K: one per 16 values)
+
+    def tdot(typingctx, w_addr, xq, dx, sxd, lane, n_super, out_addr, out_stride, valid):  # type: ignore[no-untyped-def]
         u = types.uint64
-        sig = types.void(u, xq, dx, types.int64, types.int64, u, u, types.int64)
+        sig = types.void(u, xq, dx, sxd, types.int64, types.int64, u, u, types.int64)
 
         def codegen(context, b, signature, args):  # type: ignore[no-untyped-def]
-            wa, xv, dv, lane_v, nb, oa, os_, valid_v = args
+            wa, xv, dv, sv, lane_v, nsb, oa, os_, valid_v = args
             xarr = context.make_array(signature.args[1])(context, b, value=xv)
             darr = context.make_array(signature.args[2])(context, b, value=dv)
+            sarr = context.make_array(signature.args[3])(context, b, value=sv)
             n = cgutils.unpack_tuple(b, xarr.shape, 2)[1]
             nbx = cgutils.unpack_tuple(b, darr.shape, 2)[1]
             x32 = b.bitcast(xarr.data, I32.as_pointer())  # int16 pairs
-            xrows = [b.gep(x32, [b.sdiv(b.mul(b.add(lane_v, _c(g)), n), _c(2))]) for g in range(lanes)]
-            drows = [b.gep(darr.data, [b.mul(b.add(lane_v, _c(g)), nbx)]) for g in range(lanes)]
-            wp = b.inttoptr(wa, P8)
-            zero_f = ir.Constant(VF16, [0.0] * TILE)
+            rows = [b.add(lane_v, _c(g)) for g in range(lanes)]
+            xrows = [b.gep(x32, [b.sdiv(b.mul(r, n), _c(2))]) for r in rows]
+            drows = [b.gep(darr.data, [b.mul(r, nbx)]) for r in rows]
+            srows = [b.gep(sarr.data, [b.mul(r, nbx)]) for r in rows]
             zero_i = ir.Constant(VI16, [0] * TILE)
-            slots = [cgutils.alloca_once(b, VF16) for _ in range(lanes)]
-            for s in slots:
-                b.store(zero_f, s)
-            with cgutils.for_range(b, nb) as loop:
-                blk = loop.index
-                p = _at(b, wp, b.mul(blk, _c(TILE_BLOCK)))
-                for line in range(0, TILE_BLOCK, 64):  # every line of the tile block
+            slots = [cgutils.alloca_once_value(b, ir.Constant(VF16, [0.0] * TILE)) for _ in range(lanes)]
+            chains = max(1, 8 // (lanes * n_int))  # independent sums per lane: int adds, any order
+
+            def body(p, blk, hdr):  # type: ignore[no-untyped-def]
+                for line in range(0, TB_BYTES[kind], 64):  # every line of the tile block, ahead
                     _prefetch(b, _at(b, p, line))
-                d = b.fpext(b.load(b.bitcast(p, VH16.as_pointer()), align=1), VF16)
-                ws = [b.bitcast(b.sext(b.load(b.bitcast(_at(b, p, 2 * TILE + QB * k), VB32.as_pointer()), align=1), VW32), VI16)
-                      for k in range(TILE)]
+                sc = _scales(kind, b, p, hdr)
+                ws = [b.bitcast(b.sext(v, VW32), VI16) for v in _pairs(kind, b, p)]
                 xb = b.mul(blk, _c(TILE))  # 16 int16 pairs per block
-                # k outer, lanes inner: the lanes' dependency chains interleave in program order, so
-                # the out-of-order window need not reach across lanes to hide vpdpwssd's latency
-                chains = 8 // lanes if lanes < 8 else 1  # independent sums per lane: int adds, any order
-                accs = [[zero_i] * chains for _ in range(lanes)]
+                # k outer, lanes inner: the lanes' dependency chains interleave in program order,
+                # so the out-of-order window need not reach across lanes to hide vpdpwssd's latency
+                accs = [[[zero_i] * chains for _ in range(n_int)] for _ in range(lanes)]
                 for k in range(TILE):
+                    grp = k * n_int // TILE
                     for g in range(lanes):
                         xk = _splat(b, b.load(b.gep(xrows[g], [b.add(xb, _c(k))]), align=4), TILE)
-                        accs[g][k % chains] = _dpwssd(b, accs[g][k % chains], ws[k], xk)
+                        a = accs[g][grp]
+                        a[k % chains] = _dpwssd(b, a[k % chains], ws[k], xk)
                 for g in range(lanes):
-                    a = accs[g]
-                    while len(a) > 1:
-                        a = [b.add(a[i], a[i + 1]) for i in range(0, len(a), 2)]
-                    scale = b.fmul(d, _splat(b, b.load(b.gep(drows[g], [blk])), TILE))
-                    b.store(_fma(b, b.sitofp(a[0], VF16), scale, b.load(slots[g])), slots[g])
+                    dxg = _splat(b, b.load(b.gep(drows[g], [blk])), TILE)
+                    acc = b.load(slots[g])
+                    for grp in range(n_int):
+                        a = accs[g][grp]
+                        while len(a) > 1:
+                            a = [b.add(a[i], a[i + 1]) for i in range(0, len(a), 2)]
+                        scale = sc[grp] if kind == 3 else sc[0]
+                        acc = _fma(b, b.sitofp(a[0], VF16), b.fmul(scale, dxg), acc)
+                    if kind == 2:  # - dmin * m * sum(x) over the block
+                        sx = _splat(b, b.fneg(b.load(b.gep(srows[g], [blk]))), TILE)
+                        acc = _fma(b, sc[1], sx, acc)
+                    b.store(acc, slots[g])
+
+            _sb_loop(kind, b, b.inttoptr(wa, P8), nsb, body)
             full = b.icmp_signed("==", valid_v, _c(TILE))
             for g in range(lanes):
                 dst = b.inttoptr(b.add(oa, b.mul(os_, _c(g))), F32.as_pointer())
@@ -137,155 +209,48 @@ def _tile_lanes(lanes: int) -> Callable:  # type: ignore[type-arg]
     return intrinsic(tdot)
 
 
-tdot1 = _tile_lanes(1)
-tdot4 = _tile_lanes(4)
-tdot8 = _tile_lanes(8)  # 16 unpacked weight vectors + 8 accumulators: within the 32 zmm registers
+def _dq_tile(kind: int) -> Callable:  # type: ignore[type-arg]
+    """Intrinsic `dq(w_addr, n_super, out, row0)`: the tile at w_addr as float32 rows row0.. of out
+    ([R, n]; rows past R are padding, skipped). Each value is what gguf.quants.dequantize gives
+    (the same float32 products in the same order); the pair layout is transposed on the way out:
+    each row's two values of a pair are one 8-byte store."""
+
+    def dq(typingctx, w_addr, n_super, out, row0):  # type: ignore[no-untyped-def]
+        def codegen(context, b, signature, args):  # type: ignore[no-untyped-def]
+            wa, nsb, ov, row0_v = args
+            oarr = context.make_array(signature.args[2])(context, b, value=ov)
+            nrows, ncols = cgutils.unpack_tuple(b, oarr.shape, 2)
+            v2 = ir.VectorType(F32, 2)
+            dup = ir.Constant(ir.VectorType(I32, QB), [i // 2 for i in range(QB)])  # a pair's values share a row
+
+            def body(p, blk, hdr):  # type: ignore[no-untyped-def]
+                sc = [b.shuffle_vector(s, s, dup) for s in _scales(kind, b, p, hdr)]
+                for k, q in enumerate(_pairs(kind, b, p)):
+                    f = b.fmul(b.sitofp(q, VF32), sc[1] if kind == 3 and k >= 8 else sc[0])
+                    if kind == 2:
+                        f = b.fsub(f, sc[1])
+                    col = b.add(b.mul(blk, _c(QB)), _c(2 * k))
+                    for i in range(TILE):
+                        row = b.add(row0_v, _c(i))
+                        with b.if_then(b.icmp_signed("<", row, nrows), likely=True):
+                            dst = b.gep(oarr.data, [b.add(b.mul(row, ncols), col)])
+                            pair = b.shuffle_vector(f, f, ir.Constant(ir.VectorType(I32, 2), [2 * i, 2 * i + 1]))
+                            b.store(pair, b.bitcast(dst, v2.as_pointer()), align=4)
+
+            _sb_loop(kind, b, b.inttoptr(wa, P8), nsb, body)
+            return context.get_dummy_value()
+
+        return types.void(types.uint64, types.int64, out, types.int64), codegen
+
+    return intrinsic(dq)
 
 
-@intrinsic
-def dq_tile(typingctx, w_addr, n_blocks, out, row0):  # type: ignore[no-untyped-def]
-    """Tile at w_addr dequantized into rows row0.. of out (float32 [R, n_blocks * 32]; rows past R
-    are the padding, skipped). One block: 16 wide loads, conversions and multiplies, then each
-    row's two values of a pair as one 8-byte store (the layout's transpose, done on the way out)."""
-
-    def codegen(context, b, signature, args):  # type: ignore[no-untyped-def]
-        wa, nb, ov, row0_v = args
-        oarr = context.make_array(signature.args[2])(context, b, value=ov)
-        nrows, ncols = cgutils.unpack_tuple(b, oarr.shape, 2)
-        wp = b.inttoptr(wa, P8)
-        v32 = ir.VectorType(F32, QB)
-        v2 = ir.VectorType(F32, 2)
-        pairs = ir.Constant(ir.VectorType(I32, QB), [i // 2 for i in range(QB)])
-        with cgutils.for_range(b, nb) as loop:
-            p = _at(b, wp, b.mul(loop.index, _c(TILE_BLOCK)))
-            d = b.fpext(b.load(b.bitcast(p, VH16.as_pointer()), align=1), VF16)
-            dd = b.shuffle_vector(d, d, pairs)  # d0 d0 d1 d1 ...: a pair's two values share a row
-            for k in range(TILE):
-                q = b.load(b.bitcast(_at(b, p, 2 * TILE + QB * k), VB32.as_pointer()), align=1)
-                f = b.fmul(b.sitofp(q, v32), dd)
-                col = b.add(b.mul(loop.index, _c(QB)), _c(2 * k))
-                for i in range(TILE):
-                    row = b.add(row0_v, _c(i))
-                    with b.if_then(b.icmp_signed("<", row, nrows), likely=True):
-                        dst = b.gep(oarr.data, [b.add(b.mul(row, ncols), col)])
-                        pair = b.shuffle_vector(f, f, ir.Constant(ir.VectorType(I32, 2), [2 * i, 2 * i + 1]))
-                        b.store(pair, b.bitcast(dst, v2.as_pointer()), align=4)
-        return context.get_dummy_value()
-
-    return types.void(types.uint64, types.int64, out, types.int64), codegen
-
-
-@njit(parallel=True, cache=True)
-def dq_tile_range(w, t0, out):  # type: ignore[no-untyped-def]
-    """Tiles t0, t0 + 1, ... of a Q8_0x16 weight as float32 rows out[0:], out[16:], ... (out is
-    C-contiguous [R, n]; its last tile may be partial): the prefill path's dequantized tiles."""
-    rows, n = out.shape
-    nb = n // QB
-    nt = (rows + TILE - 1) // TILE
-    if nb * QB != n or nb * TILE_BLOCK != w.shape[1] or t0 < 0 or t0 + nt > w.shape[0] or w.strides[1] != 1:
-        raise ValueError("dq_tile_range: weight and output shapes do not match")
-    if not out.flags.c_contiguous:
-        raise ValueError("dq_tile_range: output must be C-contiguous")
-    wa, ws = U(w.ctypes.data), U(w.strides[0])
-    for j in prange(nt):
-        dq_tile(wa + U(t0 + j) * ws, nb, out, j * TILE)
-
-
-@njit(inline="always", cache=True)
-def quantize_rows_i16(x, xq, dx):  # type: ignore[no-untyped-def]
-    """x float32 [B, n] -> xq int16 [B, n] and dx float32 [B, n / 32], x ~ xq * dx per block:
-    dx = max|x| / 32767, xq = rint(x / dx). A block holding inf or NaN gets dx = NaN, so the
-    product is NaN as the float product would be."""
-    lanes, n = x.shape
-    for lane in range(lanes):
-        for blk in range(n // QB):
-            o = blk * QB
-            amax = np.float32(0.0)
-            for i in range(QB):
-                amax = max(amax, abs(x[lane, o + i]))
-            d = np.float32(amax / np.float32(X_MAX))
-            if not np.isfinite(amax):
-                dx[lane, blk] = np.float32(np.nan)
-                for i in range(QB):
-                    xq[lane, o + i] = 0
-                continue
-            dx[lane, blk] = d
-            inv = np.float32(1.0) / d if d > 0 else np.float32(0.0)
-            for i in range(QB):
-                xq[lane, o + i] = np.int16(np.rint(x[lane, o + i] * inv))
-
-
-@njit(parallel=True, cache=True)
-def gemm_tiles(w, x, out):  # type: ignore[no-untyped-def]
-    """out[B, rows] = x[B, n] @ W.T for a Q8_0x16 weight w [n_tiles, n_blocks * 544], parallel over tiles."""
-    ntiles, tile_bytes = w.shape
-    lanes, n = x.shape
-    rows = out.shape[1]
-    nb = n // QB
-    # the tile dots read raw addresses: every size and stride they rely on is checked here
-    if (nb * QB != n or nb * TILE_BLOCK != tile_bytes or out.shape[0] != lanes or rows > ntiles * TILE
-            or rows <= (ntiles - 1) * TILE or w.strides[1] != 1 or out.strides[1] != 4):
-        raise ValueError("gemm_tiles: weight, activation and output shapes do not match")
-    buf = np.empty(lanes * n + 32, dtype=np.int16)  # 64-byte aligned: a block's 32 int16 = one line
-    skip = ((64 - buf.ctypes.data % 64) % 64) // 2
-    xq = buf[skip: skip + lanes * n].reshape((lanes, n))
-    dx = np.empty((lanes, nb), dtype=np.float32)
-    quantize_rows_i16(x, xq, dx)
-    wa, oa = U(w.ctypes.data), U(out.ctypes.data)
-    ws, os_ = U(w.strides[0]), U(out.strides[0])
-    nc = min(ntiles, 64)
-    for c in prange(nc):
-        for t in range(c * ntiles // nc, (c + 1) * ntiles // nc):
-            valid = min(TILE, rows - t * TILE)
-            wt, ot = wa + U(t) * ws, oa + U(t * TILE * 4)
-            b = 0
-            while b + 8 <= lanes:
-                tdot8(wt, xq, dx, b, nb, ot + U(b) * os_, os_, valid)
-                b += 8
-            if b + 4 <= lanes:
-                tdot4(wt, xq, dx, b, nb, ot + U(b) * os_, os_, valid)
-                b += 4
-            while b < lanes:
-                tdot1(wt, xq, dx, b, nb, ot + U(b) * os_, os_, valid)
-                b += 1
-
-
-@njit(parallel=True, cache=True)
-def repack_q8_0_tiles(src, dst):  # type: ignore[no-untyped-def]
-    """Q8_0 rows src [rows, nb * 34] -> tiles dst [ceil(rows / 16), nb * 544] (padding rows zero)."""
-    rows = src.shape[0]
-    nb = src.shape[1] // 34
-    if dst.shape[0] != (rows + TILE - 1) // TILE or dst.shape[1] != nb * TILE_BLOCK or nb * 34 != src.shape[1]:
-        raise ValueError("repack_q8_0_tiles: source and destination shapes do not match")
-    for t in prange(dst.shape[0]):
-        for i in range(TILE):
-            r = t * TILE + i
-            for blk in range(nb):
-                o, s = blk * TILE_BLOCK, blk * 34
-                if r >= rows:
-                    dst[t, o + 2 * i] = 0
-                    dst[t, o + 2 * i + 1] = 0
-                    for k in range(QB // 2):
-                        dst[t, o + 2 * TILE + QB * k + 2 * i] = 0
-                        dst[t, o + 2 * TILE + QB * k + 2 * i + 1] = 0
-                    continue
-                dst[t, o + 2 * i] = src[r, s]
-                dst[t, o + 2 * i + 1] = src[r, s + 1]
-                for k in range(QB // 2):
-                    dst[t, o + 2 * TILE + QB * k + 2 * i] = src[r, s + 2 + 2 * k]
-                    dst[t, o + 2 * TILE + QB * k + 2 * i + 1] = src[r, s + 3 + 2 * k]
-
-
-@njit(parallel=True, cache=True)
-def dq_rows_q8_0x16(w, rows, out, lut, qk):  # type: ignore[no-untyped-def]
-    """Rows `rows` of a Q8_0x16 weight as float32 (same signature as kernels.DQ_ROWS)."""
-    nb = out.shape[1] // qk
-    for j in prange(rows.shape[0]):
-        t, i = rows[j] // TILE, rows[j] % TILE
-        for blk in range(nb):
-            o = blk * TILE_BLOCK
-            d = lut[np.int64(w[t, o + 2 * i]) | (np.int64(w[t, o + 2 * i + 1]) << 8)]
-            for k in range(qk // 2):
-                for h in range(2):
-                    v = np.int32(w[t, o + 2 * TILE + qk * k + 2 * i + h])
-                    out[j, blk * qk + 2 * k + h] = np.float32(v - ((v & 128) << 1)) * d
+# one intrinsic per (kind, lane group): Q8_0, Q5_0, Q4_K, Q6_K x 8, 4, 1 lanes
+_T8 = tuple(_tile_lanes(k, 8) for k in range(4))
+_T4 = tuple(_tile_lanes(k, 4) for k in range(4))
+_T1 = tuple(_tile_lanes(k, 1) for k in range(4))
+_DQ = tuple(_dq_tile(k) for k in range(4))
+tdot8_q8, tdot8_q5, tdot8_q4k, tdot8_q6k = _T8
+tdot4_q8, tdot4_q5, tdot4_q4k, tdot4_q6k = _T4
+tdot1_q8, tdot1_q5, tdot1_q4k, tdot1_q6k = _T1
+dq_q8, dq_q5, dq_q4k, dq_q6k = _DQ

@@ -30,10 +30,11 @@ def test_plan_only_json_reads_the_header() -> None:
     assert out["arch"] == "gemma3"
     assert out["tensor_types"] == {"Q8_0": 10, "Q5_0": 81, "Q4_K": 27, "Q6_K": 9, "F32": 109}
     assert out["file_bytes"] == os.path.getsize(resolve_model("gemma3-270m"))
-    # resident = the bytes a resident load keeps (Q5_0 repacked as Q8_0 blocks), read from the header
-    # alone, equal to what load_model(resident=True) actually holds, far below the float32 plan
+    # resident = the bytes a resident load keeps (16-row tiles of the GGUF's bytes; Q4_K's scales
+    # unpacked: 148 bytes per 256 values, not 144), read from the header alone, equal to what
+    # load_model(resident=True) actually holds, far below the float32 plan
     assert out["resident_bytes"] == load_model(resolve_model("gemma3-270m"), resident=True).weights.nbytes
-    assert out["file_bytes"] < out["resident_bytes"] < 1.2 * out["file_bytes"]
+    assert 0.9 * out["file_bytes"] < out["resident_bytes"] < 1.05 * out["file_bytes"]
     assert out["f32_plan_bytes"] > 4 * out["file_bytes"] > 3.5 * out["resident_bytes"]
     assert out["kernels"] == [] and out["top"] == []
 
@@ -46,7 +47,7 @@ def test_full_json_has_kernels_and_top_k() -> None:
     assert out["membw_gbps"] == 13.6
     assert {k["type"] for k in out["kernels"]} == {"Q8_0", "Q5_0", "Q4_K", "Q6_K"}
     for k in out["kernels"]:
-        assert 0 <= k["max_abs_err"] < 1e-4 and k["gbps"] > 0
+        assert 0 <= k["max_abs_err"] < 1e-3 and k["gbps"] > 0  # int16 activations: ~2e-4 on N(0, 1) x
     assert out["prompt_ids"][0] == 2  # BOS
     assert len(out["top"]) == 3
     logits = [t["logit"] for t in out["top"]]

@@ -1,4 +1,4 @@
-"""Q5_0 kept resident as Q8_0 blocks (tiled by default): the same values, so the same results."""
+"""Q5_0 kept resident: 16-row tiles by default, or (FAK_TILES=0) Q8_0 blocks of the same values."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from gguf import GGMLQuantizationType as QT
 from gguf.quants import dequantize, quantize
 
 from engine import kernels as K
-from engine import tiledot as T
 from engine.resident import resident_weight
 
 
@@ -26,11 +25,12 @@ def test_repacked_blocks_dequantize_to_the_same_values() -> None:
     assert q.min() >= -16 and q.max() <= 15  # 5-bit values
 
 
-@pytest.mark.parametrize("repack,tiles,layout", [("1", "0", "Q8_0"), ("0", "1", "Q5_0")])
-def test_resident_q5_0_matches_the_q5_0_kernel_bit_for_bit(monkeypatch: pytest.MonkeyPatch, repack: str, tiles: str,
-                                                          layout: str) -> None:
+@pytest.mark.parametrize("repack,layout", [("1", "Q8_0"), ("0", "Q5_0")])
+def test_gguf_block_q5_0_matches_the_q5_0_kernel_bit_for_bit(monkeypatch: pytest.MonkeyPatch, repack: str,
+                                                            layout: str) -> None:
+    """FAK_TILES=0 (the A/B switch) keeps GGUF blocks: Q5_0 as Q8_0 blocks, or as itself."""
     monkeypatch.setenv("FAK_Q5_0_REPACK", repack)
-    monkeypatch.setenv("FAK_Q8_0_TILES", tiles)
+    monkeypatch.setenv("FAK_TILES", "0")
     raw = _q5(33, 320, 2)
     w = resident_weight("t.q5", QT.Q5_0, raw, (33, 320))
     assert w.type_name == "Q5_0" and w.layout == layout
@@ -41,19 +41,12 @@ def test_resident_q5_0_matches_the_q5_0_kernel_bit_for_bit(monkeypatch: pytest.M
     assert np.array_equal(w.take([5, 0]), dequantize(raw, QT.Q5_0)[[5, 0]])
 
 
-def test_resident_q5_0_default_is_the_tiled_q8_0_of_the_same_values() -> None:
-    """By default Q5_0 goes Q5_0 -> Q8_0 blocks -> 16-row tiles: the tile kernel on the same values."""
+def test_q5_0_default_is_its_own_tiles() -> None:
+    """By default Q5_0 stays 5-bit, in 16-row tiles: 22 bytes per row and block as in the GGUF."""
     raw = _q5(33, 320, 4)
     w = resident_weight("t.q5", QT.Q5_0, raw, (33, 320))
-    assert w.layout == "Q8_0x16"
-    q8 = np.empty((33, 10 * 34), np.uint8)
-    K.repack_q5_0_q8_0(raw, q8)
-    tiles = np.empty((3, 10 * T.TILE_BLOCK), np.uint8)
-    T.repack_q8_0_tiles(q8, tiles)
+    assert w.layout == "Q5_0x16" and w.nbytes == 48 * 10 * 22
     x = np.random.default_rng(5).standard_normal((3, 320)).astype(np.float32)
-    want = np.empty((3, 33), np.float32)
-    T.gemm_tiles(tiles, x, want)
-    assert np.array_equal(w.matmul(x), want)
     ref = x.astype(np.float64) @ dequantize(raw, QT.Q5_0).astype(np.float64).T
     assert np.abs(w.matmul(x) - ref).max() <= 1e-4 * np.abs(ref).max()  # int16 activations: ~2e-5 relative
     assert np.array_equal(w.take([32, 5, 0]), dequantize(raw, QT.Q5_0)[[32, 5, 0]])

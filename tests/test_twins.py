@@ -13,7 +13,8 @@ from gguf import GGMLQuantizationType as QT
 
 from engine import kernels as K
 from engine import ops
-from engine import tiledot as T
+from engine import tile_layout as L
+from engine import tilegemm as T
 from engine.attention import RaggedRows, _paged_attention, batched_attention
 from engine.linear import _rows_kernel
 from engine.parallel import serial_twin
@@ -66,18 +67,20 @@ def test_q5_0_repack_twin() -> None:
     _assert_same(K.repack_q5_0_q8_0, lambda: (raw, np.zeros((33, 320 // 32 * 34), np.uint8)))
 
 
+@pytest.mark.parametrize("kind,qtype,n", [(0, QT.Q8_0, 640), (1, QT.Q5_0, 640), (2, QT.Q4_K, 512), (3, QT.Q6_K, 768)])
 @pytest.mark.parametrize("lanes", [1, 5, 16])
-def test_q8_0_tiles_twins(lanes: int) -> None:
-    """The tiled Q8_0 layout: repack, dequantize and the int16-dot product (engine/tiledot.py)."""
-    raw = random_blocks(QT.Q8_0, 37, 640, seed=9)
-    _assert_same(T.repack_q8_0_tiles, lambda: (raw, np.zeros((3, 20 * T.TILE_BLOCK), np.uint8)))
-    tiles = np.zeros((3, 20 * T.TILE_BLOCK), np.uint8)
-    T.repack_q8_0_tiles(raw, tiles)
-    x = RNG.standard_normal((lanes, 640)).astype(np.float32)
-    _assert_same(T.gemm_tiles, lambda: (tiles, x, np.zeros((lanes, 37), np.float32)))
+def test_tile_kernels_twins(kind: int, qtype: QT, n: int, lanes: int) -> None:
+    """The 16-row tiles: repack, both dequantizers and the int16-dot product (engine/tilegemm.py)."""
+    raw = random_blocks(qtype, 37, n, seed=9 + kind)
+    shape = L.tiled_shape(kind, 37, n)
+    _assert_same(L.repack_tiles, lambda: (kind, raw, np.zeros(shape, np.uint8)))
+    tiles = np.zeros(shape, np.uint8)
+    L.repack_tiles(kind, raw, tiles)
+    x = RNG.standard_normal((lanes, n)).astype(np.float32)
+    _assert_same(T.gemm_tiles, lambda: (kind, tiles, x, np.zeros((lanes, 37), np.float32)))
     rows = np.array([36, 0, 17, 17], dtype=np.int64)
-    _assert_same(T.dq_rows_q8_0x16, lambda: (tiles, rows, np.zeros((4, 640), np.float32), K.F16_LUT, K.QK))
-    _assert_same(T.dq_tile_range, lambda: (tiles, 1, np.zeros((21, 640), np.float32)))
+    _assert_same(T.dq_rows_tiles, lambda: (kind, tiles, rows, np.zeros((4, n), np.float32)))
+    _assert_same(T.dq_tile_range, lambda: (kind, tiles, 1, np.zeros((21, n), np.float32)))
 
 
 def test_rope_twin() -> None:

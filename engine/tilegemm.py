@@ -1,0 +1,166 @@
+"""The tiled decode product and dequantizers (engine/tiledot.py's intrinsics), as numba kernels.
+
+`gemm_tiles(kind, w, x, out)`: x [B, n] float32 quantized per 32 values to int16, then every tile
+of w against every lane (groups of 8, 4, 1), parallel over tiles. `dq_tile_range` (prefill's BLAS
+row tiles) and `dq_rows_tiles` (embedding take, full dequantize) give float32 rows. kind: 0..3 =
+Q8_0, Q5_0, Q4_K, Q6_K (tile_layout.KINDS).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from engine.blockdot import U
+from engine.tile_layout import QB, SB_BYTES, SB_VALUES, TILE
+from engine.tiledot import (X_MAX, dq_q4k, dq_q5, dq_q6k, dq_q8, tdot1_q4k, tdot1_q5, tdot1_q6k, tdot1_q8,
+                            tdot4_q4k, tdot4_q5, tdot4_q6k, tdot4_q8, tdot8_q4k, tdot8_q5, tdot8_q6k, tdot8_q8)
+
+
+@njit(inline="always", cache=True)
+def _tdot(kind, lanes, wt, xq, dx, sxd, b, nsb, o, os_, valid):  # type: ignore[no-untyped-def]
+    """Dispatch to the (kind, lane group) intrinsic: numba cannot index a tuple of them at run time."""
+    if kind == 0:
+        if lanes == 8:
+            tdot8_q8(wt, xq, dx, sxd, b, nsb, o, os_, valid)
+        elif lanes == 4:
+            tdot4_q8(wt, xq, dx, sxd, b, nsb, o, os_, valid)
+        else:
+            tdot1_q8(wt, xq, dx, sxd, b, nsb, o, os_, valid)
+    elif kind == 1:
+        if lanes == 8:
+            tdot8_q5(wt, xq, dx, sxd, b, nsb, o, os_, valid)
+        elif lanes == 4:
+            tdot4_q5(wt, xq, dx, sxd, b, nsb, o, os_, valid)
+        else:
+            tdot1_q5(wt, xq, dx, sxd, b, nsb, o, os_, valid)
+    elif kind == 2:
+        if lanes == 8:
+            tdot8_q4k(wt, xq, dx, sxd, b, nsb, o, os_, valid)
+        elif lanes == 4:
+            tdot4_q4k(wt, xq, dx, sxd, b, nsb, o, os_, valid)
+        else:
+            tdot1_q4k(wt, xq, dx, sxd, b, nsb, o, os_, valid)
+    else:
+        if lanes == 8:
+            tdot8_q6k(wt, xq, dx, sxd, b, nsb, o, os_, valid)
+        elif lanes == 4:
+            tdot4_q6k(wt, xq, dx, sxd, b, nsb, o, os_, valid)
+        else:
+            tdot1_q6k(wt, xq, dx, sxd, b, nsb, o, os_, valid)
+
+
+@njit(inline="always", cache=True)
+def _dq(kind, wt, nsb, out, row0):  # type: ignore[no-untyped-def]
+    if kind == 0:
+        dq_q8(wt, nsb, out, row0)
+    elif kind == 1:
+        dq_q5(wt, nsb, out, row0)
+    elif kind == 2:
+        dq_q4k(wt, nsb, out, row0)
+    else:
+        dq_q6k(wt, nsb, out, row0)
+
+
+@njit(inline="always", cache=True)
+def quantize_rows_i16(x, xq, dx, sxd):  # type: ignore[no-untyped-def]
+    """x float32 [B, n] -> xq int16 [B, n], dx and sxd float32 [B, n / 32]: x ~ xq * dx per block,
+    dx = max|x| / 32767, xq = rint(x / dx), sxd = dx * sum(xq) (Q4_K's min term). A block holding
+    inf or NaN gets dx = NaN, so the product is NaN as the float product would be."""
+    lanes, n = x.shape
+    for lane in range(lanes):
+        for blk in range(n // QB):
+            o = blk * QB
+            amax = np.float32(0.0)
+            for i in range(QB):
+                amax = max(amax, abs(x[lane, o + i]))
+            if not np.isfinite(amax):
+                dx[lane, blk] = np.float32(np.nan)
+                sxd[lane, blk] = np.float32(np.nan)
+                for i in range(QB):
+                    xq[lane, o + i] = 0
+                continue
+            d = np.float32(amax / np.float32(X_MAX))
+            inv = np.float32(1.0) / d if d > 0 else np.float32(0.0)
+            s = 0
+            for i in range(QB):
+                q = np.int16(np.rint(x[lane, o + i] * inv))
+                xq[lane, o + i] = q
+                s += np.int64(q)
+            dx[lane, blk] = d
+            sxd[lane, blk] = d * np.float32(s)
+
+
+@njit(parallel=True, cache=True)
+def gemm_tiles(kind, w, x, out):  # type: ignore[no-untyped-def]
+    """out[B, rows] = x[B, n] @ W.T for a tiled weight w (kind: 0..3 = Q8_0, Q5_0, Q4_K, Q6_K; shape
+    tile_layout.tiled_shape), parallel over tiles; each lane group of 8, 4 or 1 meets a tile at a time."""
+    ntiles, tile_bytes = w.shape
+    lanes, n = x.shape
+    rows = out.shape[1]
+    if kind < 0 or kind > 3:
+        raise ValueError("gemm_tiles: weight, activation and output shapes do not match")
+    nsb = n // SB_VALUES[kind]
+    # the tile dots read raw addresses: every size and stride they rely on is checked here
+    if (nsb * SB_VALUES[kind] != n or nsb * SB_BYTES[kind] != tile_bytes or out.shape[0] != lanes
+            or rows > ntiles * TILE or rows <= (ntiles - 1) * TILE or w.strides[1] != 1 or out.strides[1] != 4):
+        raise ValueError("gemm_tiles: weight, activation and output shapes do not match")
+    buf = np.empty(lanes * n + 32, dtype=np.int16)  # 64-byte aligned: a block's 32 int16 = one line
+    skip = ((64 - buf.ctypes.data % 64) % 64) // 2
+    xq = buf[skip: skip + lanes * n].reshape((lanes, n))
+    dx = np.empty((lanes, n // QB), dtype=np.float32)
+    sxd = np.empty((lanes, n // QB), dtype=np.float32)
+    quantize_rows_i16(x, xq, dx, sxd)
+    wa, oa = U(w.ctypes.data), U(out.ctypes.data)
+    ws, os_ = U(w.strides[0]), U(out.strides[0])
+    nc = min(ntiles, 64)
+    for c in prange(nc):
+        for t in range(c * ntiles // nc, (c + 1) * ntiles // nc):
+            valid = min(TILE, rows - t * TILE)
+            wt, ot = wa + U(t) * ws, oa + U(t * TILE * 4)
+            b = 0
+            while b + 8 <= lanes:
+                _tdot(kind, 8, wt, xq, dx, sxd, b, nsb, ot + U(b) * os_, os_, valid)
+                b += 8
+            if b + 4 <= lanes:
+                _tdot(kind, 4, wt, xq, dx, sxd, b, nsb, ot + U(b) * os_, os_, valid)
+                b += 4
+            while b < lanes:
+                _tdot(kind, 1, wt, xq, dx, sxd, b, nsb, ot + U(b) * os_, os_, valid)
+                b += 1
+
+
+@njit(parallel=True, cache=True)
+def dq_tile_range(kind, w, t0, out):  # type: ignore[no-untyped-def]
+    """Tiles t0, t0 + 1, ... as float32 rows out[0:], out[16:], ... (out C-contiguous [R, n]; its
+    last tile may be partial): the prefill path's dequantized row tiles."""
+    rows, n = out.shape
+    nt = (rows + TILE - 1) // TILE
+    if kind < 0 or kind > 3:
+        raise ValueError("dq_tile_range: weight and output shapes do not match")
+    nsb = n // SB_VALUES[kind]
+    if (nsb * SB_VALUES[kind] != n or nsb * SB_BYTES[kind] != w.shape[1] or t0 < 0 or t0 + nt > w.shape[0]
+            or w.strides[1] != 1):
+        raise ValueError("dq_tile_range: weight and output shapes do not match")
+    if not out.flags.c_contiguous:
+        raise ValueError("dq_tile_range: output must be C-contiguous")
+    wa, ws = U(w.ctypes.data), U(w.strides[0])
+    for j in prange(nt):
+        _dq(kind, wa + U(t0 + j) * ws, nsb, out, j * TILE)
+
+
+@njit(parallel=True, cache=True)
+def dq_rows_tiles(kind, w, rows, out):  # type: ignore[no-untyped-def]
+    """Weight rows `rows` (any order) as float32 out[len(rows), n]: each through its whole tile."""
+    n = out.shape[1]
+    nsb = n // SB_VALUES[kind]
+    if kind < 0 or kind > 3 or nsb * SB_VALUES[kind] != n or nsb * SB_BYTES[kind] != w.shape[1] or w.strides[1] != 1:
+        raise ValueError("dq_rows_tiles: weight and output shapes do not match")
+    for j in range(rows.shape[0]):
+        if rows[j] < 0 or rows[j] // TILE >= w.shape[0]:
+            raise ValueError("dq_rows_tiles: row out of range")
+    wa, ws = U(w.ctypes.data), U(w.strides[0])
+    for j in prange(rows.shape[0]):
+        tile = np.empty((TILE, n), dtype=np.float32)
+        _dq(kind, wa + U(rows[j] // TILE) * ws, nsb, tile, 0)
+        out[j, :] = tile[rows[j] % TILE]
