@@ -16,13 +16,17 @@ import numpy as np
 from numba import njit, prange
 
 from engine.errors import EngineError
-from engine.blockdot import dot_f32
+from engine.blockdot import axpy_f32, dot_f32
 from engine.parallel import ORDERED_FASTMATH, launch, prefill_pool
 
 
-# Every sum adds in the order written (the q.k dots through blockdot.dot_f32, the softmax sum in
-# sequence, P.V elementwise per output value), so the serial twin and the parallel kernel give the
-# same bits whatever the compiler does with the loops (tests/test_twins.py).
+CHUNK = 128  # key positions per decode-attention task (a fixed split: the bits never depend on threads)
+
+
+# Every sum adds in the order written (the q.k dots through blockdot.dot_f32, the softmax sums in
+# sequence, P.V elementwise per output value, the chunks combined in position order), so the serial
+# twin and the parallel kernel give the same bits whatever the compiler does with the loops
+# (tests/test_twins.py), and a row's result depends on its own positions only.
 @njit(parallel=True, fastmath=ORDERED_FASTMATH, error_model="numpy", cache=True)
 def _paged_attention(
     q: np.ndarray,  # [R, H, D] f32, C-contiguous: query rows of one or more lanes
@@ -36,53 +40,83 @@ def _paged_attention(
     softcap: float,  # 0 = off
     out: np.ndarray,  # [R, H, D]
 ) -> None:  # pragma: no cover - numba
+    """Split-K decode attention: a task is (row, KV head, CHUNK positions); it reads each K and V
+    row once for all the query heads sharing that KV head (Gemma 3: 4) and keeps a partial softmax
+    (max, sum, unnormalised P.V); a second pass merges a row's chunks in order."""
     t_rows, n_heads, dim = q.shape
-    bt = k_pool.shape[1]
-    group = n_heads // k_pool.shape[2]
+    bt, kvh = k_pool.shape[1], k_pool.shape[2]
+    group = n_heads // kvh
     if q.strides[2] != 4 or q.strides[1] != 4 * dim or k_pool.strides[3] != 4 or k_pool.shape[3] != dim:
         raise ValueError("paged attention: q and K must hold contiguous float32 rows of head_dim")  # raw reads below
-    qa, ka = np.uint64(q.ctypes.data), np.uint64(k_pool.ctypes.data)
+    if v_pool.strides[3] != 4 or v_pool.shape[3] != dim or v_pool.shape[2] != kvh:
+        raise ValueError("paged attention: V must hold contiguous float32 rows of head_dim")
+    qa, ka, va = np.uint64(q.ctypes.data), np.uint64(k_pool.ctypes.data), np.uint64(v_pool.ctypes.data)
     ks0, ks1, ks2 = np.uint64(k_pool.strides[0]), np.uint64(k_pool.strides[1]), np.uint64(k_pool.strides[2])
-    for th in prange(t_rows * n_heads):
-        t = th // n_heads
-        h = th % n_heads
-        kh = h // group
-        table = tables[row_lane[t]]
-        pos = row_pos[t]
+    vs0, vs1, vs2 = np.uint64(v_pool.strides[0]), np.uint64(v_pool.strides[1]), np.uint64(v_pool.strides[2])
+    first = np.zeros(t_rows + 1, dtype=np.int64)  # row t's chunks: first[t] .. first[t + 1] - 1
+    los = np.empty(t_rows, dtype=np.int64)
+    for t in range(t_rows):
         lo = 0
-        if window > 0 and pos - window + 1 > 0:
-            lo = pos - window + 1
-        n = pos - lo + 1
-        s = np.empty(n, dtype=np.float32)
-        m = np.float32(-np.inf)
-        qrow = qa + np.uint64(th * dim * 4)  # q[t, h]
+        if window > 0 and row_pos[t] - window + 1 > 0:
+            lo = row_pos[t] - window + 1
+        los[t] = lo
+        first[t + 1] = first[t] + (row_pos[t] - lo + CHUNK) // CHUNK
+    nch = first[t_rows]
+    part_m = np.empty((nch, kvh, group), dtype=np.float32)
+    part_l = np.empty((nch, kvh, group), dtype=np.float32)
+    part_o = np.zeros((nch, kvh, group, dim), dtype=np.float32)
+    for task in prange(nch * kvh):
+        ci, kh = task // kvh, task % kvh
+        t = np.searchsorted(first, ci, side="right") - 1
+        lo = los[t] + (ci - first[t]) * CHUNK
+        n = min(row_pos[t] + 1, lo + CHUNK) - lo
+        table = tables[row_lane[t]]
+        s = np.empty((group, CHUNK), dtype=np.float32)
         for j in range(n):
             p = lo + j
-            b = table[p // bt]
-            off = p % bt
-            acc = dot_f32(qrow, ka + np.uint64(b) * ks0 + np.uint64(off) * ks1 + np.uint64(kh) * ks2, dim)
-            acc = acc * np.float32(scale)
-            if softcap > 0.0:
-                acc = np.float32(softcap) * np.tanh(acc / np.float32(softcap))
-            s[j] = acc
-            if acc > m:
-                m = acc
-        tot = np.float32(0.0)
-        for j in range(n):
-            e = np.exp(s[j] - m)
-            s[j] = e
-            tot += e
-        inv = np.float32(1.0) / tot
-        orow = out[t, h]
-        for d in range(dim):
-            orow[d] = 0.0
+            krow = ka + np.uint64(table[p // bt]) * ks0 + np.uint64(p % bt) * ks1 + np.uint64(kh) * ks2
+            for g in range(group):
+                acc = dot_f32(qa + np.uint64(((t * n_heads) + kh * group + g) * dim * 4), krow, dim)
+                acc = acc * np.float32(scale)
+                if softcap > 0.0:
+                    acc = np.float32(softcap) * np.tanh(acc / np.float32(softcap))
+                s[g, j] = acc
+        for g in range(group):
+            m = np.float32(-np.inf)
+            for j in range(n):
+                m = max(m, s[g, j])
+            tot = np.float32(0.0)
+            for j in range(n):
+                e = np.exp(s[g, j] - m)
+                s[g, j] = e
+                tot += e
+            part_m[ci, kh, g] = m
+            part_l[ci, kh, g] = tot
+        oa = np.uint64(part_o.ctypes.data) + np.uint64((ci * kvh + kh) * group * dim * 4)
         for j in range(n):
             p = lo + j
-            vrow = v_pool[table[p // bt], p % bt, kh]
-            w = s[j] * inv
+            vrow = va + np.uint64(table[p // bt]) * vs0 + np.uint64(p % bt) * vs1 + np.uint64(kh) * vs2
+            for g in range(group):
+                axpy_f32(s[g, j], vrow, oa + np.uint64(g * dim * 4), dim)
+    for th in prange(t_rows * kvh):
+        t, kh = th // kvh, th % kvh
+        for g in range(group):
+            big = np.float32(-np.inf)
+            for ci in range(first[t], first[t + 1]):
+                big = max(big, part_m[ci, kh, g])
+            tot = np.float32(0.0)
+            for ci in range(first[t], first[t + 1]):
+                tot += np.exp(part_m[ci, kh, g] - big) * part_l[ci, kh, g]
+            inv = np.float32(1.0) / tot
+            orow = out[t, kh * group + g]
             for d in range(dim):
-                ud = np.uint64(d)
-                orow[ud] += w * vrow[ud]
+                orow[d] = 0.0
+            for ci in range(first[t], first[t + 1]):
+                f = np.exp(part_m[ci, kh, g] - big) * inv
+                oc = part_o[ci, kh, g]
+                for d in range(dim):
+                    ud = np.uint64(d)
+                    orow[ud] += f * oc[ud]
 
 
 def paged_attention(
@@ -137,7 +171,10 @@ def batched_attention(q: np.ndarray, k_pool: np.ndarray, v_pool: np.ndarray, row
     span = int(rows.row_pos.max()) + 1 if t_rows else 0
     if window > 0:
         span = min(span, window)
-    launch(_paged_attention, 2 * t_rows * n_heads * dim * span, np.ascontiguousarray(q), k_pool, v_pool, rows.tables,
+    work = 2 * t_rows * n_heads * dim * span
+    if t_rows * k_pool.shape[2] * -(-span // CHUNK) < 2:
+        work = 0  # one task: waking the thread team costs more than it could save
+    launch(_paged_attention, work, np.ascontiguousarray(q), k_pool, v_pool, rows.tables,
            rows.row_lane, rows.row_pos, int(window), float(scale), float(softcap), out)
     return out
 

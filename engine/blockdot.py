@@ -259,6 +259,30 @@ def dot_f32(typingctx, a_addr, b_addr, n):  # type: ignore[no-untyped-def]
 
 
 @intrinsic
+def axpy_f32(typingctx, a, x_addr, y_addr, n):  # type: ignore[no-untyped-def]
+    """y[i] = fma(a, x[i], y[i]) for i < n over float32 vectors at raw addresses: elementwise, so
+    the bits do not depend on how the loop is split; 32 lanes at a time, then the tail."""
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        b = builder
+        av, n = args[0], args[3]
+        px, py = b.inttoptr(args[1], F32.as_pointer()), b.inttoptr(args[2], F32.as_pointer())
+        va = _splat(b, av)
+        chunks = b.sdiv(n, _c(W))
+        with cgutils.for_range(b, chunks) as loop:
+            i0 = b.mul(loop.index, _c(W))
+            yp = b.bitcast(b.gep(py, [i0]), VF.as_pointer())
+            b.store(_fma(b, va, _xload(b, px, i0), b.load(yp, align=4)), yp, align=4)
+        fma1 = cgutils.get_or_insert_function(b.module, ir.FunctionType(F32, [F32, F32, F32]), "llvm.fma.f32")
+        with cgutils.for_range_slice(b, b.mul(chunks, _c(W)), n, _c(1)) as (i, _):
+            yp = b.gep(py, [i])
+            b.store(b.call(fma1, [av, b.load(b.gep(px, [i])), b.load(yp)]), yp)
+        return context.get_dummy_value()
+
+    return types.void(types.float32, types.uint64, types.uint64, types.int64), codegen
+
+
+@intrinsic
 def prefetch_ahead(typingctx, addr):  # type: ignore[no-untyped-def]
     """Software prefetch of the line PREFETCH_BYTES past `addr` (what the block loops do)."""
 

@@ -186,6 +186,27 @@ def test_paged_attention_matches_reference(window: int, softcap: float) -> None:
     np.testing.assert_allclose(got, want, atol=1e-5)
 
 
+@pytest.mark.parametrize("window", [0, 129, 300])
+def test_paged_attention_long_context_chunks(window: int) -> None:
+    """Past CHUNK (128) positions a row's keys are split into chunks whose partial softmaxes merge;
+    windows that start inside a chunk included. Each row alone gives the batch's bits."""
+    rng = np.random.default_rng(8)
+    L, H, KVH, D, start = 400, 4, 2, 40, 377
+    pool = BlockPool(1, KVH, D, num_blocks=None, block_tokens=16)
+    kv = PageTable(pool)
+    kv.reserve(L)
+    kv.blocks = list(rng.permutation(kv.blocks))  # out-of-order blocks
+    k = rng.standard_normal((L, KVH, D)).astype(np.float32) * 2
+    v = rng.standard_normal((L, KVH, D)).astype(np.float32)
+    kv.write(0, 0, k, v)
+    q = rng.standard_normal((L - start, H, D)).astype(np.float32)
+    got = paged_attention(q, pool.k[0], pool.v[0], kv.blocks, start, window, 0.3)
+    np.testing.assert_allclose(got, reference_attention(q, k, v, start, window, 0.3), atol=1e-5)
+    for t in (0, 9, L - start - 1):
+        one = paged_attention(q[t:t + 1], pool.k[0], pool.v[0], kv.blocks, start + t, window, 0.3)
+        assert np.array_equal(one[0], got[t])
+
+
 def test_config_from_metadata_rules() -> None:
     from engine.config import from_gguf_metadata
     from engine.errors import GGUFError

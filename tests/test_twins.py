@@ -89,12 +89,14 @@ def test_rope_twin() -> None:
     _assert_same(ops._rope, lambda: (x, cos, sin, True, np.zeros_like(x)))
 
 
-@pytest.mark.parametrize("window,softcap,dim", [(0, 0.0, 256), (24, 0.0, 256), (0, 50.0, 256), (0, 0.0, 40)])
-def test_paged_attention_twin(window: int, softcap: float, dim: int) -> None:
-    bt, kvh, heads = 16, 1, 4
+@pytest.mark.parametrize("window,softcap,dim,blocks", [(0, 0.0, 256, 6), (24, 0.0, 256, 6), (0, 50.0, 256, 6),
+                                                        (0, 0.0, 40, 6), (0, 0.0, 256, 30), (200, 0.0, 64, 30)])
+def test_paged_attention_twin(window: int, softcap: float, dim: int, blocks: int) -> None:
+    bt, kvh, heads = 16, 1, 4  # 30 blocks: up to 480 positions, several key chunks per row
     k = RNG.standard_normal((40, bt, kvh, dim)).astype(np.float32)
     v = RNG.standard_normal((40, bt, kvh, dim)).astype(np.float32)
-    rows = RaggedRows.of([list(RNG.permutation(40)[:6]), list(RNG.permutation(40)[:5])], [70, 40], [3, 1], bt)
+    top = 16 * blocks - 26
+    rows = RaggedRows.of([list(RNG.permutation(40)[:blocks]), list(RNG.permutation(40)[:blocks - 1])], [top, 40], [3, 1], bt)
     q = RNG.standard_normal((4, heads, dim)).astype(np.float32)
     _assert_same(_paged_attention, lambda: (q, k, v, rows.tables, rows.row_lane, rows.row_pos, window, 0.0625,
                                             softcap, np.zeros_like(q)))
