@@ -133,124 +133,144 @@ def _sb_loop(kind: int, b: ir.IRBuilder, wp: ir.Value, nsb: ir.Value, body: Call
             body(p, b.add(b.mul(sb.index, _c(tbs)), j.index), hdr)
 
 
-def _tile_lanes(kind: int, lanes: int) -> Callable:  # type: ignore[type-arg]
-    """Intrinsic `tdot(w_addr, xq, dx, sxd, lane, n_super, out_addr, out_stride, valid)`: one tile of
+def _tile_sig(xq, dx, sxd):  # type: ignore[no-untyped-def]
+    u = types.uint64
+    return types.void(u, xq, dx, sxd, types.int64, types.int64, u, u, types.int64)
+
+
+def _tile_codegen(kind: int, lanes: int) -> Callable:  # type: ignore[type-arg]
+    n_int = 2 if kind == 3 else 1  # int sums per lane and tile block (Q6_K: one per 16 values)
+
+    def codegen(context, b, signature, args):  # type: ignore[no-untyped-def]
+        wa, xv, dv, sv, lane_v, nsb, oa, os_, valid_v = args
+        xarr = context.make_array(signature.args[1])(context, b, value=xv)
+        darr = context.make_array(signature.args[2])(context, b, value=dv)
+        sarr = context.make_array(signature.args[3])(context, b, value=sv)
+        n = cgutils.unpack_tuple(b, xarr.shape, 2)[1]
+        nbx = cgutils.unpack_tuple(b, darr.shape, 2)[1]
+        x32 = b.bitcast(xarr.data, I32.as_pointer())  # int16 pairs
+        rows = [b.add(lane_v, _c(g)) for g in range(lanes)]
+        xrows = [b.gep(x32, [b.sdiv(b.mul(r, n), _c(2))]) for r in rows]
+        drows = [b.gep(darr.data, [b.mul(r, nbx)]) for r in rows]
+        srows = [b.gep(sarr.data, [b.mul(r, nbx)]) for r in rows]
+        zero_i = ir.Constant(VI16, [0] * TILE)
+        slots = [cgutils.alloca_once_value(b, ir.Constant(VF16, [0.0] * TILE)) for _ in range(lanes)]
+        chains = max(1, 8 // (lanes * n_int))  # independent sums per lane: int adds, any order
+
+        def body(p, blk, hdr):  # type: ignore[no-untyped-def]
+            for line in range(0, TB_BYTES[kind], 64):  # every line of the tile block, ahead
+                _prefetch(b, _at(b, p, line))
+            sc = _scales(kind, b, p, hdr)
+            ws = [b.bitcast(b.sext(v, VW32), VI16) for v in _pairs(kind, b, p)]
+            xb = b.mul(blk, _c(TILE))  # 16 int16 pairs per block
+            # k outer, lanes inner: the lanes' dependency chains interleave in program order,
+            # so the out-of-order window need not reach across lanes to hide vpdpwssd's latency
+            accs = [[[zero_i] * chains for _ in range(n_int)] for _ in range(lanes)]
+            for k in range(TILE):
+                grp = k * n_int // TILE
+                for g in range(lanes):
+                    xk = _splat(b, b.load(b.gep(xrows[g], [b.add(xb, _c(k))]), align=4), TILE)
+                    a = accs[g][grp]
+                    a[k % chains] = _dpwssd(b, a[k % chains], ws[k], xk)
+            for g in range(lanes):
+                dxg = _splat(b, b.load(b.gep(drows[g], [blk])), TILE)
+                acc = b.load(slots[g])
+                for grp in range(n_int):
+                    a = accs[g][grp]
+                    while len(a) > 1:
+                        a = [b.add(a[i], a[i + 1]) for i in range(0, len(a), 2)]
+                    scale = sc[grp] if kind == 3 else sc[0]
+                    acc = _fma(b, b.sitofp(a[0], VF16), b.fmul(scale, dxg), acc)
+                if kind == 2:  # - dmin * m * sum(x) over the block
+                    sx = _splat(b, b.fneg(b.load(b.gep(srows[g], [blk]))), TILE)
+                    acc = _fma(b, sc[1], sx, acc)
+                b.store(acc, slots[g])
+
+        _sb_loop(kind, b, b.inttoptr(wa, P8), nsb, body)
+        full = b.icmp_signed("==", valid_v, _c(TILE))
+        for g in range(lanes):
+            dst = b.inttoptr(b.add(oa, b.mul(os_, _c(g))), F32.as_pointer())
+            acc = b.load(slots[g])
+            with b.if_else(full) as (whole, part):
+                with whole:
+                    b.store(acc, b.bitcast(dst, VF16.as_pointer()), align=4)
+                with part:
+                    for i in range(TILE):
+                        with b.if_then(b.icmp_signed("<", _c(i), valid_v)):
+                            b.store(b.extract_element(acc, _c(i, I32)), b.gep(dst, [_c(i)]))
+        return context.get_dummy_value()
+
+    return codegen
+
+
+def _by_kind(codegen_of: Callable) -> Callable:  # type: ignore[type-arg]
+    """Codegen taking a run-time kind first and emitting every kind's body behind a branch (taken
+    once per tile): numba cannot pick one of several intrinsics by a run-time value."""
+
+    def codegen(context, b, signature, args):  # type: ignore[no-untyped-def]
+        inner = types.void(*signature.args[1:])
+        for code in range(4):
+            with b.if_then(b.icmp_signed("==", args[0], _c(code))):
+                codegen_of(code)(context, b, inner, args[1:])
+        return context.get_dummy_value()
+
+    return codegen
+
+
+def _tile_any(lanes: int) -> Callable:  # type: ignore[type-arg]
+    """Intrinsic `tdot(kind, w_addr, xq, dx, sxd, lane, n_super, out_addr, out_stride, valid)`: one tile of
     16 rows (raw address) against lanes lane .. lane + lanes - 1 of xq (int16 [B, n]), with the
     block scales dx and dx * sum(xq) (float32 [B, n / 32]); row i of lane g goes to
     out_addr + g * out_stride + 4 i for i < valid. The arrays are passed as arrays so numba keeps
     them alive while the dots run."""
-    n_int = 2 if kind == 3 else 1  # int sums per lane and tile block (Q6_K: one per 16 values)
 
-    def tdot(typingctx, w_addr, xq, dx, sxd, lane, n_super, out_addr, out_stride, valid):  # type: ignore[no-untyped-def]
-        u = types.uint64
-        sig = types.void(u, xq, dx, sxd, types.int64, types.int64, u, u, types.int64)
-
-        def codegen(context, b, signature, args):  # type: ignore[no-untyped-def]
-            wa, xv, dv, sv, lane_v, nsb, oa, os_, valid_v = args
-            xarr = context.make_array(signature.args[1])(context, b, value=xv)
-            darr = context.make_array(signature.args[2])(context, b, value=dv)
-            sarr = context.make_array(signature.args[3])(context, b, value=sv)
-            n = cgutils.unpack_tuple(b, xarr.shape, 2)[1]
-            nbx = cgutils.unpack_tuple(b, darr.shape, 2)[1]
-            x32 = b.bitcast(xarr.data, I32.as_pointer())  # int16 pairs
-            rows = [b.add(lane_v, _c(g)) for g in range(lanes)]
-            xrows = [b.gep(x32, [b.sdiv(b.mul(r, n), _c(2))]) for r in rows]
-            drows = [b.gep(darr.data, [b.mul(r, nbx)]) for r in rows]
-            srows = [b.gep(sarr.data, [b.mul(r, nbx)]) for r in rows]
-            zero_i = ir.Constant(VI16, [0] * TILE)
-            slots = [cgutils.alloca_once_value(b, ir.Constant(VF16, [0.0] * TILE)) for _ in range(lanes)]
-            chains = max(1, 8 // (lanes * n_int))  # independent sums per lane: int adds, any order
-
-            def body(p, blk, hdr):  # type: ignore[no-untyped-def]
-                for line in range(0, TB_BYTES[kind], 64):  # every line of the tile block, ahead
-                    _prefetch(b, _at(b, p, line))
-                sc = _scales(kind, b, p, hdr)
-                ws = [b.bitcast(b.sext(v, VW32), VI16) for v in _pairs(kind, b, p)]
-                xb = b.mul(blk, _c(TILE))  # 16 int16 pairs per block
-                # k outer, lanes inner: the lanes' dependency chains interleave in program order,
-                # so the out-of-order window need not reach across lanes to hide vpdpwssd's latency
-                accs = [[[zero_i] * chains for _ in range(n_int)] for _ in range(lanes)]
-                for k in range(TILE):
-                    grp = k * n_int // TILE
-                    for g in range(lanes):
-                        xk = _splat(b, b.load(b.gep(xrows[g], [b.add(xb, _c(k))]), align=4), TILE)
-                        a = accs[g][grp]
-                        a[k % chains] = _dpwssd(b, a[k % chains], ws[k], xk)
-                for g in range(lanes):
-                    dxg = _splat(b, b.load(b.gep(drows[g], [blk])), TILE)
-                    acc = b.load(slots[g])
-                    for grp in range(n_int):
-                        a = accs[g][grp]
-                        while len(a) > 1:
-                            a = [b.add(a[i], a[i + 1]) for i in range(0, len(a), 2)]
-                        scale = sc[grp] if kind == 3 else sc[0]
-                        acc = _fma(b, b.sitofp(a[0], VF16), b.fmul(scale, dxg), acc)
-                    if kind == 2:  # - dmin * m * sum(x) over the block
-                        sx = _splat(b, b.fneg(b.load(b.gep(srows[g], [blk]))), TILE)
-                        acc = _fma(b, sc[1], sx, acc)
-                    b.store(acc, slots[g])
-
-            _sb_loop(kind, b, b.inttoptr(wa, P8), nsb, body)
-            full = b.icmp_signed("==", valid_v, _c(TILE))
-            for g in range(lanes):
-                dst = b.inttoptr(b.add(oa, b.mul(os_, _c(g))), F32.as_pointer())
-                acc = b.load(slots[g])
-                with b.if_else(full) as (whole, part):
-                    with whole:
-                        b.store(acc, b.bitcast(dst, VF16.as_pointer()), align=4)
-                    with part:
-                        for i in range(TILE):
-                            with b.if_then(b.icmp_signed("<", _c(i), valid_v)):
-                                b.store(b.extract_element(acc, _c(i, I32)), b.gep(dst, [_c(i)]))
-            return context.get_dummy_value()
-
-        return sig, codegen
+    def tdot(typingctx, kind, w_addr, xq, dx, sxd, lane, n_super, out_addr,  # type: ignore[no-untyped-def]
+             out_stride, valid):
+        return types.void(types.int64, *_tile_sig(xq, dx, sxd).args), _by_kind(lambda k: _tile_codegen(k, lanes))
 
     return intrinsic(tdot)
 
 
-def _dq_tile(kind: int) -> Callable:  # type: ignore[type-arg]
-    """Intrinsic `dq(w_addr, n_super, out, row0)`: the tile at w_addr as float32 rows row0.. of out
-    ([R, n]; rows past R are padding, skipped). Each value is what gguf.quants.dequantize gives
+def _dq_codegen(kind: int) -> Callable:  # type: ignore[type-arg]
+    def codegen(context, b, signature, args):  # type: ignore[no-untyped-def]
+        wa, nsb, ov, row0_v = args
+        oarr = context.make_array(signature.args[2])(context, b, value=ov)
+        nrows, ncols = cgutils.unpack_tuple(b, oarr.shape, 2)
+        v2 = ir.VectorType(F32, 2)
+        dup = ir.Constant(ir.VectorType(I32, QB), [i // 2 for i in range(QB)])  # a pair's values share a row
+
+        def body(p, blk, hdr):  # type: ignore[no-untyped-def]
+            sc = [b.shuffle_vector(s, s, dup) for s in _scales(kind, b, p, hdr)]
+            for k, q in enumerate(_pairs(kind, b, p)):
+                f = b.fmul(b.sitofp(q, VF32), sc[1] if kind == 3 and k >= 8 else sc[0])
+                if kind == 2:
+                    f = b.fsub(f, sc[1])
+                col = b.add(b.mul(blk, _c(QB)), _c(2 * k))
+                for i in range(TILE):
+                    row = b.add(row0_v, _c(i))
+                    with b.if_then(b.icmp_signed("<", row, nrows), likely=True):
+                        dst = b.gep(oarr.data, [b.add(b.mul(row, ncols), col)])
+                        pair = b.shuffle_vector(f, f, ir.Constant(ir.VectorType(I32, 2), [2 * i, 2 * i + 1]))
+                        b.store(pair, b.bitcast(dst, v2.as_pointer()), align=4)
+
+        _sb_loop(kind, b, b.inttoptr(wa, P8), nsb, body)
+        return context.get_dummy_value()
+
+    return codegen
+
+
+@intrinsic
+def dq_tile(typingctx, kind, w_addr, n_super, out, row0):  # type: ignore[no-untyped-def]
+    """Intrinsic `dq_tile(kind, w_addr, n_super, out, row0)`: the tile at w_addr as float32 rows
+    row0.. of out ([R, n]; rows past R are padding, skipped). Each value is what gguf.quants.dequantize gives
     (the same float32 products in the same order); the pair layout is transposed on the way out:
     each row's two values of a pair are one 8-byte store."""
-
-    def dq(typingctx, w_addr, n_super, out, row0):  # type: ignore[no-untyped-def]
-        def codegen(context, b, signature, args):  # type: ignore[no-untyped-def]
-            wa, nsb, ov, row0_v = args
-            oarr = context.make_array(signature.args[2])(context, b, value=ov)
-            nrows, ncols = cgutils.unpack_tuple(b, oarr.shape, 2)
-            v2 = ir.VectorType(F32, 2)
-            dup = ir.Constant(ir.VectorType(I32, QB), [i // 2 for i in range(QB)])  # a pair's values share a row
-
-            def body(p, blk, hdr):  # type: ignore[no-untyped-def]
-                sc = [b.shuffle_vector(s, s, dup) for s in _scales(kind, b, p, hdr)]
-                for k, q in enumerate(_pairs(kind, b, p)):
-                    f = b.fmul(b.sitofp(q, VF32), sc[1] if kind == 3 and k >= 8 else sc[0])
-                    if kind == 2:
-                        f = b.fsub(f, sc[1])
-                    col = b.add(b.mul(blk, _c(QB)), _c(2 * k))
-                    for i in range(TILE):
-                        row = b.add(row0_v, _c(i))
-                        with b.if_then(b.icmp_signed("<", row, nrows), likely=True):
-                            dst = b.gep(oarr.data, [b.add(b.mul(row, ncols), col)])
-                            pair = b.shuffle_vector(f, f, ir.Constant(ir.VectorType(I32, 2), [2 * i, 2 * i + 1]))
-                            b.store(pair, b.bitcast(dst, v2.as_pointer()), align=4)
-
-            _sb_loop(kind, b, b.inttoptr(wa, P8), nsb, body)
-            return context.get_dummy_value()
-
-        return types.void(types.uint64, types.int64, out, types.int64), codegen
-
-    return intrinsic(dq)
+    return types.void(types.int64, types.uint64, types.int64, out, types.int64), _by_kind(_dq_codegen)
 
 
-# one intrinsic per (kind, lane group): Q8_0, Q5_0, Q4_K, Q6_K x 8, 4, 1 lanes
-_T8 = tuple(_tile_lanes(k, 8) for k in range(4))
-_T4 = tuple(_tile_lanes(k, 4) for k in range(4))
-_T1 = tuple(_tile_lanes(k, 1) for k in range(4))
-_DQ = tuple(_dq_tile(k) for k in range(4))
-tdot8_q8, tdot8_q5, tdot8_q4k, tdot8_q6k = _T8
-tdot4_q8, tdot4_q5, tdot4_q4k, tdot4_q6k = _T4
-tdot1_q8, tdot1_q5, tdot1_q4k, tdot1_q6k = _T1
-dq_q8, dq_q5, dq_q4k, dq_q6k = _DQ
+# lane groups of 8, 4 and 1, every kind behind a run-time branch (taken once per tile). A lane's
+# bits are the same in any group. (Measured and not kept: 16-lane groups, two tiles per pass, two
+# sums per lane at 8 lanes, embedded-broadcast operands: no gain beyond this box's run-to-run noise.)
+tdot8 = _tile_any(8)
+tdot4 = _tile_any(4)
+tdot1 = _tile_any(1)

@@ -13,53 +13,7 @@ from numba import njit, prange
 
 from engine.blockdot import U
 from engine.tile_layout import QB, SB_BYTES, SB_VALUES, TILE
-from engine.tiledot import (X_MAX, dq_q4k, dq_q5, dq_q6k, dq_q8, tdot1_q4k, tdot1_q5, tdot1_q6k, tdot1_q8,
-                            tdot4_q4k, tdot4_q5, tdot4_q6k, tdot4_q8, tdot8_q4k, tdot8_q5, tdot8_q6k, tdot8_q8)
-
-
-@njit(inline="always", cache=True)
-def _tdot(kind, lanes, wt, xq, dx, sxd, b, nsb, o, os_, valid):  # type: ignore[no-untyped-def]
-    """Dispatch to the (kind, lane group) intrinsic: numba cannot index a tuple of them at run time."""
-    if kind == 0:
-        if lanes == 8:
-            tdot8_q8(wt, xq, dx, sxd, b, nsb, o, os_, valid)
-        elif lanes == 4:
-            tdot4_q8(wt, xq, dx, sxd, b, nsb, o, os_, valid)
-        else:
-            tdot1_q8(wt, xq, dx, sxd, b, nsb, o, os_, valid)
-    elif kind == 1:
-        if lanes == 8:
-            tdot8_q5(wt, xq, dx, sxd, b, nsb, o, os_, valid)
-        elif lanes == 4:
-            tdot4_q5(wt, xq, dx, sxd, b, nsb, o, os_, valid)
-        else:
-            tdot1_q5(wt, xq, dx, sxd, b, nsb, o, os_, valid)
-    elif kind == 2:
-        if lanes == 8:
-            tdot8_q4k(wt, xq, dx, sxd, b, nsb, o, os_, valid)
-        elif lanes == 4:
-            tdot4_q4k(wt, xq, dx, sxd, b, nsb, o, os_, valid)
-        else:
-            tdot1_q4k(wt, xq, dx, sxd, b, nsb, o, os_, valid)
-    else:
-        if lanes == 8:
-            tdot8_q6k(wt, xq, dx, sxd, b, nsb, o, os_, valid)
-        elif lanes == 4:
-            tdot4_q6k(wt, xq, dx, sxd, b, nsb, o, os_, valid)
-        else:
-            tdot1_q6k(wt, xq, dx, sxd, b, nsb, o, os_, valid)
-
-
-@njit(inline="always", cache=True)
-def _dq(kind, wt, nsb, out, row0):  # type: ignore[no-untyped-def]
-    if kind == 0:
-        dq_q8(wt, nsb, out, row0)
-    elif kind == 1:
-        dq_q5(wt, nsb, out, row0)
-    elif kind == 2:
-        dq_q4k(wt, nsb, out, row0)
-    else:
-        dq_q6k(wt, nsb, out, row0)
+from engine.tiledot import X_MAX, dq_tile, tdot1, tdot4, tdot8
 
 
 @njit(inline="always", cache=True)
@@ -120,13 +74,13 @@ def gemm_tiles(kind, w, x, out):  # type: ignore[no-untyped-def]
             wt, ot = wa + U(t) * ws, oa + U(t * TILE * 4)
             b = 0
             while b + 8 <= lanes:
-                _tdot(kind, 8, wt, xq, dx, sxd, b, nsb, ot + U(b) * os_, os_, valid)
+                tdot8(kind, wt, xq, dx, sxd, b, nsb, ot + U(b) * os_, os_, valid)
                 b += 8
             if b + 4 <= lanes:
-                _tdot(kind, 4, wt, xq, dx, sxd, b, nsb, ot + U(b) * os_, os_, valid)
+                tdot4(kind, wt, xq, dx, sxd, b, nsb, ot + U(b) * os_, os_, valid)
                 b += 4
             while b < lanes:
-                _tdot(kind, 1, wt, xq, dx, sxd, b, nsb, ot + U(b) * os_, os_, valid)
+                tdot1(kind, wt, xq, dx, sxd, b, nsb, ot + U(b) * os_, os_, valid)
                 b += 1
 
 
@@ -146,7 +100,7 @@ def dq_tile_range(kind, w, t0, out):  # type: ignore[no-untyped-def]
         raise ValueError("dq_tile_range: output must be C-contiguous")
     wa, ws = U(w.ctypes.data), U(w.strides[0])
     for j in prange(nt):
-        _dq(kind, wa + U(t0 + j) * ws, nsb, out, j * TILE)
+        dq_tile(kind, wa + U(t0 + j) * ws, nsb, out, j * TILE)
 
 
 @njit(parallel=True, cache=True)
@@ -162,5 +116,5 @@ def dq_rows_tiles(kind, w, rows, out):  # type: ignore[no-untyped-def]
     wa, ws = U(w.ctypes.data), U(w.strides[0])
     for j in prange(rows.shape[0]):
         tile = np.empty((TILE, n), dtype=np.float32)
-        _dq(kind, wa + U(rows[j] // TILE) * ws, nsb, tile, 0)
+        dq_tile(kind, wa + U(rows[j] // TILE) * ws, nsb, tile, 0)
         out[j, :] = tile[rows[j] % TILE]

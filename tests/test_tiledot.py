@@ -142,13 +142,13 @@ def test_portable_ir_gives_the_vnni_bits(monkeypatch: pytest.MonkeyPatch) -> Non
     xq, dx, sxd = np.empty((1, 256), np.int16), np.empty((1, 8), np.float32), np.empty((1, 8), np.float32)
     T.quantize_rows_i16(x, xq, dx, sxd)
     monkeypatch.setattr(tiledot, "HAS_VNNI", False)
-    portable = tiledot._tile_lanes(3, 1)
+    portable = tiledot._tile_any(1)  # compiled below, while HAS_VNNI is False
     U = np.uint64
 
     @njit
     def run(tiles, xq, dx, sxd, out):  # type: ignore[no-untyped-def]
         for t in range(tiles.shape[0]):
-            portable(U(tiles.ctypes.data) + U(t * tiles.strides[0]), xq, dx, sxd, 0, 1,
+            portable(3, U(tiles.ctypes.data) + U(t * tiles.strides[0]), xq, dx, sxd, 0, 1,
                      U(out.ctypes.data) + U(64 * t), U(128), 16)
 
     got = np.empty((1, 32), np.float32)
