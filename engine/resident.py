@@ -79,11 +79,13 @@ class QuantWeight:
     def matmul_prefill(self, x: np.ndarray) -> np.ndarray:
         """x [T, in] -> [T, out]: float32 row tiles dequantized once, multiplied with BLAS."""
         x2 = self._x2d(np.atleast_2d(x))
-        if x2.shape[0] < PREFILL_BLAS_MIN_ROWS:
+        if x2.shape[0] < PREFILL_BLAS_MIN_ROWS or self._tile >= 0:
+            # tiles: the int16-dot kernel beats dequantize + BLAS (512-token prefill +22-35%,
+            # 2048 on par) and gives prefill the decode path's numbers
             return self.matmul(x2)
         rows, n = self.shape
         out = np.empty((x2.shape[0], rows), dtype=np.float32)
-        step = max(16, min(rows, _TILE_BYTES // (4 * n)) // 16 * 16)  # whole 16-row tiles (Q8_0x16)
+        step = max(16, min(rows, _TILE_BYTES // (4 * n)))
         pool = prefill_pool()
         parts = numba.config.NUMBA_NUM_THREADS  # the pool's size
         if pool is None or rows < 16 * parts:
@@ -98,17 +100,12 @@ class QuantWeight:
         return out
 
     def _prefill_rows(self, x2: np.ndarray, out: np.ndarray, r0: int, r1: int, step: int, one_thread: bool = False) -> None:
-        tiled = self._tile >= 0
-        kernel = T.dq_tile_range if tiled else DQ_ROWS[self._kind]
-        dq = serial_twin(kernel) if one_thread else kernel
+        dq = serial_twin(DQ_ROWS[self._kind]) if one_thread else DQ_ROWS[self._kind]
         tile = np.empty((min(step, r1 - r0), self.shape[1]), dtype=np.float32)
         for a in range(r0, r1, step):
             b = min(r1, a + step)
             t = tile[: b - a]
-            if tiled:  # a is a multiple of 16 (matmul_prefill's bounds and step)
-                dq(self._tile, self.raw, a // L.TILE, t)
-            else:
-                dq(self.raw, np.arange(a, b, dtype=np.int64), t, K.F16_LUT, K.QK)
+            dq(self.raw, np.arange(a, b, dtype=np.int64), t, K.F16_LUT, K.QK)
             out[:, a:b] = x2 @ t.T
 
     def take(self, ids: np.ndarray | list[int]) -> np.ndarray:
@@ -262,5 +259,4 @@ def warmup() -> None:
             tiles.setflags(write=False)
             launch(T.gemm_tiles, 0, 0, tiles, np.zeros((1, 32), np.float32), np.empty((1, 1), np.float32))
             launch(T.dq_rows_tiles, 0, 0, tiles, np.zeros(1, np.int64), np.empty((1, 32), np.float32))
-            launch(T.dq_tile_range, 0, 0, tiles, 0, np.empty((1, 32), np.float32))
         _warm = True

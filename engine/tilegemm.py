@@ -1,8 +1,8 @@
 """The tiled decode product and dequantizers (engine/tiledot.py's intrinsics), as numba kernels.
 
 `gemm_tiles(kind, w, x, out)`: x [B, n] float32 quantized per 32 values to int16, then every tile
-of w against every lane (groups of 8, 4, 1), parallel over tiles. `dq_tile_range` (prefill's BLAS
-row tiles) and `dq_rows_tiles` (embedding take, full dequantize) give float32 rows. kind: 0..3 =
+of w against every lane (groups of 8, 4, 1), parallel over tiles: decode and prefill alike.
+`dq_rows_tiles` (embedding take, full dequantize) gives float32 rows. kind: 0..3 =
 Q8_0, Q5_0, Q4_K, Q6_K (tile_layout.KINDS).
 """
 
@@ -14,6 +14,8 @@ from numba import njit, prange
 from engine.blockdot import U
 from engine.tile_layout import QB, SB_BYTES, SB_VALUES, TILE
 from engine.tiledot import X_MAX, dq_tile, tdot1, tdot4, tdot8
+
+LANE_BLOCK = 64  # lanes per pass over a thread's tiles: 64 x 2048 int16 activations = 256 KiB
 
 
 @njit(inline="always", cache=True)
@@ -69,38 +71,23 @@ def gemm_tiles(kind, w, x, out):  # type: ignore[no-untyped-def]
     ws, os_ = U(w.strides[0]), U(out.strides[0])
     nc = min(ntiles, 64)
     for c in prange(nc):
-        for t in range(c * ntiles // nc, (c + 1) * ntiles // nc):
-            valid = min(TILE, rows - t * TILE)
-            wt, ot = wa + U(t) * ws, oa + U(t * TILE * 4)
-            b = 0
-            while b + 8 <= lanes:
-                tdot8(kind, wt, xq, dx, sxd, b, nsb, ot + U(b) * os_, os_, valid)
-                b += 8
-            if b + 4 <= lanes:
-                tdot4(kind, wt, xq, dx, sxd, b, nsb, ot + U(b) * os_, os_, valid)
-                b += 4
-            while b < lanes:
-                tdot1(kind, wt, xq, dx, sxd, b, nsb, ot + U(b) * os_, os_, valid)
-                b += 1
-
-
-@njit(parallel=True, cache=True)
-def dq_tile_range(kind, w, t0, out):  # type: ignore[no-untyped-def]
-    """Tiles t0, t0 + 1, ... as float32 rows out[0:], out[16:], ... (out C-contiguous [R, n]; its
-    last tile may be partial): the prefill path's dequantized row tiles."""
-    rows, n = out.shape
-    nt = (rows + TILE - 1) // TILE
-    if kind < 0 or kind > 3:
-        raise ValueError("dq_tile_range: weight and output shapes do not match")
-    nsb = n // SB_VALUES[kind]
-    if (nsb * SB_VALUES[kind] != n or nsb * SB_BYTES[kind] != w.shape[1] or t0 < 0 or t0 + nt > w.shape[0]
-            or w.strides[1] != 1):
-        raise ValueError("dq_tile_range: weight and output shapes do not match")
-    if not out.flags.c_contiguous:
-        raise ValueError("dq_tile_range: output must be C-contiguous")
-    wa, ws = U(w.ctypes.data), U(w.strides[0])
-    for j in prange(nt):
-        dq_tile(kind, wa + U(t0 + j) * ws, nsb, out, j * TILE)
+        # lanes in blocks of LANE_BLOCK (a prefill chunk's activations stay in L2 while the chunk's
+        # tiles pass), each tile meeting the block's lanes 8, 4, 1 at a time
+        for l0 in range(0, lanes, LANE_BLOCK):
+            l1 = min(lanes, l0 + LANE_BLOCK)
+            for t in range(c * ntiles // nc, (c + 1) * ntiles // nc):
+                valid = min(TILE, rows - t * TILE)
+                wt, ot = wa + U(t) * ws, oa + U(t * TILE * 4)
+                b = l0
+                while b + 8 <= l1:
+                    tdot8(kind, wt, xq, dx, sxd, b, nsb, ot + U(b) * os_, os_, valid)
+                    b += 8
+                if b + 4 <= l1:
+                    tdot4(kind, wt, xq, dx, sxd, b, nsb, ot + U(b) * os_, os_, valid)
+                    b += 4
+                while b < l1:
+                    tdot1(kind, wt, xq, dx, sxd, b, nsb, ot + U(b) * os_, os_, valid)
+                    b += 1
 
 
 @njit(parallel=True, cache=True)

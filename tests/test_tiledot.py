@@ -43,20 +43,17 @@ def test_tiles_dequantize_to_the_gguf_values(kind: int, qtype: QT, sb: int) -> N
     raw, tiles = _weight(kind, qtype, rows, n, seed=kind)
     assert tiles.shape == (3, n // sb * L.SB_BYTES[kind])
     ref = dequantize(raw, qtype)
-    for t0, nrows in ((0, 37), (1, 21), (2, 5), (1, 16)):
-        out = np.full((nrows, n), np.nan, np.float32)
-        T.dq_tile_range(kind, tiles, t0, out)
-        assert np.array_equal(out, ref[16 * t0: 16 * t0 + nrows])  # the same float32 products
+    got = np.full((37, n), np.nan, np.float32)
+    T.dq_rows_tiles(kind, tiles, np.arange(37, dtype=np.int64), got)
+    assert np.array_equal(got, ref)  # the same float32 products
     ids = np.array([36, 0, 17, 17, 5], dtype=np.int64)
     got = np.empty((5, n), np.float32)
     T.dq_rows_tiles(kind, tiles, ids, got)
     assert np.array_equal(got, ref[ids])
     # padding rows are zero bytes, real rows are not
-    last = tiles[2].reshape(-1, L.SB_BYTES[kind])
-    assert last.any()
-    zero = np.zeros((16, n), np.float32)
-    T.dq_tile_range(kind, tiles[2:], 0, zero)
-    assert not zero[5:].any()
+    pad = np.empty((11, n), np.float32)
+    T.dq_rows_tiles(kind, tiles, np.arange(37, 48, dtype=np.int64), pad)
+    assert not pad.any() and ref[32:].any()
 
 
 def test_q8_0_pair_layout() -> None:
@@ -108,6 +105,18 @@ def test_a_lane_gets_the_same_bits_in_any_batch(kind: int, qtype: QT, sb: int) -
         assert np.array_equal(part, full[19 - b:])
 
 
+def test_prefill_sized_batches_pass_in_lane_blocks() -> None:
+    """Past LANE_BLOCK lanes the tiles meet the lanes block by block: the same bits per lane."""
+    raw, tiles = _weight(2, QT.Q4_K, 48, 512, seed=4)
+    x = RNG.standard_normal((T.LANE_BLOCK * 2 + 13, 512)).astype(np.float32)
+    full = np.empty((x.shape[0], 48), np.float32)
+    T.gemm_tiles(2, tiles, x, full)
+    for lo, hi in ((0, 1), (60, 70), (T.LANE_BLOCK * 2, x.shape[0])):
+        part = np.empty((hi - lo, 48), np.float32)
+        T.gemm_tiles(2, tiles, x[lo:hi], part)
+        assert np.array_equal(part, full[lo:hi])
+
+
 def test_non_finite_activations_poison_only_their_lane() -> None:
     raw, tiles = _weight(2, QT.Q4_K, 20, 256)
     x = RNG.standard_normal((3, 256)).astype(np.float32)
@@ -128,9 +137,7 @@ def test_shapes_are_checked() -> None:
     with pytest.raises(ValueError, match="shapes"):
         L.repack_tiles(0, raw, np.empty((1, 2 * 544), np.uint8))
     with pytest.raises(ValueError, match="shapes"):
-        T.dq_tile_range(0, tiles, 1, np.empty((17, 64), np.float32))  # past the last tile
-    with pytest.raises(ValueError, match="contiguous"):
-        T.dq_tile_range(0, tiles, 0, np.empty((16, 128), np.float32)[:, :64])
+        T.dq_rows_tiles(0, tiles, np.array([3], np.int64), np.empty((1, 96), np.float32))
     with pytest.raises(ValueError, match="out of range"):
         T.dq_rows_tiles(0, tiles, np.array([32], np.int64), np.empty((1, 64), np.float32))
 
