@@ -115,7 +115,7 @@ class QuantWeight:
             raise EngineError(f"{self.name}: row id out of range [0, {self.shape[0]})")
         out = np.empty((rows.shape[0], self.shape[1]), dtype=np.float32)
         if self._tile >= 0:  # each row through its tile: 16x the work, but take is one row a token
-            launch(T.dq_rows_tiles, out.size * 128, self._tile, self.raw, rows, out)
+            T.dq_rows_tiles(self._tile, self.raw, rows, out)
         else:
             launch(DQ_ROWS[self._kind], out.size * 8, self.raw, rows, out, K.F16_LUT, K.QK)  # 1 row: 1 thread
         return out
@@ -200,7 +200,7 @@ def _tiles(code: int, a: np.ndarray) -> np.ndarray:
     out = np.empty(L.tiled_shape(code, a.shape[0], a.shape[1] // L.GGUF_BYTES[code] * L.SB_VALUES[code]), np.uint8)
     src = a.view()
     src.setflags(write=False)  # one specialization: the memmaps are read-only
-    launch(L.repack_tiles, a.size * 8, code, src, out)
+    L.repack_tiles(code, src, out)
     return out
 
 
@@ -230,33 +230,38 @@ def _drop_pages(a: np.ndarray) -> None:
 
 
 _warm_lock = threading.Lock()
-_warm = False
+_warm: set[bool] = set()  # the layout families warmed: tiles (True) or GGUF blocks (False)
 
 
 def warmup() -> None:
-    """Compile (or load from numba's cache) every kernel once, so no request pays a JIT."""
-    global _warm
+    """Compile (or load from numba's cache) the kernels the current layouts use, so no request pays
+    a JIT (the other family compiles on first use: it is only reached through FAK_TILES=0)."""
+    tiled = resident_layout("Q8_0").endswith(TILED)
     with _warm_lock:
-        if _warm:
+        if tiled in _warm:
             return
-        for kind in QUANT_TYPES.values():
-            bs, bb = K.BLOCK_SIZE[kind], K.BLOCK_BYTES[kind]
-            raw = np.zeros((2, (256 // bs) * bb), dtype=np.uint8)
-            raw.setflags(write=False)  # QuantWeight always holds a read-only view
-            x = np.zeros((1, 256), dtype=np.float32)
-            with warming():  # both the parallel kernels and their serial twins
-                launch(K.gemm, 0, raw, x, np.empty((1, 2), dtype=np.float32), K.F16_LUT, K.KIND[kind])
-                launch(DQ_ROWS[kind], 0, raw, np.zeros(1, np.int64), np.empty((1, 256), np.float32), K.F16_LUT, K.QK)
-        src = np.zeros((1, 22), np.uint8)
-        with warming():
-            launch(K.repack_q5_0_q8_0, 0, src, np.empty((1, 34), np.uint8))
-            src.setflags(write=False)  # memmapped weights are read-only: their own specialization
-            launch(K.repack_q5_0_q8_0, 0, src, np.empty((1, 34), np.uint8))
-            tiles = np.zeros(L.tiled_shape(0, 1, 32), np.uint8)
+        if tiled:
             src = np.zeros((1, 34), np.uint8)
-            src.setflags(write=False)
-            launch(L.repack_tiles, 0, 0, src, tiles)
+            src.setflags(write=False)  # memmapped weights are read-only: their own specialization
+            tiles = np.zeros(L.tiled_shape(0, 1, 32), np.uint8)
+            L.repack_tiles(0, src, tiles)
             tiles.setflags(write=False)
-            launch(T.gemm_tiles, 0, 0, tiles, np.zeros((1, 32), np.float32), np.empty((1, 1), np.float32))
-            launch(T.dq_rows_tiles, 0, 0, tiles, np.zeros(1, np.int64), np.empty((1, 32), np.float32))
-        _warm = True
+            with warming():  # both the parallel kernel and its serial twin
+                launch(T.gemm_tiles, 0, 0, tiles, np.zeros((1, 32), np.float32), np.empty((1, 1), np.float32))
+            T.dq_rows_tiles(0, tiles, np.zeros(1, np.int64), np.empty((1, 32), np.float32))
+        else:
+            for kind in QUANT_TYPES.values():
+                bs, bb = K.BLOCK_SIZE[kind], K.BLOCK_BYTES[kind]
+                raw = np.zeros((2, (256 // bs) * bb), dtype=np.uint8)
+                raw.setflags(write=False)  # QuantWeight always holds a read-only view
+                x = np.zeros((1, 256), dtype=np.float32)
+                with warming():
+                    launch(K.gemm, 0, raw, x, np.empty((1, 2), dtype=np.float32), K.F16_LUT, K.KIND[kind])
+                    launch(DQ_ROWS[kind], 0, raw, np.zeros(1, np.int64), np.empty((1, 256), np.float32), K.F16_LUT,
+                           K.QK)
+            src = np.zeros((1, 22), np.uint8)
+            with warming():
+                launch(K.repack_q5_0_q8_0, 0, src, np.empty((1, 34), np.uint8))
+                src.setflags(write=False)
+                launch(K.repack_q5_0_q8_0, 0, src, np.empty((1, 34), np.uint8))
+        _warm.add(tiled)

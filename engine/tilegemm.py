@@ -90,9 +90,11 @@ def gemm_tiles(kind, w, x, out):  # type: ignore[no-untyped-def]
                     b += 1
 
 
-@njit(parallel=True, cache=True)
+@njit(cache=True, nogil=True)
 def dq_rows_tiles(kind, w, rows, out):  # type: ignore[no-untyped-def]
-    """Weight rows `rows` (any order) as float32 out[len(rows), n]: each through its whole tile."""
+    """Weight rows `rows` (any order) as float32 out[len(rows), n]: each through its whole tile.
+    Serial: it serves the embedding take (one row a token) and whole-weight dequantize (tests,
+    diagnostics), and a parallel build of it cost 8.5 s of first-run compile."""
     n = out.shape[1]
     nsb = n // SB_VALUES[kind]
     if kind < 0 or kind > 3 or nsb * SB_VALUES[kind] != n or nsb * SB_BYTES[kind] != w.shape[1] or w.strides[1] != 1:
@@ -101,7 +103,7 @@ def dq_rows_tiles(kind, w, rows, out):  # type: ignore[no-untyped-def]
         if rows[j] < 0 or rows[j] // TILE >= w.shape[0]:
             raise ValueError("dq_rows_tiles: row out of range")
     wa, ws = U(w.ctypes.data), U(w.strides[0])
-    for j in prange(rows.shape[0]):
+    for j in range(rows.shape[0]):
         tile = np.empty((TILE, n), dtype=np.float32)
         dq_tile(kind, wa + U(rows[j] // TILE) * ws, nsb, tile, 0)
         out[j, :] = tile[rows[j] % TILE]
