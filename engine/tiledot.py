@@ -4,7 +4,7 @@ Why: a float32 FMA does 16 multiply-adds per instruction, so at 16 lanes the blo
 engine/blockdot.py is bound by the FMA ports, not by memory. `vpdpwssd` (AVX-512 VNNI) does 32
 int16 multiply-adds per instruction at the same rate (measured: 3.0-5.5 G instr/s per core for
 both, side by side). Activations are quantized per 32 values to int16 (scale = max|x| / 32767): on
-Gemma 3 270M the logits move by at most 0.0024 against float32 (int8, llama.cpp's q8_0, moves them
+Gemma 3 270M the logits move by at most 0.002 against float32 (int8, llama.cpp's q8_0, moves them
 by 0.53; the bound is 0.05). Integer sums are exact, so a lane's bits do not depend on the batch
 size, the thread count or which lane group ran it.
 
@@ -122,7 +122,8 @@ def _pairs(kind: int, b: ir.IRBuilder, p: ir.Value) -> list[ir.Value]:
 
 
 def _sb_loop(kind: int, b: ir.IRBuilder, wp: ir.Value, nsb: ir.Value, body: Callable) -> None:  # type: ignore[type-arg]
-    """body(p, blk, scales) for every tile block, in order."""
+    """body(p, blk, hdr) for every tile block in order: its address, its index among the row's
+    32-value blocks, and its super-block's header vectors."""
     tbs = SB_VALUES[kind] // QB
     with cgutils.for_range(b, nsb) as sb:
         psb = _at(b, wp, b.mul(sb.index, _c(SB_BYTES[kind])))
@@ -218,8 +219,8 @@ def _by_kind(codegen_of: Callable) -> Callable:  # type: ignore[type-arg]
 
 
 def _tile_any(lanes: int) -> Callable:  # type: ignore[type-arg]
-    """Intrinsic `tdot(kind, w_addr, xq, dx, sxd, lane, n_super, out_addr, out_stride, valid)`: one tile of
-    16 rows (raw address) against lanes lane .. lane + lanes - 1 of xq (int16 [B, n]), with the
+    """Intrinsic `tdot(kind, w_addr, xq, dx, sxd, lane, n_super, out_addr, out_stride, valid)`: one
+    tile of 16 rows (raw address) against lanes lane .. lane + lanes - 1 of xq (int16 [B, n]), with the
     block scales dx and dx * sum(xq) (float32 [B, n / 32]); row i of lane g goes to
     out_addr + g * out_stride + 4 i for i < valid. The arrays are passed as arrays so numba keeps
     them alive while the dots run."""
