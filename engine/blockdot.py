@@ -1,5 +1,9 @@
 """Dot products of one GGUF-quantized weight row with one float32 activation row, in LLVM vector IR.
 
+(Resident weights use these only under FAK_TILES=0; the default is the int16-dot tile kernels of
+engine/tiledot.py, which also take `_fma`, `_splat`, `_prefetch` and friends from here. `dot_f32`
+and `axpy_f32` serve the plain-weight product and attention.)
+
 Why IR: numba's auto-vectoriser splits these block loops badly (256-bit lanes, accumulators kept in
 memory, a horizontal sum per 32-value block; ~8 GB/s per core from L2). Written as numba intrinsics
 on explicit `<32 x float>` values, each block is a handful of wide loads, conversions and FMAs, and

@@ -4,8 +4,10 @@ A weight is the 2-D uint8 array [out_features, row_bytes] exactly as the GGUF st
 view: no copy). f16 block scales are decoded through a 65,536-entry float32 table (`F16_LUT`):
 numba has no float16 type.
 
-- The decode product `gemm(w, x, out, lut, kind)` lives in engine/blockdot.py (LLVM vector IR, one
-  block unpacked once per group of lanes); re-exported here.
+- The float32 product on these blocks, `gemm(w, x, out, lut, kind)`, lives in engine/blockdot.py
+  (LLVM vector IR, one block unpacked once per group of lanes); re-exported here. Resident weights
+  use it only under FAK_TILES=0: by default they are repacked into 16-row tiles and multiplied on
+  int16 dots (engine/tile_layout.py, tiledot.py, tilegemm.py).
 - `dq_rows_<t>(w, rows, out, lut, qk)`: selected rows as float32 (embedding take, prefill tiles for
   BLAS, full dequantize); they match gguf.quants.dequantize.
 - `repack_q5_0_q8_0`: Q5_0 blocks -> Q8_0 blocks of the same values (see engine/resident.py).
@@ -15,7 +17,8 @@ negative-index fix-up and LLVM keeps contiguous vector loads instead of gathers;
 is passed at run time because with a compile-time trip count LLVM fully unrolls the 32-wide block
 loops and then fails to vectorise them; bit fields are split in float32 (floor(v/16) ..., exact) or
 in explicit int32, avoiding 64-bit integer lanes. Quantizing activations to int8 (llama.cpp's q8_0
-dot) was measured and rejected: max |logit diff| 0.59 vs float32 on Gemma (bound: 0.05).
+dot) was measured and rejected: max |logit diff| 0.59 vs float32 on Gemma (bound: 0.05); int16,
+what the tile kernels do, moves them by 0.002.
 """
 
 from __future__ import annotations
