@@ -1,9 +1,12 @@
-"""Resident quantized weights: GGUF blocks kept as they are on disk, computed on by numba kernels.
+"""Resident quantized weights: the GGUF's quantized bits kept in memory, computed on by numba kernels.
 
 `resident_weight(name, qtype, raw, shape)` is what the loader calls for every 2-D tensor when
-`load_model(..., resident=True)`. Q8_0 / Q5_0 / Q4_K / Q6_K become a `QuantWeight` over the
-memory-mapped bytes (no copy, no float32 plan); F32 / F16 / BF16 become a float32 ndarray (the
-plain path's matmul handles those; in GGUF models they are small).
+`load_model(..., resident=True)`. Q8_0 / Q5_0 / Q4_K / Q6_K become a `QuantWeight`: by default
+their blocks repacked at load into 16-row tiles of the same bits (engine/tile_layout.py; the file
+pages are then dropped, so RSS holds one copy: ~1.01x the file), multiplied on int16 dots
+(engine/tilegemm.py); under FAK_TILES=0 the memory-mapped GGUF blocks themselves, on the float32
+kernels of engine/blockdot.py. F32 / F16 / BF16 become a float32 ndarray (the plain path's matmul
+handles those; in GGUF models they are small).
 """
 
 from __future__ import annotations
@@ -23,11 +26,12 @@ from engine.errors import EngineError
 from engine.parallel import launch, prefill_pool, serial_twin, warming
 
 QUANT_TYPES = {QT.Q8_0: "Q8_0", QT.Q5_0: "Q5_0", QT.Q4_K: "Q4_K", QT.Q6_K: "Q6_K"}
-DQ_ROWS = K.DQ_ROWS  # the GGUF block layouts' row dequantizers (tiled layouts: tiledot)
+DQ_ROWS = K.DQ_ROWS  # the GGUF block layouts' row dequantizers (tiles: tilegemm.dq_rows_tiles)
 DENSE_TYPES = (QT.F32, QT.F16, QT.BF16)
 
-# Below this many rows matmul_prefill uses the decode kernel (dequantizing a whole weight for a
-# handful of rows costs more than it saves); above it, float32 tiles + BLAS (compute bound).
+# GGUF block layouts (FAK_TILES=0): below this many rows matmul_prefill uses the decode kernel
+# (dequantizing a whole weight for a handful of rows costs more than it saves); above it, float32
+# row tiles + BLAS (compute bound). Tiled weights always take their int16-dot kernel.
 PREFILL_BLAS_MIN_ROWS = 8
 _TILE_BYTES = 4 << 20  # float32 tile size for prefill: fits L2/L3, big enough for BLAS
 TILED = "x16"  # layout suffix of the 16-row tiles
@@ -35,7 +39,7 @@ TILED = "x16"  # layout suffix of the 16-row tiles
 
 @dataclass(eq=False)
 class QuantWeight:
-    """One quantized 2-D weight [out_features, in_features] resident as its GGUF blocks."""
+    """One quantized 2-D weight [out_features, in_features], resident in `layout`."""
 
     name: str
     qtype: QT
@@ -43,6 +47,7 @@ class QuantWeight:
     shape: tuple[int, int]
     layout: str = ""  # format of `raw`: "<type>x16" tiles (the default), a GGUF type, or Q8_0 for Q5_0
     _kind: str = field(init=False, repr=False)
+    _tile: int = field(init=False, repr=False)  # tile kind code (tile_layout.KINDS), -1: GGUF blocks
 
     def __post_init__(self) -> None:
         self.layout = self.layout or QUANT_TYPES[self.qtype]
@@ -77,7 +82,8 @@ class QuantWeight:
         return out[0] if squeeze else out
 
     def matmul_prefill(self, x: np.ndarray) -> np.ndarray:
-        """x [T, in] -> [T, out]: float32 row tiles dequantized once, multiplied with BLAS."""
+        """x [T, in] -> [T, out] for a prefill chunk: tiled weights run the decode kernel on all rows
+        at once; GGUF blocks are dequantized to float32 row tiles once and multiplied with BLAS."""
         x2 = self._x2d(np.atleast_2d(x))
         if x2.shape[0] < PREFILL_BLAS_MIN_ROWS or self._tile >= 0:
             # tiles: the int16-dot kernel beats dequantize + BLAS (512-token prefill +22-35%,
