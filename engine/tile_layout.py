@@ -24,6 +24,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from engine.kernels import _k4_scale_min  # Q4_K's 6-bit (scale, min) fields
+
 TILE = 16  # rows per tile: one zmm of int32 row sums
 QB = 32  # values per tile block
 KINDS = ("Q8_0", "Q5_0", "Q4_K", "Q6_K")  # tile kind codes 0..3, as kernels.KIND
@@ -60,16 +62,6 @@ def _put_values(dst, t, o, i, q, base, hbits):  # type: ignore[no-untyped-def]
             if hbits:
                 hp = o + 256 + 32 * (k // per) + 2 * i + h
                 dst[t, hp] = dst[t, hp] | (((v >> 4) & ((1 << hbits) - 1)) << (hbits * (k % per)))
-
-
-@njit(inline="always", cache=True)
-def _k4_scale_min(src, r, s, j):  # type: ignore[no-untyped-def]
-    """Q4_K's 6-bit (scale, min) of sub-block j (llama.cpp get_scale_min_k4)."""
-    if j < 4:
-        return np.int32(src[r, s + j]) & 63, np.int32(src[r, s + j + 4]) & 63
-    sc = (np.int32(src[r, s + j + 4]) & 15) | ((np.int32(src[r, s + j - 4]) >> 6) << 4)
-    m = (np.int32(src[r, s + j + 4]) >> 4) | ((np.int32(src[r, s + j]) >> 6) << 4)
-    return sc, m
 
 
 @njit(inline="always", cache=True)
