@@ -19,9 +19,7 @@ from numba import njit, prange
 
 from engine.blockdot import prefetch_ahead
 from engine.gguf_load import GGUFFile, TensorInfo, read_gguf
-from engine.kernels import BLOCK_BYTES
-from engine.resident import QUANT_TYPES, TILED, QuantWeight, resident_block_bytes, resident_layout, resident_weight
-from engine.tile_layout import TILE
+from engine.resident import QUANT_TYPES, QuantWeight, resident_nbytes, resident_weight
 
 
 @dataclass
@@ -69,12 +67,8 @@ def rss_bytes() -> int:
 
 def _resident_nbytes(t: TensorInfo) -> int:
     if t.qtype in QUANT_TYPES:
-        kind = QUANT_TYPES[t.qtype]
-        nbytes = t.nbytes // BLOCK_BYTES[kind] * resident_block_bytes(kind)  # Q5_0 is kept as Q8_0 blocks
-        rows = int(t.shape[0]) if len(t.shape) == 2 else 0
-        if resident_layout(kind).endswith(TILED) and rows % TILE:  # 16-row tiles: the last one padded
-            nbytes = nbytes // rows * (rows + TILE - rows % TILE)
-        return nbytes
+        cols = int(t.shape[-1])
+        return resident_nbytes(QUANT_TYPES[t.qtype], t.n_elements // cols, cols)
     return t.nbytes if t.qtype == QT.F32 else t.n_elements * 4
 
 

@@ -174,7 +174,7 @@ def resident_weight(name: str, qtype: QT, raw: np.ndarray, shape: tuple[int, int
         if layout == "Q8_0":
             a = _repack_q5_0(a)
         else:
-            a = _tiles(L.KINDS.index(kind), a)
+            a = _tiles(L.KINDS.index(kind), a, in_f)
         if file_ro and src.size:
             _drop_pages(src)
     a.setflags(write=False)  # one kernel specialization (memmaps are read-only anyway)
@@ -192,18 +192,20 @@ def resident_layout(kind: str) -> str:
     return kind
 
 
-def resident_block_bytes(kind: str) -> int:
-    """Bytes per row and block (super-block for K-quants) as kept resident: what a decode step streams."""
+def resident_nbytes(kind: str, rows: int, cols: int) -> int:
+    """Bytes a [rows, cols] tensor of quant type `kind` holds once resident (what `QuantWeight.nbytes`
+    reports and a decode step streams): tiles pad rows to 16, and Q4_K tiles unpack its 6-bit scales
+    (148 bytes per 256 values); GGUF blocks as in the file, Q5_0 widened to Q8_0 when repacked."""
     layout = resident_layout(kind)
     if layout.endswith(TILED):
-        code = L.KINDS.index(kind)
-        return L.SB_BYTES[code] // L.TILE  # Q4_K: 148 (its 6-bit scales unpacked), others as the GGUF
-    return K.BLOCK_BYTES[layout]
+        shape = L.tiled_shape(L.KINDS.index(kind), rows, cols)
+        return shape[0] * shape[1]
+    return rows * (cols // K.BLOCK_SIZE[layout]) * K.BLOCK_BYTES[layout]
 
 
-def _tiles(code: int, a: np.ndarray) -> np.ndarray:
-    """GGUF rows -> 16-row tiles (rows padded to a multiple of 16)."""
-    out = np.empty(L.tiled_shape(code, a.shape[0], a.shape[1] // L.GGUF_BYTES[code] * L.SB_VALUES[code]), np.uint8)
+def _tiles(code: int, a: np.ndarray, in_f: int) -> np.ndarray:
+    """GGUF rows [out_f, row_bytes] of in_f values -> 16-row tiles (rows padded to a multiple of 16)."""
+    out = np.empty(L.tiled_shape(code, a.shape[0], in_f), np.uint8)
     src = a.view()
     src.setflags(write=False)  # one specialization: the memmaps are read-only
     L.repack_tiles(code, src, out)

@@ -10,7 +10,7 @@ from gguf.quants import dequantize, quantize
 from engine import tilegemm as T
 from engine.errors import EngineError
 from engine.quantize import quantize_q4_k, quantize_q8_0
-from engine.resident import QuantWeight, resident_weight
+from engine.resident import QuantWeight, resident_nbytes, resident_weight
 
 TYPES = [QT.Q8_0, QT.Q5_0, QT.Q4_K, QT.Q6_K]
 
@@ -109,6 +109,7 @@ def test_nbytes_is_the_block_bytes(weight: tuple[QT, np.ndarray, QuantWeight]) -
     assert w.layout == qtype.name + "x16"
     row = raw.nbytes // w.shape[0] // 144 * 148 if qtype == QT.Q4_K else raw.nbytes // w.shape[0]
     assert w.nbytes == row * -(-w.shape[0] // 16) * 16
+    assert w.nbytes == resident_nbytes(qtype.name, *w.shape)  # what q4kdiag's header-only plan counts
 
 
 def test_dense_types_become_float32_arrays() -> None:

@@ -8,7 +8,7 @@ from gguf import GGMLQuantizationType as QT
 from gguf.quants import dequantize, quantize
 
 from engine import kernels as K
-from engine.resident import resident_weight
+from engine.resident import resident_nbytes, resident_weight
 
 
 def _q5(rows: int, cols: int, seed: int) -> np.ndarray:
@@ -34,6 +34,7 @@ def test_gguf_block_q5_0_matches_the_q5_0_kernel_bit_for_bit(monkeypatch: pytest
     raw = _q5(33, 320, 2)
     w = resident_weight("t.q5", QT.Q5_0, raw, (33, 320))
     assert w.type_name == "Q5_0" and w.layout == layout
+    assert w.nbytes == resident_nbytes("Q5_0", 33, 320)
     x = np.random.default_rng(3).standard_normal((4, 320)).astype(np.float32)
     direct = np.empty((4, 33), np.float32)
     K.gemm(raw, x, direct, K.F16_LUT, K.KIND["Q5_0"])
