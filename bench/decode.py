@@ -16,8 +16,8 @@ import numba
 import numpy as np
 
 from engine import Session, load_model, step_batch
-from engine.aliases import resolve_model
-from engine.diag import stream_read_gbps
+from engine.gguf.aliases import resolve_model
+from engine.model.diag import stream_read_gbps
 
 PROMPT8 = [2, 651, 6037, 529, 9405, 563, 496, 1310]
 

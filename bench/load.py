@@ -22,8 +22,8 @@ def main() -> None:
     rss0 = proc.memory_info().rss
     t0 = time.perf_counter()
     from engine import Session, load_model
-    from engine.aliases import resolve_model
-    from engine.gguf_load import read_gguf
+    from engine.gguf.aliases import resolve_model
+    from engine.gguf.reader import read_gguf
 
     from engine.errors import EngineError
 

@@ -9,7 +9,7 @@ import argparse
 
 import numba
 
-from engine.diag import stream_read_gbps
+from engine.model.diag import stream_read_gbps
 
 
 def main() -> None:

@@ -32,8 +32,8 @@ def prompts(n: int, length: int, seed: int, vocab: int) -> list[list[int]]:
 
 
 def run(model: Any, reqs: list[list[int]], new: int, **kw: Any) -> tuple[float, list[float], list[Any]]:
-    from engine.lane import Request
-    from engine.scheduler import NativeScheduler
+    from engine.sched.lane import Request
+    from engine.sched.scheduler import NativeScheduler
 
     with NativeScheduler(model, **kw) as sched:
         t0 = time.perf_counter()
@@ -95,8 +95,8 @@ def main() -> None:
         system = prompts(1, a.prefix, 7, vocab)[0]
         q1, q2 = prompts(2, 8, 8, vocab)
         q2 = q2[1:]
-        from engine.lane import Request
-        from engine.scheduler import NativeScheduler
+        from engine.sched.lane import Request
+        from engine.sched.scheduler import NativeScheduler
 
         with NativeScheduler(model, **common) as sched:
             sched.admit(Request(system + q1[1:], max_new_tokens=2, stop_on_eos=False)).result()

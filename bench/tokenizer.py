@@ -36,10 +36,10 @@ def main() -> None:
     name = args[0] if args else "gemma3-270m"
     import os
 
-    import engine.tokenizer as T
-    from engine.aliases import resolve_model
-    from engine.tokenizer_build import assemble, plan_tokenizer
-    from engine.tokenizer_gguf import read_vocab
+    import engine.tokenizer.tokenizer as T
+    from engine.gguf.aliases import resolve_model
+    from engine.tokenizer.build import assemble, plan_tokenizer
+    from engine.tokenizer.vocab import read_vocab
 
     path = resolve_model(name)
     with tempfile.TemporaryDirectory() as cache:

@@ -41,8 +41,8 @@ def register(app: typer.Typer) -> None:
 
 
 def diagnose(gguf: str | None, prompt: str, top: int, membw: float | None, plan_only: bool) -> dict[str, Any]:
-    from engine.aliases import resolve_model
-    from engine.diag import kernel_checks, open_gguf, plan, rss_bytes, stream_read_gbps, top_logits
+    from engine.gguf.aliases import resolve_model
+    from engine.model.diag import kernel_checks, open_gguf, plan, rss_bytes, stream_read_gbps, top_logits
 
     path = resolve_model(gguf)
     g = open_gguf(path)
@@ -79,7 +79,7 @@ def _tokenizer(path: Any) -> Any:
     from engine.errors import EngineError
 
     try:
-        from engine.tokenizer import load_tokenizer
+        from engine.tokenizer.tokenizer import load_tokenizer
 
         return load_tokenizer(path)
     except (ImportError, EngineError):  # a GGUF without a vocabulary still has weights to diagnose

@@ -17,7 +17,7 @@ def register(app: typer.Typer) -> None:
         engine: Optional[str] = typer.Option(None, "--engine", help="Engine id for --trace (mock, http, inkernel)."),
         policy: Optional[Path] = typer.Option(None, "--policy", help="Policy JSON for --trace."),
         journal: Optional[Path] = typer.Option(None, "--journal", help="Append decisions to this hash-chained JSONL."),
-        gguf: Optional[str] = typer.Option(None, "--gguf", help="Preload this model for the inkernel engine (--trace)."),
+        gguf: Optional[str] = typer.Option(None, "--gguf", help="GGUF path or alias: the model to run (same as MODEL), or the inkernel engine's for --trace."),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table / stream."),
         max_tokens: int = typer.Option(128, "--max-tokens", help="Tokens to generate."),
         temp: float = typer.Option(0.0, "--temp", help="Sampling temperature (0 = greedy)."),
@@ -26,7 +26,10 @@ def register(app: typer.Typer) -> None:
         seed: Optional[int] = typer.Option(None, "--seed", help="Sampling seed."),
         system: Optional[str] = typer.Option(None, "--system", help="System prompt (chat template)."),
         ids: Optional[str] = typer.Option(None, "--ids", help="Comma-separated prompt token ids instead of PROMPT."),
-        q4k: bool = typer.Option(False, "--q4k", help="Keep quantized weights resident (no float32 copy)."),
+        chat: bool = typer.Option(False, "--chat", help="Wrap the prompt in a chat template even if the GGUF has none."),
+        raw: bool = typer.Option(False, "--raw", help="Raw completion (BOS + text) even if the GGUF has a chat template."),
+        plain: bool = typer.Option(False, "--plain", help="Dequantize every weight to float32 (default: keep quantized blocks resident)."),
+        q4k: bool = typer.Option(False, "--q4k", help="Keep quantized weights resident: the default, kept as an alias."),
         max_running: Optional[int] = typer.Option(None, "--max-running", help="inkernel scheduler: running lanes cap, 0 = unbounded [FAK_MAX_RUNNING]."),
         kv_blocks: Optional[int] = typer.Option(None, "--kv-blocks", help="inkernel scheduler: KV budget in blocks (default growable) [FAK_KV_BLOCKS]."),
         block_tokens: Optional[int] = typer.Option(None, "--block-tokens", help="inkernel scheduler: tokens per KV block (16) [FAK_BLOCK_TOKENS]."),
@@ -34,37 +37,30 @@ def register(app: typer.Typer) -> None:
         victim: Optional[str] = typer.Option(None, "--victim", help="inkernel scheduler: most-recent | cost-aware [FAK_VICTIM]."),
     ) -> None:
         """Replay a trace through the kernel, or run a model on a prompt."""
-        export_sched_env(max_running=max_running, kv_blocks=kv_blocks, block_tokens=block_tokens,
-                         preempt=preempt, victim=victim)
+        from fak.boot import SchedOptions
+        from fak.errors import FakError
+
+        if plain and q4k:
+            raise FakError("--plain and --q4k contradict each other: resident (--q4k) is the default")
+        flags = {"max_running": max_running, "kv_blocks": kv_blocks, "block_tokens": block_tokens,
+                 "preempt": preempt, "victim": victim}
         if trace is not None:
             from commands.run_trace import run_trace
 
-            run_trace(trace, engine=engine, policy=policy, journal=journal, gguf=gguf, q4k=q4k, as_json=as_json)
+            SchedOptions.resolve(env=False, **flags)  # a bad flag is one line before anything loads
+            given = {k: v for k, v in flags.items() if v is not None}  # the engine reads FAK_* for the rest
+            run_trace(trace, engine=engine, policy=policy, journal=journal, gguf=gguf, resident=not plain,
+                      sched=given, as_json=as_json)
             return
         from commands.run_model import run_model
 
+        if gguf is not None:  # `fak run --gguf MODEL [PROMPT]`: the one positional is the prompt
+            if prompt is not None:
+                raise FakError(f"--gguf {gguf}: give the model once (--gguf MODEL PROMPT or MODEL PROMPT)")
+            model, prompt = gguf, model
         run_model(
             model, prompt, max_tokens=max_tokens, temp=temp, top_k=top_k, top_p=top_p, seed=seed,
-            system=system, ids=ids, q4k=q4k, as_json=as_json,
+            system=system, ids=ids, chat=chat, raw=raw, resident=not plain, sched=SchedOptions.resolve(**flags),
+            as_json=as_json,
         )
 
-
-_SCHED_FLAGS = {"max_running": "FAK_MAX_RUNNING", "kv_blocks": "FAK_KV_BLOCKS", "block_tokens": "FAK_BLOCK_TOKENS",
-                "preempt": "FAK_PREEMPT", "victim": "FAK_VICTIM"}
-
-
-def export_sched_env(**flags: object) -> None:
-    """Scheduler flags become the FAK_* variables the inkernel engine reads (a flag beats the environment)."""
-    from fak.errors import FakError
-
-    choices = {"preempt": ("swap", "recompute"), "victim": ("most-recent", "cost-aware")}
-    for key, val in flags.items():
-        if val is None:
-            continue
-        if key in choices and val not in choices[key]:
-            raise FakError(f"--{key.replace('_', '-')} {val!r}: expected one of {', '.join(choices[key])}")
-        if key not in choices and (not isinstance(val, int) or val < (0 if key == "max_running" else 1)):
-            raise FakError(f"--{key.replace('_', '-')} {val}: expected a {'non-negative' if key == 'max_running' else 'positive'} integer")
-        import os
-
-        os.environ[_SCHED_FLAGS[key]] = str(val)

@@ -21,12 +21,13 @@ def run_trace(
     policy: Path | None = None,
     journal: Path | None = None,
     gguf: str | None = None,
-    q4k: bool = False,
+    resident: bool = True,
+    sched: dict[str, Any] | None = None,
     as_json: bool = False,
 ) -> None:
     engine_id = engine or "mock"
     tr = load_trace(trace)  # validate the trace before building anything
-    opts: dict[str, dict[str, Any]] = {"inkernel": {"gguf": gguf, "resident": q4k}} if (gguf or q4k) else {}
+    opts: dict[str, dict[str, Any]] = {"inkernel": {"gguf": gguf, "resident": resident, **(sched or {})}}
     kernel = build_kernel(engine_id, policy, journal, opts)
     eng = kernel.engine_for(engine_id)
     if callable(getattr(eng, "preload", None)):

@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 if TYPE_CHECKING:
-    from engine.sched_stats import SchedStats
+    from engine.sched.stats import SchedStats
 
 
 def _bytes(n: int) -> str:

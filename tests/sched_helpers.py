@@ -9,8 +9,8 @@ import numba
 import numpy as np
 
 from engine import Session
-from engine.model import Model
-from engine.synthetic import SYNTHETIC_CONFIG, synthetic_weights
+from engine.model.forward import Model
+from engine.model.synthetic import SYNTHETIC_CONFIG, synthetic_weights
 
 
 # The synthetic model's kernels are tiny: numba's parallel regions only add latency on a shared

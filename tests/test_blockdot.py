@@ -1,4 +1,4 @@
-"""engine/blockdot.py: the LLVM-IR block dots behind every resident decode product.
+"""engine/kernels/blockdot.py: the LLVM-IR block dots behind every resident decode product.
 
 test_kernels.py checks QuantWeight.matmul against the float64 reference; here: the lane groups
 (8, 4, 1) give every lane the same bits, the serial twin equals the parallel kernel, misaligned or
@@ -12,8 +12,9 @@ import pytest
 from gguf import GGMLQuantizationType as QT
 from gguf.quants import dequantize
 
-from engine import kernels as K
-from engine.parallel import serial_twin
+from engine.kernels.blockdot import gemm
+from engine.quant import rows as K
+from engine.kernels.parallel import serial_twin
 from tests.test_kernels import TYPES, random_blocks
 
 COLS = {QT.Q8_0: 640, QT.Q5_0: 640, QT.Q4_K: 1024, QT.Q6_K: 1024}
@@ -25,7 +26,7 @@ def _case(qtype: QT, rows: int = 300, lanes: int = 13, seed: int = 0) -> tuple[n
     return raw, x, K.KIND[qtype.name]
 
 
-def _gemm(raw: np.ndarray, x: np.ndarray, kind: int, fn=K.gemm) -> np.ndarray:  # type: ignore[no-untyped-def]
+def _gemm(raw: np.ndarray, x: np.ndarray, kind: int, fn=gemm) -> np.ndarray:  # type: ignore[no-untyped-def]
     out = np.empty((x.shape[0], raw.shape[0]), np.float32)
     fn(raw, x, out, K.F16_LUT, kind)
     return out
@@ -50,7 +51,7 @@ def test_every_lane_group_gives_the_same_bits(qtype: QT) -> None:
 @pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
 def test_serial_twin_equals_parallel_kernel(qtype: QT) -> None:
     raw, x, kind = _case(qtype, rows=150, lanes=9, seed=3)
-    assert np.array_equal(_gemm(raw, x, kind, serial_twin(K.gemm)), _gemm(raw, x, kind))
+    assert np.array_equal(_gemm(raw, x, kind, serial_twin(gemm)), _gemm(raw, x, kind))
 
 
 def test_misaligned_and_strided_activations() -> None:
@@ -79,4 +80,4 @@ def test_bad_shapes_are_refused_not_read() -> None:
     ]
     for args in bad:
         with pytest.raises(ValueError, match="shapes do not match"):
-            K.gemm(args[0], args[1], args[2], K.F16_LUT, args[3])
+            gemm(args[0], args[1], args[2], K.F16_LUT, args[3])

@@ -147,7 +147,7 @@ def test_rope_freqs_tensor_is_loaded(tmp_path: Path) -> None:
 
 def test_header_parser_agrees_with_gguf_reader(tmp_path: Path) -> None:
     # Our parser (fast on 262k-token vocabularies) against gguf.GGUFReader on every value kind.
-    from engine.gguf_load import read_gguf
+    from engine.gguf.reader import read_gguf
 
     p = tmp_path / "kinds.gguf"
     w = gguf.GGUFWriter(str(p), "llama")

@@ -1,4 +1,4 @@
-"""The one GGUF header reader (engine.gguf_load): the selective read agrees with the full one, and a
+"""The one GGUF header reader (engine.gguf.reader): the selective read agrees with the full one, and a
 corrupt header (flipped bytes, cut short) is one GGUFError line naming the file, never another error."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from engine.errors import GGUFError
-from engine.gguf_load import read_gguf, read_metadata
-from engine.tokenizer_gguf import TOKENIZER_KEYS, read_vocab
+from engine.gguf.reader import read_gguf, read_metadata
+from engine.tokenizer.vocab import TOKENIZER_KEYS, read_vocab
 
 
 def _kinds_gguf(path: Path) -> Path:
@@ -69,7 +69,7 @@ def test_tensor_views(tmp_path: Path) -> None:
 
 
 def test_gemma_tokenizer_keys_agree_with_the_full_read() -> None:
-    from engine.aliases import resolve_model
+    from engine.gguf.aliases import resolve_model
 
     path = resolve_model("gemma3-270m")
     full = read_gguf(path)

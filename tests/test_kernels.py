@@ -7,10 +7,10 @@ import pytest
 from gguf import GGMLQuantizationType as QT
 from gguf.quants import dequantize, quantize
 
-from engine import tilegemm as T
+from engine.kernels import tilegemm as T
 from engine.errors import EngineError
-from engine.quantize import quantize_q4_k, quantize_q8_0
-from engine.resident import QuantWeight, resident_nbytes, resident_weight
+from engine.quant.quantize import quantize_q4_k, quantize_q8_0
+from engine.model.resident import QuantWeight, resident_nbytes, resident_weight
 
 TYPES = [QT.Q8_0, QT.Q5_0, QT.Q4_K, QT.Q6_K]
 
@@ -61,7 +61,7 @@ def test_matmul_matches_float64_reference(weight: tuple[QT, np.ndarray, QuantWei
     assert got.shape == (B, w.shape[0]) and got.dtype == np.float32
     tol = 2e-6 * scale.T + 1e-6
     if w.layout.endswith("x16"):
-        # int16 activations (engine/tiledot.py): exact to float rounding against the quantized x,
+        # int16 activations (engine/kernels/tiledot.py): exact to float rounding against the quantized x,
         # and within half a step per value (dx / 2 = max|x_block| / 65534) of the float x
         xq, dx = np.empty(x.shape, np.int16), np.empty((B, x.shape[1] // 32), np.float32)
         T.quantize_rows_i16(x, xq, dx, np.empty_like(dx))
@@ -138,8 +138,8 @@ def test_bad_input_is_one_clear_error() -> None:
 
 
 def test_real_gemma_tensors_match_reference() -> None:
-    from engine.aliases import resolve_model
-    from engine.gguf_load import read_gguf
+    from engine.gguf.aliases import resolve_model
+    from engine.gguf.reader import read_gguf
 
     g = read_gguf(resolve_model("gemma3-270m"))
     names = ["blk.0.attn_k.weight", "blk.0.attn_v.weight", "blk.0.attn_output.weight", "blk.0.ffn_down.weight"]
@@ -155,7 +155,7 @@ def test_real_gemma_tensors_match_reference() -> None:
 
 
 def test_matmul_prefill_split_over_workers(monkeypatch: pytest.MonkeyPatch) -> None:
-    import engine.resident as R
+    import engine.model.resident as R
 
     monkeypatch.setattr(R, "_TILE_BYTES", 64 * 4 * 96)  # 64-row tiles: 300 rows -> several tiles, both workers
     raw = random_blocks(QT.Q8_0, 300, 96, seed=4)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from engine.errors import EngineError
-from engine.kv import BlockPool, KVExhausted, PageTable, export_blocks, import_blocks
+from engine.model.kv import BlockPool, KVExhausted, PageTable, export_blocks, import_blocks
 
 
 def _pool(n: int | None = 6, bt: int = 4) -> BlockPool:

@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 
 from engine import Session, synthetic_model
-from engine.attention import paged_attention, reference_attention
-from engine.config import ROPE_NEOX, ROPE_NORM, ModelConfig
-from engine.kv import BlockPool, PageTable
-from engine.linear import matmul_rows
-from engine.model import Model
-from engine.ops import apply_rope, apply_rope_ref, gated_act, gated_act_ref, rmsnorm, rmsnorm_ref, rope_tables
+from engine.kernels.attention import paged_attention, reference_attention
+from engine.gguf.config import ROPE_NEOX, ROPE_NORM, ModelConfig
+from engine.model.kv import BlockPool, PageTable
+from engine.model.linear import matmul_rows
+from engine.model.forward import Model
+from engine.kernels.ops import apply_rope, apply_rope_ref, gated_act, gated_act_ref, rmsnorm, rmsnorm_ref, rope_tables
 
 
 def ref_forward(m: Model, ids: list[int]) -> np.ndarray:
@@ -208,7 +208,7 @@ def test_paged_attention_long_context_chunks(window: int) -> None:
 
 
 def test_config_from_metadata_rules() -> None:
-    from engine.config import from_gguf_metadata
+    from engine.gguf.config import from_gguf_metadata
     from engine.errors import GGUFError
 
     md = {"general.architecture": "gemma3", "gemma3.embedding_length": 640, "gemma3.block_count": 18,
@@ -231,8 +231,8 @@ def test_config_from_metadata_rules() -> None:
 
 
 def test_blas_threads_are_settable() -> None:
-    # engine.parallel pins numpy's OpenBLAS to one thread (numba kernels own the cores); it must find it.
-    from engine.parallel import set_blas_threads
+    # engine.kernels.parallel pins numpy's OpenBLAS to one thread (numba kernels own the cores); it must find it.
+    from engine.kernels.parallel import set_blas_threads
 
     assert set_blas_threads(1)
 

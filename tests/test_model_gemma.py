@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from engine import Session, load_model, step_batch
-from engine.model import Model
+from engine.model.forward import Model
 
 pytestmark = pytest.mark.gemma
 

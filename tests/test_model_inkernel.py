@@ -57,7 +57,7 @@ def test_env_model_and_missing_file(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_import_is_cheap() -> None:
     import subprocess
 
-    code = "import fak.engines.inkernel, sys; print('numba' in sys.modules, 'engine.model' in sys.modules)"
+    code = "import fak.engines.inkernel, sys; print('numba' in sys.modules, 'engine.model.forward' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60).stdout.split()
     assert out == ["False", "False"]
 

@@ -7,7 +7,7 @@ import torch
 import transformers
 
 from engine import load_model
-from engine.aliases import resolve_model
+from engine.gguf.aliases import resolve_model
 from ggufgen import oracle_check
 
 pytestmark = [pytest.mark.oracle, pytest.mark.gemma]

@@ -10,8 +10,8 @@ import torch
 import transformers
 
 from engine import load_model
-from engine.config import ROPE_NEOX, ROPE_NORM
-from engine.model import Model
+from engine.gguf.config import ROPE_NEOX, ROPE_NORM
+from engine.model.forward import Model
 from ggufgen import oracle_check, random_hf_model, write_gguf
 
 pytestmark = pytest.mark.oracle

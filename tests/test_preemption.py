@@ -9,9 +9,9 @@ import pytest
 from sched_helpers import model, rand_prompt, solo
 
 from engine.errors import EngineError
-from engine.lane import FinishReason, Handle, Lane, LaneState, Request
-from engine.preemption import choose_victim, lane_cost
-from engine.scheduler import NativeScheduler
+from engine.sched.lane import FinishReason, Handle, Lane, LaneState, Request
+from engine.sched.preemption import choose_victim, lane_cost
+from engine.sched.scheduler import NativeScheduler
 
 
 def _run_pressure(mode: str, victim: str, prefix: bool = True) -> tuple[list, list, NativeScheduler]:
@@ -66,7 +66,7 @@ def test_readmission_by_round_then_admission_order() -> None:
 
 def test_a_corrupted_swap_payload_is_noticed() -> None:
     """The outputs above are a real check: flipping swapped-out KV bytes changes the greedy output."""
-    import engine.preemption as pre
+    import engine.sched.preemption as pre
 
     real = pre.export_blocks
 

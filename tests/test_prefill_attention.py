@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.attention import paged_attention, prefill_attention, reference_attention
+from engine.kernels.attention import paged_attention, prefill_attention, reference_attention
 from engine.errors import EngineError
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 from sched_helpers import model, model_blas, rand_prompt, solo
 
-from engine.kv import BlockPool
-from engine.lane import FinishReason, Request
-from engine.prefix import PrefixCache, chain_hashes
-from engine.scheduler import NativeScheduler
+from engine.model.kv import BlockPool
+from engine.sched.lane import FinishReason, Request
+from engine.sched.prefix_cache import PrefixCache, chain_hashes
+from engine.sched.scheduler import NativeScheduler
 
 
 def _pool(n: int = 8) -> BlockPool:

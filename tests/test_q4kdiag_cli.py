@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from engine import load_model
-from engine.aliases import resolve_model
+from engine.gguf.aliases import resolve_model
 
 KEYS = {"model", "arch", "tensor_types", "file_bytes", "resident_bytes", "rss_bytes", "kernels", "membw_gbps",
         "prompt_ids", "top"}

@@ -8,7 +8,7 @@ from gguf import quants
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType as QT
 
 from engine.errors import GGUFError
-from engine.quant import SUPPORTED, dequantize
+from engine.quant.dequant import SUPPORTED, dequantize
 
 
 def _random_blocks(qtype: QT, n_blocks: int, seed: int) -> np.ndarray:
@@ -72,8 +72,8 @@ def test_unsupported_type() -> None:
 
 @pytest.mark.gemma
 def test_real_gemma_tensors_match_reference() -> None:
-    from engine.aliases import resolve_model
-    from engine.gguf_load import read_gguf
+    from engine.gguf.aliases import resolve_model
+    from engine.gguf.reader import read_gguf
 
     g = read_gguf(resolve_model("gemma3-270m"))
     seen: set[QT] = set()

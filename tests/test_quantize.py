@@ -7,7 +7,7 @@ import pytest
 from gguf import GGMLQuantizationType as QT
 from gguf.quants import dequantize, quantize
 
-from engine.quantize import quantize_q4_k, quantize_q8_0
+from engine.quant.quantize import quantize_q4_k, quantize_q8_0
 
 f32 = np.float32
 

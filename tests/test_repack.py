@@ -7,8 +7,9 @@ import pytest
 from gguf import GGMLQuantizationType as QT
 from gguf.quants import dequantize, quantize
 
-from engine import kernels as K
-from engine.resident import resident_nbytes, resident_weight
+from engine.kernels.blockdot import gemm
+from engine.quant import rows as K
+from engine.model.resident import resident_nbytes, resident_weight
 
 
 def _q5(rows: int, cols: int, seed: int) -> np.ndarray:
@@ -37,7 +38,7 @@ def test_gguf_block_q5_0_matches_the_q5_0_kernel_bit_for_bit(monkeypatch: pytest
     assert w.nbytes == resident_nbytes("Q5_0", 33, 320)
     x = np.random.default_rng(3).standard_normal((4, 320)).astype(np.float32)
     direct = np.empty((4, 33), np.float32)
-    K.gemm(raw, x, direct, K.F16_LUT, K.KIND["Q5_0"])
+    gemm(raw, x, direct, K.F16_LUT, K.KIND["Q5_0"])
     assert np.array_equal(w.matmul(x), direct)
     assert np.array_equal(w.take([5, 0]), dequantize(raw, QT.Q5_0)[[5, 0]])
 

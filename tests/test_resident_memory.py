@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from engine.aliases import resolve_model
-from engine.diag import measure_load_rss
+from engine.gguf.aliases import resolve_model
+from engine.model.diag import measure_load_rss
 
 
 def test_resident_load_adds_at_most_1_2x_file_size() -> None:

@@ -10,9 +10,9 @@ from gguf import GGMLQuantizationType as QT
 from gguf.quants import dequantize, quantize
 
 from engine import BatchSession, Session, load_model, synthetic_model
-from engine.model import Model, Weights
-from engine.quantize import quantize_q8_0
-from engine.resident import QuantWeight, resident_weight
+from engine.model.forward import Model, Weights
+from engine.quant.quantize import quantize_q8_0
+from engine.model.resident import QuantWeight, resident_weight
 
 PROMPT = [2, 651, 6037, 529, 9405, 563, 496, 1310]
 

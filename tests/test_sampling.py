@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from engine.errors import EngineError
-from engine.sampling import Sampler, SamplingParams, filtered_probs, greedy, sample
+from engine.model.sampling import Sampler, SamplingParams, filtered_probs, greedy, sample
 
 
 def test_greedy_ties_lowest_id() -> None:

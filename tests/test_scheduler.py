@@ -9,9 +9,9 @@ import pytest
 from sched_helpers import model, rand_prompt, solo
 
 from engine.errors import EngineError
-from engine.lane import FinishReason, Handle, Lane, LaneState, Request, TextTracker
-from engine.sampling import SamplingParams
-from engine.scheduler import NativeScheduler
+from engine.sched.lane import FinishReason, Handle, Lane, LaneState, Request, TextTracker
+from engine.model.sampling import SamplingParams
+from engine.sched.scheduler import NativeScheduler
 
 
 def test_concurrent_greedy_outputs_equal_solo_and_stream_matches_result() -> None:
@@ -213,8 +213,8 @@ def test_stop_string_through_the_scheduler() -> None:
 
 
 def test_forward_batch_equals_serial_steps_and_is_all_or_nothing() -> None:
-    from engine.kv import KVExhausted
-    from engine.session import Session, forward_batch
+    from engine.model.kv import KVExhausted
+    from engine.model.session import Session, forward_batch
 
     m = model()
     p = rand_prompt(np.random.default_rng(12), 30)

@@ -1,4 +1,4 @@
-"""Scheduler flags on `fak run --trace ... --engine inkernel` (exported as FAK_* for the engine)."""
+"""Scheduler flags on `fak run --trace ... --engine inkernel` (flag, else FAK_* variable, else default)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from commands.run import export_sched_env
+from fak.boot import SchedOptions
 from fak.errors import FakError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -31,14 +31,19 @@ def test_flags_reach_the_engine_and_bad_values_are_one_line() -> None:
     assert bad.returncode == 2 and bad.stderr.strip() == "fak: error: --preempt 'drop': expected one of swap, recompute"
 
 
-def test_export_sched_env(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_sched_options_flag_beats_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for var in ("FAK_MAX_RUNNING", "FAK_KV_BLOCKS", "FAK_BLOCK_TOKENS", "FAK_PREEMPT", "FAK_VICTIM"):
         monkeypatch.delenv(var, raising=False)
-    export_sched_env(max_running=0, kv_blocks=None, block_tokens=8, preempt="swap", victim=None)
-    assert os.environ["FAK_MAX_RUNNING"] == "0" and os.environ["FAK_BLOCK_TOKENS"] == "8"
-    assert "FAK_KV_BLOCKS" not in os.environ and os.environ["FAK_PREEMPT"] == "swap"
+    monkeypatch.setenv("FAK_BLOCK_TOKENS", "32")
+    monkeypatch.setenv("FAK_VICTIM", "cost-aware")
+    o = SchedOptions.resolve(max_running=0, kv_blocks=None, block_tokens=8, preempt="swap", victim=None)
+    assert (o.max_running, o.block_tokens, o.kv_blocks, o.preempt, o.victim) == (0, 8, None, "swap", "cost-aware")
+    assert SchedOptions.resolve(env=False).block_tokens == 16  # env=False: flags and defaults only
     with pytest.raises(FakError, match="--kv-blocks 0: expected a positive integer"):
-        export_sched_env(kv_blocks=0)
+        SchedOptions.resolve(kv_blocks=0)
+    monkeypatch.setenv("FAK_KV_BLOCKS", "x")
+    with pytest.raises(FakError, match="FAK_KV_BLOCKS='x' is not a valid int"):
+        SchedOptions.resolve()
 
 
 def test_small_budget_with_recompute_serves_every_call() -> None:

@@ -14,8 +14,8 @@ from collections import Counter
 
 from sched_helpers import model, solo
 
-from engine.lane import FinishReason, Handle, LaneState, Request
-from engine.scheduler import NativeScheduler
+from engine.sched.lane import FinishReason, Handle, LaneState, Request
+from engine.sched.scheduler import NativeScheduler
 
 SYNC_SCHEDULES = 200
 THREADED_SCHEDULES = 30

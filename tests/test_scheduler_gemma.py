@@ -6,21 +6,36 @@ from __future__ import annotations
 import pytest
 
 from engine import load_model
-from engine.aliases import resolve_model
-from engine.generate import Generation
-from engine.lane import FinishReason, Request
-from engine.scheduler import NativeScheduler
-from engine.tokenizer import load_tokenizer
+from engine.gguf.aliases import resolve_model
+import numpy as np
+
+from engine import Session
+from engine.sched.lane import FinishReason, Request
+from engine.sched.scheduler import NativeScheduler
+from engine.tokenizer.tokenizer import load_tokenizer
 
 pytestmark = pytest.mark.gemma
+
+def solo(model, ids: list[int], n: int, stop: tuple[int, ...]) -> list[int]:  # type: ignore[no-untyped-def]
+    """The one-request reference: one Session, greedy, stop on an eos id (no scheduler)."""
+    s, out = Session(model), []
+    logits = s.prefill(ids)
+    for _ in range(n):
+        t = int(np.argmax(logits))
+        if t in stop:
+            break
+        out.append(t)
+        logits = s.step(t)
+    s.free()
+    return out
+
 
 PROMPTS = ("The capital of France is", "def fibonacci(n):", "Once upon a time", "2 + 2 =")
 
 
 @pytest.fixture(scope="module")
 def gemma():  # type: ignore[no-untyped-def]
-    from engine import tokenizer as T
-
+    from engine.tokenizer import tokenizer as T
     path = resolve_model("gemma3-270m")
     yield load_model(str(path), resident=True, progress=False), load_tokenizer(str(path))
     T.clear_memo()  # leave no process-wide tokenizer behind (the tokenizer tests time cold loads)
@@ -29,7 +44,7 @@ def gemma():  # type: ignore[no-untyped-def]
 def test_batched_equals_one_request_path_and_streams_text(gemma) -> None:  # type: ignore[no-untyped-def]
     model, tok = gemma
     ids = [tok.encode(p) for p in PROMPTS]
-    want = [list(Generation(model, i, 8, stop_ids=tuple(tok.eos_ids))) for i in ids]
+    want = [solo(model, i, 8, tuple(tok.eos_ids)) for i in ids]
     with NativeScheduler(model, tokenizer=tok, max_running=4) as sched:
         hs = [sched.admit(Request(p, max_new_tokens=8)) for p in PROMPTS]
         text = ["".join(h.pieces(timeout=300)) for h in hs]

@@ -7,10 +7,10 @@ from prometheus_client import CollectorRegistry, generate_latest
 from rich.console import Console
 from sched_helpers import model, rand_prompt
 
-from engine.lane import Request
-from engine.preemption import Victim
-from engine.sched_stats import RateMeter, SchedCollector, SchedStats
-from engine.scheduler import NativeScheduler
+from engine.sched.lane import Request
+from engine.sched.preemption import Victim
+from engine.sched.stats import RateMeter, SchedCollector, SchedStats
+from engine.sched.scheduler import NativeScheduler
 from fak.views import sched_panel
 
 

@@ -7,7 +7,7 @@ import pytest
 
 from engine import BatchSession, Session, step_batch, synthetic_model
 from engine.errors import EngineError
-from engine.kv import KVExhausted, PageTable
+from engine.model.kv import KVExhausted, PageTable
 
 
 @pytest.fixture(scope="module")
@@ -158,9 +158,9 @@ def test_warmup_loads_every_kernel() -> None:
     import subprocess
     import sys
 
-    code = ("from engine.session import warmup; warmup(); "
-            "from engine import linear, ops, attention as a; "
-            "from engine.parallel import serial_twin; "
+    code = ("from engine.model.session import warmup; warmup(); "
+            "from engine.model import linear; from engine.kernels import ops, attention as a; "
+            "from engine.kernels.parallel import serial_twin; "
             "ks = (linear._rows_kernel, ops._rmsnorm, ops._gated, ops._rope, a._paged_attention); "
             "print(all(len(k.signatures) > 0 and len(serial_twin(k).signatures) > 0 for k in ks))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

@@ -1,4 +1,4 @@
-"""16-row tiles x int16 activations (engine/tile_layout.py, tiledot.py, tilegemm.py) vs obvious references."""
+"""16-row tiles x int16 activations (engine/quant/tiles.py, tiledot.py, tilegemm.py) vs obvious references."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from gguf import GGMLQuantizationType as QT
 from gguf.quants import dequantize
 from numba import njit
 
-from engine import tile_layout as L
-from engine import tiledot
-from engine import tilegemm as T
+from engine.quant import tiles as L
+from engine.kernels import tiledot
+from engine.kernels import tilegemm as T
 from tests.test_kernels import random_blocks
 
 RNG = np.random.default_rng(5)

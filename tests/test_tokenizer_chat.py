@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.chat_template import CHATML_TEMPLATE, GEMMA_TEMPLATE, LLAMA3_TEMPLATE, render_chat
+from engine.tokenizer.chat_template import CHATML_TEMPLATE, GEMMA_TEMPLATE, LLAMA3_TEMPLATE, render_chat
 from engine.errors import EngineError
-from engine.tokenizer import ByteTokenizer, load_gguf_tokenizer, load_tokenizer
+from engine.tokenizer.tokenizer import ByteTokenizer, load_gguf_tokenizer, load_tokenizer
 from test_tokenizer_vocab import vocab_dir
 
 TOOLS = [{"type": "function", "function": {"name": "read_file", "description": "Read a file: ünïcode",

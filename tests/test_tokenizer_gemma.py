@@ -11,11 +11,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import engine.tokenizer as T
-import engine.tokenizer_cache as C
-from engine.aliases import resolve_model
+import engine.tokenizer.tokenizer as T
+import engine.tokenizer.cache as C
+from engine.gguf.aliases import resolve_model
 from engine.errors import EngineError
-from engine.tokenizer import GGUFTokenizer
+from engine.tokenizer.tokenizer import GGUFTokenizer
 
 pytestmark = [pytest.mark.gemma]
 

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from engine.errors import EngineError
-from engine.tokenizer import GGUFTokenizer, load_gguf_tokenizer, load_tokenizer
-from engine.tokenizer_build import PRE_SPLITS, build_tokenizer
-from engine.tokenizer_gguf import VocabMeta, read_vocab
+from engine.tokenizer.tokenizer import GGUFTokenizer, load_gguf_tokenizer, load_tokenizer
+from engine.tokenizer.build import PRE_SPLITS, build_tokenizer
+from engine.tokenizer.vocab import VocabMeta, read_vocab
 
 SEPARATOR = "\n__ggml_vocab_test__\n"
 
@@ -198,7 +198,7 @@ DIGIT_SPLITS = {  # how "12345" is cut before BPE, per llama.cpp's regexes for e
 
 @pytest.mark.parametrize("pre", sorted(PRE_SPLITS))
 def test_every_pre_tokenizer_compiles_and_is_lossless(pre: str) -> None:
-    from engine.tokenizer import GGUFTokenizer
+    from engine.tokenizer.tokenizer import GGUFTokenizer
 
     alphabet = [chr(c) for c in range(33, 127)] + ["Ġ", "Ċ", "ĉ"] + [chr(c) for c in range(0xA1, 0x100) if c != 0xAD]
     meta = VocabMeta(model="gpt2", pre=pre, arch="x", tokens=alphabet + ["12"], types=[1] * (len(alphabet) + 1),
@@ -214,7 +214,7 @@ def test_every_pre_tokenizer_compiles_and_is_lossless(pre: str) -> None:
 
 
 def test_spm_merges_order() -> None:
-    from engine.tokenizer_build import spm_merges
+    from engine.tokenizer.build import spm_merges
 
     tokens = ["a", "b", "c", "ab", "bc", "abc", "ca"]
     vocab = {t: i for i, t in enumerate(tokens)}

@@ -139,7 +139,7 @@ def test_gguf_preloads_the_engine(capsys: pytest.CaptureFixture[str]) -> None:
             seen["preloaded"] = True
 
     register_engine("preloading-test", Preloading)
-    run_trace(TRACE, engine="preloading-test", gguf="model.gguf", q4k=True, as_json=True)
-    # --gguf/--q4k are inkernel options (not passed to other engines), but any engine with preload() is preloaded
+    run_trace(TRACE, engine="preloading-test", gguf="model.gguf", resident=True, as_json=True)
+    # --gguf and resident are inkernel options (not passed to other engines), but any engine with preload() is preloaded
     assert seen == {"gguf": None, "resident": False, "preloaded": True}
     assert json.loads(capsys.readouterr().out)["summary"]["submits"] == 11

@@ -1,4 +1,4 @@
-"""Small work runs a kernel's serial twin, big work the parallel kernel (engine/parallel.py), and which
+"""Small work runs a kernel's serial twin, big work the parallel kernel (engine/kernels/parallel.py), and which
 one runs depends on the batch size: so for step_batch to stay bit-identical to serial steps, a
 twin must give exactly the parallel kernel's bits, row for row. Checked here for every kernel that
 goes through `launch`, at several widths (with reassociating fast-math sums, rmsnorm and attention
@@ -11,13 +11,13 @@ import pytest
 
 from gguf import GGMLQuantizationType as QT
 
-from engine import kernels as K
-from engine import ops
-from engine import tile_layout as L
-from engine import tilegemm as T
-from engine.attention import RaggedRows, _paged_attention, batched_attention
-from engine.linear import _rows_kernel
-from engine.parallel import serial_twin
+from engine.quant import rows as K
+from engine.kernels import ops
+from engine.quant import tiles as L
+from engine.kernels import tilegemm as T
+from engine.kernels.attention import RaggedRows, _paged_attention, batched_attention
+from engine.model.linear import _rows_kernel
+from engine.kernels.parallel import serial_twin
 from tests.test_kernels import TYPES, random_blocks
 
 RNG = np.random.default_rng(11)
@@ -70,7 +70,7 @@ def test_q5_0_repack_twin() -> None:
 @pytest.mark.parametrize("kind,qtype,n", [(0, QT.Q8_0, 640), (1, QT.Q5_0, 640), (2, QT.Q4_K, 512), (3, QT.Q6_K, 768)])
 @pytest.mark.parametrize("lanes", [1, 5, 16])
 def test_tile_kernels_twins(kind: int, qtype: QT, n: int, lanes: int) -> None:
-    """The 16-row tiles' int16-dot product (engine/tilegemm.py); repack and dequantize are serial."""
+    """The 16-row tiles' int16-dot product (engine/kernels/tilegemm.py); repack and dequantize are serial."""
     raw = random_blocks(qtype, 37, n, seed=9 + kind)
     shape = L.tiled_shape(kind, 37, n)
     tiles = np.zeros(shape, np.uint8)

@@ -6,8 +6,9 @@ the deterministic synthetic checkpoint (so a trace runs with no model file; set 
 for the real one). The call's arguments become a bounded prompt (at most `prompt_tokens` ids,
 bytes when no tokenizer is installed), decoded greedily for up to `max_tokens` tokens.
 
-Requests go through the continuous-batching scheduler (engine.scheduler.NativeScheduler): `admit` is
-the LifecycleEngine seam (stream text pieces, cancel), `complete` drains an admitted request.
+The model, its tokenizer and the continuous-batching scheduler come from fak.boot, the one boot every
+model-using subcommand shares: `admit` is the LifecycleEngine seam (stream text pieces, cancel),
+`complete` drains an admitted request. Weights are resident unless `resident=False`.
 Scheduler options (constructor argument, else environment variable, else default):
   max_running  FAK_MAX_RUNNING  0 (unbounded)      kv_blocks  FAK_KV_BLOCKS  unset (growable pool)
   block_tokens FAK_BLOCK_TOKENS 16                 preempt    FAK_PREEMPT    swap | recompute
@@ -24,41 +25,6 @@ from typing import Any
 from fak.abi import Result, Status, ToolCall, prompt_text
 from fak.errors import FakError
 
-_SCHED_ENV = {"max_running": ("FAK_MAX_RUNNING", int, 0), "kv_blocks": ("FAK_KV_BLOCKS", int, None),
-              "block_tokens": ("FAK_BLOCK_TOKENS", int, 16), "preempt": ("FAK_PREEMPT", str, "swap"),
-              "victim": ("FAK_VICTIM", str, "most-recent")}
-
-
-def _sched_options(given: dict[str, Any]) -> dict[str, Any]:
-    """Scheduler options: explicit value, else the environment variable, else the default."""
-    out: dict[str, Any] = {}
-    for key, (env, kind, default) in _SCHED_ENV.items():
-        val = given.get(key)
-        if val is None and os.environ.get(env, "").strip():
-            try:
-                val = kind(os.environ[env].strip())
-            except ValueError:
-                raise FakError(f"inkernel: {env}={os.environ[env]!r} is not a valid {kind.__name__}") from None
-        out[key] = default if val is None else val
-    _check_sched_options(out)
-    return out
-
-
-def _check_sched_options(opts: dict[str, Any]) -> None:
-    """A bad scheduler option is a boot error (one line, exit 2), not an error result on every call."""
-    from engine.preemption import PREEMPT_MODES, VICTIM_RULES
-
-    choices = {"preempt": PREEMPT_MODES, "victim": VICTIM_RULES}
-    for key, (env, _kind, _default) in _SCHED_ENV.items():
-        val = opts[key]
-        if key in choices:
-            if val not in choices[key]:
-                raise FakError(f"inkernel: {key} {val!r} (or ${env}): expected one of {', '.join(choices[key])}")
-        elif val is not None and val < (0 if key == "max_running" else 1):
-            raise FakError(f"inkernel: {key} {val} (or ${env}): expected a "
-                           f"{'non-negative' if key == 'max_running' else 'positive'} integer")
-
-
 def _prompt(call: ToolCall) -> str:
     text = prompt_text(call)
     return text if text is not None else f"{call.tool} {call.args.decode('utf-8', 'replace')}"
@@ -67,7 +33,7 @@ def _prompt(call: ToolCall) -> str:
 class InKernelEngine:
     engine_id = "inkernel"
 
-    def __init__(self, gguf: str | None = None, resident: bool = False, prompt_tokens: int = 64,
+    def __init__(self, gguf: str | None = None, resident: bool = True, prompt_tokens: int = 64,
                  max_tokens: int = 16, max_running: int | None = None, kv_blocks: int | None = None,
                  block_tokens: int | None = None, preempt: str | None = None, victim: str | None = None,
                  **_ignored: Any) -> None:
@@ -75,70 +41,54 @@ class InKernelEngine:
             raise FakError(f"inkernel: prompt_tokens must be > 0 and max_tokens >= 0 (got {prompt_tokens}, {max_tokens})")
         self.gguf = gguf or os.environ.get("FAK_MODEL") or os.environ.get("FAK_MODEL_DIR") or "synthetic"
         self.resident, self.prompt_tokens, self.max_tokens = resident, prompt_tokens, max_tokens
-        self._model: Any = None
-        self._codec: Any = None
+        self._boot: Any = None
         self._lock = threading.Lock()
-        self.sched_options = _sched_options({"max_running": max_running, "kv_blocks": kv_blocks,
-                                             "block_tokens": block_tokens, "preempt": preempt, "victim": victim})
-        self._sched: Any = None
+        from fak.boot import SchedOptions
+
+        try:  # a bad scheduler option is a boot error (one line, exit 2), not an error result on every call
+            self.sched_options = SchedOptions.resolve(max_running=max_running, kv_blocks=kv_blocks,
+                                                      block_tokens=block_tokens, preempt=preempt, victim=victim)
+        except FakError as exc:
+            raise FakError(f"inkernel: {exc}") from None
 
     @property
     def model_name(self) -> str:
         return self.gguf
 
     def preload(self) -> None:
-        """Build the model and the scheduler (its KV pool) now (boot); raises FakError with one line if it cannot."""
-        from engine.errors import EngineError
+        """Boot now: model, tokenizer, scheduler (its KV pool); raises FakError with one line if it cannot."""
+        self._booted()
 
-        try:
-            self.scheduler()
-        except EngineError as exc:
-            raise FakError(f"inkernel: {exc}") from None
+    def _booted(self) -> Any:
+        with self._lock:
+            if self._boot is None:
+                from fak.boot import boot
 
-    def _ensure(self) -> tuple[Any, Any]:
-        if self._model is None:
-            from engine import load_model
-            from engine.aliases import resolve_model
-            from engine.generate import codec_for
-            from engine.session import warmup
-
-            if self.gguf == "synthetic":
-                model, path = load_model("synthetic"), None
-            else:
-                path = resolve_model(self.gguf)
-                model = load_model(str(path), resident=self.resident)
-            codec = codec_for(model, path, bytes_fallback=True)  # a weights-only GGUF: prompt bytes as ids
-            warmup()  # numba kernels loaded here (boot / first use), not inside a request's timing
-            self._codec = codec
-            self._model = model
-        return self._model, self._codec
+                try:  # a weights-only GGUF gets the byte tokenizer: prompt bytes as ids
+                    self._boot = boot(self.gguf, resident=self.resident, sched=self.sched_options, show=False,
+                                      bytes_fallback=True)
+                except FakError as exc:
+                    raise FakError(f"inkernel: {exc}") from None
+            return self._boot
 
     def caps(self) -> dict[str, Any]:
         return {"engine": "inkernel", "streaming": True, "deterministic": True, "model": self.model_name,
-                "loaded": self._model is not None, "max_tokens": self.max_tokens, "prompt_tokens": self.prompt_tokens,
-                "scheduler": dict(self.sched_options)}
+                "loaded": self._boot is not None, "max_tokens": self.max_tokens, "prompt_tokens": self.prompt_tokens,
+                "scheduler": self.sched_options.as_kwargs()}
 
     def prompt_ids(self, call: ToolCall) -> list[int]:
-        model, codec = self._ensure()
-        ids = [int(i) % model.config.vocab_size for i in codec.encode(_prompt(call))]
+        b = self._booted()
+        ids = [int(i) % b.model.config.vocab_size for i in b.tokenizer.encode(_prompt(call))]
         return ids[: self.prompt_tokens] or [0]
 
     def scheduler(self) -> Any:
-        """The engine's NativeScheduler (built with the model on first use)."""
-        with self._lock:
-            model, codec = self._ensure()
-            if self._sched is None:
-                from engine.scheduler import NativeScheduler
-
-                # Text streaming needs a codec that can spell every model id (not bytes over a big vocabulary).
-                text_ok = codec.vocab_size >= model.config.vocab_size
-                self._sched = NativeScheduler(model, tokenizer=codec if text_ok else None, **self.sched_options)
-            return self._sched
+        """The engine's NativeScheduler (booted with the model on first use)."""
+        return self._booted().scheduler
 
     def admit(self, call: ToolCall) -> _InKernelRequest:
         """Queue the call on the scheduler; iterate the request for text pieces, then take result()."""
         from engine.errors import EngineError
-        from engine.lane import Request
+        from engine.sched.lane import Request
 
         try:
             sched = self.scheduler()
@@ -146,6 +96,8 @@ class InKernelEngine:
             if self.max_tokens == 0:
                 return _InKernelRequest(self, call, ids, None)
             handle = sched.admit(Request(ids, max_new_tokens=self.max_tokens, request_id=call.trace_id or ""))
+        except FakError as exc:
+            return _InKernelRequest(self, call, [], None, error=str(exc))
         except EngineError as exc:
             return _InKernelRequest(self, call, [], None, error=f"inkernel: {exc}")
         return _InKernelRequest(self, call, ids, handle)
@@ -155,8 +107,8 @@ class InKernelEngine:
 
     def close(self) -> None:
         """Stop the scheduler (aborts requests in flight)."""
-        if self._sched is not None:
-            self._sched.close()
+        if self._boot is not None:
+            self._boot.close()
 
 
 class _InKernelRequest:
@@ -188,7 +140,7 @@ class _InKernelRequest:
         payload: dict[str, Any] = {"tool": self._call.tool, "engine": "inkernel", "model": e.model_name,
                                    "generated_tokens": out}
         try:
-            payload["generated_text"] = e._codec.decode(out, skip_special=True)
+            payload["generated_text"] = e._booted().tokenizer.decode(out, skip_special=True)
         except Exception:  # a text view is optional; ids are the result
             pass
         meta = {"engine": "inkernel", "model": e.model_name, "input_tokens": len(self._ids),

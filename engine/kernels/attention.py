@@ -1,0 +1,262 @@
+"""Causal (optionally sliding-window) attention over a lane's paged KV blocks.
+
+Decode rows (and short chunks): one numba kernel reads K/V in place through each lane's block table
+(no gather copy); each (query row, head) is computed by the same loop in the same order whatever the
+batch, so a serial step and a batched step agree bit for bit. Long prefill chunks: `prefill_attention`
+gathers the keys once and goes through BLAS (not row-stable; only prefill chunks use it, as they do
+for the weight products).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit, prange
+
+from engine.errors import EngineError
+from engine.kernels.blockdot import axpy_f32, dot_f32
+from engine.kernels.parallel import ORDERED_FASTMATH, launch, prefill_pool
+
+
+CHUNK = 128  # key positions per decode-attention task (a fixed split: the bits never depend on threads)
+
+
+# Every sum adds in the order written (the q.k dots through blockdot.dot_f32, the softmax sums in
+# sequence, P.V elementwise per output value, the chunks combined in position order), so the serial
+# twin and the parallel kernel give the same bits whatever the compiler does with the loops
+# (tests/test_twins.py), and a row's result depends on its own positions only.
+@njit(parallel=True, fastmath=ORDERED_FASTMATH, error_model="numpy", cache=True)
+def _paged_attention(
+    q: np.ndarray,  # [R, H, D] f32, C-contiguous: query rows of one or more lanes
+    k_pool: np.ndarray,  # [blocks, bt, KVH, D] (one layer of the pool), rows of D contiguous
+    v_pool: np.ndarray,
+    tables: np.ndarray,  # [lanes, max_blocks] int64 block ids of each lane, in position order
+    row_lane: np.ndarray,  # [R] int64: the lane of each query row
+    row_pos: np.ndarray,  # [R] int64: the absolute position of each query row
+    window: int,  # 0 = unbounded
+    scale: float,
+    softcap: float,  # 0 = off
+    out: np.ndarray,  # [R, H, D]
+) -> None:  # pragma: no cover - numba
+    """Split-K decode attention: a task is (row, KV head, CHUNK positions); it reads each K and V
+    row once for all the query heads sharing that KV head (Gemma 3: 4) and keeps a partial softmax
+    (max, sum, unnormalised P.V); a second pass merges a row's chunks in order."""
+    t_rows, n_heads, dim = q.shape
+    bt, kvh = k_pool.shape[1], k_pool.shape[2]
+    group = n_heads // kvh
+    if q.strides[2] != 4 or q.strides[1] != 4 * dim or k_pool.strides[3] != 4 or k_pool.shape[3] != dim:
+        raise ValueError("paged attention: q and K must hold contiguous float32 rows of head_dim")  # raw reads below
+    if v_pool.strides[3] != 4 or v_pool.shape[3] != dim or v_pool.shape[2] != kvh:
+        raise ValueError("paged attention: V must hold contiguous float32 rows of head_dim")
+    qa, ka, va = np.uint64(q.ctypes.data), np.uint64(k_pool.ctypes.data), np.uint64(v_pool.ctypes.data)
+    ks0, ks1, ks2 = np.uint64(k_pool.strides[0]), np.uint64(k_pool.strides[1]), np.uint64(k_pool.strides[2])
+    vs0, vs1, vs2 = np.uint64(v_pool.strides[0]), np.uint64(v_pool.strides[1]), np.uint64(v_pool.strides[2])
+    first = np.zeros(t_rows + 1, dtype=np.int64)  # row t's chunks: first[t] .. first[t + 1] - 1
+    los = np.empty(t_rows, dtype=np.int64)
+    for t in range(t_rows):
+        lo = 0
+        if window > 0 and row_pos[t] - window + 1 > 0:
+            lo = row_pos[t] - window + 1
+        los[t] = lo
+        first[t + 1] = first[t] + (row_pos[t] - lo + CHUNK) // CHUNK
+    nch = first[t_rows]
+    part_m = np.empty((nch, kvh, group), dtype=np.float32)
+    part_l = np.empty((nch, kvh, group), dtype=np.float32)
+    part_o = np.zeros((nch, kvh, group, dim), dtype=np.float32)
+    for task in prange(nch * kvh):
+        ci, kh = task // kvh, task % kvh
+        t = np.searchsorted(first, ci, side="right") - 1
+        lo = los[t] + (ci - first[t]) * CHUNK
+        n = min(row_pos[t] + 1, lo + CHUNK) - lo
+        table = tables[row_lane[t]]
+        s = np.empty((group, CHUNK), dtype=np.float32)
+        for j in range(n):
+            p = lo + j
+            krow = ka + np.uint64(table[p // bt]) * ks0 + np.uint64(p % bt) * ks1 + np.uint64(kh) * ks2
+            for g in range(group):
+                acc = dot_f32(qa + np.uint64(((t * n_heads) + kh * group + g) * dim * 4), krow, dim)
+                acc = acc * np.float32(scale)
+                if softcap > 0.0:
+                    acc = np.float32(softcap) * np.tanh(acc / np.float32(softcap))
+                s[g, j] = acc
+        for g in range(group):
+            m = np.float32(-np.inf)
+            for j in range(n):
+                m = max(m, s[g, j])
+            tot = np.float32(0.0)
+            for j in range(n):
+                e = np.exp(s[g, j] - m)
+                s[g, j] = e
+                tot += e
+            part_m[ci, kh, g] = m
+            part_l[ci, kh, g] = tot
+        oa = np.uint64(part_o.ctypes.data) + np.uint64((ci * kvh + kh) * group * dim * 4)
+        for j in range(n):
+            p = lo + j
+            vrow = va + np.uint64(table[p // bt]) * vs0 + np.uint64(p % bt) * vs1 + np.uint64(kh) * vs2
+            for g in range(group):
+                axpy_f32(s[g, j], vrow, oa + np.uint64(g * dim * 4), dim)
+    for th in prange(t_rows * kvh):
+        t, kh = th // kvh, th % kvh
+        for g in range(group):
+            big = np.float32(-np.inf)
+            for ci in range(first[t], first[t + 1]):
+                big = max(big, part_m[ci, kh, g])
+            tot = np.float32(0.0)
+            for ci in range(first[t], first[t + 1]):
+                tot += np.exp(part_m[ci, kh, g] - big) * part_l[ci, kh, g]
+            inv = np.float32(1.0) / tot
+            orow = out[t, kh * group + g]
+            for d in range(dim):
+                orow[d] = 0.0
+            for ci in range(first[t], first[t + 1]):
+                f = np.exp(part_m[ci, kh, g] - big) * inv
+                oc = part_o[ci, kh, g]
+                for d in range(dim):
+                    ud = np.uint64(d)
+                    orow[ud] += f * oc[ud]
+
+
+def paged_attention(
+    q: np.ndarray,
+    k_pool: np.ndarray,
+    v_pool: np.ndarray,
+    blocks: list[int],
+    start: int,
+    window: int = 0,
+    scale: float | None = None,
+    softcap: float = 0.0,
+) -> np.ndarray:
+    """q [T, H, D] at positions start.. -> attention output [T, H, D] over positions 0..start+T-1."""
+    rows = RaggedRows.of([list(blocks)], [start], [q.shape[0]], k_pool.shape[1])
+    return batched_attention(q, k_pool, v_pool, rows, window, scale, softcap)
+
+
+@dataclass
+class RaggedRows:
+    """Query rows of several lanes sharing one KV pool: each row's lane and absolute position, and
+    every lane's block table (padded with -1). Built once per forward, used by every layer."""
+
+    tables: np.ndarray  # [lanes, max_blocks] int64
+    row_lane: np.ndarray  # [R] int64
+    row_pos: np.ndarray  # [R] int64
+
+    @classmethod
+    def of(cls, block_lists: list[list[int]], starts: list[int], counts: list[int], block_tokens: int) -> RaggedRows:
+        """The kernel reads blocks through these tables unchecked: every position a row attends to
+        (0 .. its own) must lie in a block its lane holds."""
+        for i, (b, s, n) in enumerate(zip(block_lists, starts, counts)):
+            if s < 0 or n < 0 or -(-(s + n) // block_tokens) > len(b):
+                raise EngineError(f"attention: lane {i} has {len(b)} KV blocks of {block_tokens} tokens, "
+                                  f"positions {s}..{s + n - 1} need {-(-(s + n) // block_tokens)}")
+        width = max(1, max(len(b) for b in block_lists))
+        tables = np.full((len(block_lists), width), -1, dtype=np.int64)
+        for i, b in enumerate(block_lists):
+            tables[i, : len(b)] = b
+        lane = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
+        pos = np.concatenate([np.arange(s, s + n, dtype=np.int64) for s, n in zip(starts, counts)])
+        return cls(tables, lane, pos)
+
+
+def batched_attention(q: np.ndarray, k_pool: np.ndarray, v_pool: np.ndarray, rows: RaggedRows, window: int = 0,
+                      scale: float | None = None, softcap: float = 0.0) -> np.ndarray:
+    """Attention of the query rows of several lanes in ONE kernel call (a decode step of 16 lanes
+    was 16 calls per layer). Each (row, head) runs the same loop as alone: results are unchanged."""
+    if scale is None:
+        scale = 1.0 / math.sqrt(q.shape[-1])
+    out = np.empty_like(q)
+    t_rows, n_heads, dim = q.shape
+    span = int(rows.row_pos.max()) + 1 if t_rows else 0
+    if window > 0:
+        span = min(span, window)
+    work = 2 * t_rows * n_heads * dim * span
+    if t_rows * k_pool.shape[2] * -(-span // CHUNK) < 2:
+        work = 0  # one task: waking the thread team costs more than it could save
+    launch(_paged_attention, work, np.ascontiguousarray(q), k_pool, v_pool, rows.tables,
+           rows.row_lane, rows.row_pos, int(window), float(scale), float(softcap), out)
+    return out
+
+
+PREFILL_ATTN_MIN_ROWS = 32  # a prefill chunk this long takes BLAS attention; shorter, the numba kernel is as fast
+_Q_TILE = 256  # query rows per BLAS tile: bounds the score matrix at 256 * heads * keys floats
+
+
+def prefill_attention(
+    q: np.ndarray,
+    k_pool: np.ndarray,
+    v_pool: np.ndarray,
+    blocks: list[int],
+    start: int,
+    window: int = 0,
+    scale: float | None = None,
+    softcap: float = 0.0,
+) -> np.ndarray:
+    """`paged_attention` for a prefill chunk through BLAS: per tile of query rows and per KV head,
+    scores = Q K^T for the query heads sharing that KV head, masked softmax, then P V. The tiles go
+    to the prefill workers. Not row-stable like the numba kernel (BLAS picks its own summation
+    order), so only prefill chunks use it, as they already do for the weight products."""
+    if scale is None:
+        scale = 1.0 / math.sqrt(q.shape[-1])
+    t_rows = q.shape[0]
+    out = np.empty_like(q)
+    table = np.asarray(blocks, dtype=np.int64)
+    tiles = [(a, min(t_rows, a + _Q_TILE)) for a in range(0, t_rows, _Q_TILE)]
+    args = (q, k_pool, v_pool, table, start, window, float(scale), float(softcap), out)
+    pool = prefill_pool()
+    if pool is None or len(tiles) == 1:
+        for a, b in tiles:
+            _attention_tile(a, b, *args)
+    else:
+        for f in [pool.submit(_attention_tile, a, b, *args) for a, b in tiles]:
+            f.result()
+    return out
+
+
+def _attention_tile(a: int, b: int, q: np.ndarray, k_pool: np.ndarray, v_pool: np.ndarray, table: np.ndarray,
+                    start: int, window: int, scale: float, softcap: float, out: np.ndarray) -> None:
+    """Query rows a..b-1 (positions start+a ..): keys from the first one any of them sees."""
+    bt = k_pool.shape[1]
+    n_kv = k_pool.shape[2]
+    group = q.shape[1] // n_kv
+    qpos = np.arange(start + a, start + b)
+    lo = 0 if window <= 0 else max(0, int(qpos[0]) - window + 1)
+    kpos = np.arange(lo, int(qpos[-1]) + 1)
+    blk, off = table[kpos // bt], kpos % bt
+    k, v = k_pool[blk, off], v_pool[blk, off]  # [L, KVH, D] gathered from the blocks
+    hidden = kpos[None, :] > qpos[:, None]  # causal
+    if window > 0:
+        hidden |= kpos[None, :] <= qpos[:, None] - window
+    rows = b - a
+    for kh in range(n_kv):
+        qg = np.ascontiguousarray(q[a:b, kh * group:(kh + 1) * group]).reshape(rows * group, -1)
+        s = (qg @ k[:, kh].T).reshape(rows, group, -1)
+        s *= np.float32(scale)
+        if softcap > 0:
+            s = np.float32(softcap) * np.tanh(s / np.float32(softcap))
+        s[np.broadcast_to(hidden[:, None, :], s.shape)] = -np.inf
+        s -= s.max(axis=-1, keepdims=True)
+        np.exp(s, out=s)
+        s /= s.sum(axis=-1, keepdims=True)
+        out[a:b, kh * group:(kh + 1) * group] = (s.reshape(rows * group, -1) @ v[:, kh]).reshape(rows, group, -1)
+
+
+def reference_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, start: int, window: int, scale: float,
+                        softcap: float = 0.0) -> np.ndarray:
+    """Slow obvious reference on contiguous K/V [L, KVH, D] (float64 internally), for tests."""
+    t_rows, n_heads, _ = q.shape
+    group = n_heads // k.shape[1]
+    out = np.zeros(q.shape, dtype=np.float64)
+    for t in range(t_rows):
+        pos = start + t
+        lo = max(0, pos - window + 1) if window > 0 else 0
+        for h in range(n_heads):
+            kk = k[lo : pos + 1, h // group].astype(np.float64)
+            s = kk @ q[t, h].astype(np.float64) * scale
+            if softcap > 0:
+                s = softcap * np.tanh(s / softcap)
+            p = np.exp(s - s.max())
+            p /= p.sum()
+            out[t, h] = p @ v[lo : pos + 1, h // group].astype(np.float64)
+    return out.astype(np.float32)

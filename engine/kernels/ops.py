@@ -1,0 +1,172 @@
+"""Row-wise numeric ops of the forward pass (RMSNorm, gated activations, RoPE).
+
+Each row is computed by its own loop, so a row's result never depends on how many rows are in
+the batch (step_batch == serial step, bit for bit). Plain numpy references live next to them.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+import numpy as np
+from llvmlite import ir
+from numba import njit, prange, types
+from numba.extending import intrinsic
+
+from engine.gguf.config import ROPE_NEOX
+from engine.kernels.blockdot import dot_f32
+from engine.kernels.parallel import ORDERED_FASTMATH, launch
+
+
+@njit(parallel=True, fastmath=ORDERED_FASTMATH, error_model="numpy", cache=True)
+def _rmsnorm(x: np.ndarray, w: np.ndarray, eps: float, out: np.ndarray) -> None:  # pragma: no cover
+    rows, n = x.shape
+    if x.strides[1] != 4:
+        raise ValueError("rmsnorm: rows must be contiguous float32")  # dot_f32 reads raw addresses
+    xa, xs = np.uint64(x.ctypes.data), np.uint64(x.strides[0])
+    for r in prange(rows):
+        xr, orow = x[r], out[r]
+        row = xa + np.uint64(r) * xs
+        ss = dot_f32(row, row, n)  # a fixed summation order: the twin and the parallel kernel agree
+        inv = np.float32(1.0) / np.sqrt(ss / np.float32(n) + np.float32(eps))
+        for i in range(n):
+            ui = np.uint64(i)
+            orow[ui] = (xr[ui] * inv) * w[ui]
+
+
+def rmsnorm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
+    """x [..., n] * rsqrt(mean(x^2) + eps) * w  (w is the effective multiplier, gemma's +1 included)."""
+    shape = x.shape
+    x2 = np.ascontiguousarray(x, dtype=np.float32).reshape(-1, shape[-1])
+    out = np.empty_like(x2)
+    launch(_rmsnorm, x2.size, x2, w, float(eps), out)
+    return out.reshape(shape)
+
+
+def rmsnorm_ref(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
+    x64 = x.astype(np.float64)
+    return (x64 / np.sqrt((x64 * x64).mean(-1, keepdims=True) + eps) * w).astype(np.float32)
+
+
+@intrinsic
+def _pow2i(typingctx, n):  # type: ignore[no-untyped-def]
+    """2.0 ** n as float32 for an int32 n in [-126, 127]: the exponent bits, set directly."""
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        i32 = ir.IntType(32)
+        bits = builder.shl(builder.add(args[0], ir.Constant(i32, 127)), ir.Constant(i32, 23))
+        return builder.bitcast(bits, ir.FloatType())
+
+    return types.float32(types.int32), codegen
+
+
+@njit(inline="always", cache=True)
+def _exp32(t: float) -> float:  # pragma: no cover - numba
+    """exp for float32 in plain arithmetic, so loops over it vectorise (libm's expf is a scalar call
+    of ~10 ns per element): t = n ln2 + r (Cody-Waite), e^r by its degree-6 Taylor polynomial
+    (|r| <= ln2/2: truncation < 1.3e-8 relative), times 2^n from the exponent bits; a few ulp.
+    Clamped to [-87, 88]: below, the result is ~1e-38 instead of a denormal; above, 1.65e38."""
+    t = np.float32(88.0) if t > np.float32(88.0) else t
+    t = np.float32(-87.0) if t < np.float32(-87.0) else t
+    ni = np.int32(t * np.float32(1.44269504088896341) + np.float32(128.5)) - np.int32(128)  # floor(t/ln2 + 0.5):
+    n = np.float32(ni)  # truncation of a positive value (np.floor is a libm call that stops vectorisation)
+    r = t - n * np.float32(0.693145751953125) - n * np.float32(1.42860682030941723e-06)
+    p = np.float32(1.0 / 720.0) * r + np.float32(1.0 / 120.0)
+    p = p * r + np.float32(1.0 / 24.0)
+    p = p * r + np.float32(1.0 / 6.0)
+    p = p * r + np.float32(0.5)
+    p = p * r + np.float32(1.0)
+    p = p * r + np.float32(1.0)
+    return p * _pow2i(ni)
+
+
+@njit(parallel=True, fastmath=True, error_model="numpy", cache=True)
+def _gated(g: np.ndarray, u: np.ndarray, gelu: bool, out: np.ndarray) -> None:  # pragma: no cover
+    """(error_model="numpy": python's raises a ZeroDivisionError check in every division, which keeps
+    the loop scalar.) gelu_tanh(x) = 0.5 x (1 + tanh z) = x / (1 + exp(-2z)), z = sqrt(2/pi) (x + 0.044715 x^3): the
+    second form has no cancellation in the left tail (1 + tanh z for z << 0) and one vectorisable
+    exp; silu(x) = x / (1 + exp(-x))."""
+    rows, n = g.shape
+    k = np.float32(-2.0 * math.sqrt(2.0 / math.pi)) if gelu else np.float32(-1.0)
+    cubic = np.float32(0.044715) if gelu else np.float32(0.0)
+    for r in prange(rows):
+        gr, ur, orow = g[r], u[r], out[r]
+        for i in range(n):
+            ui = np.uint64(i)  # unsigned: no negative-index fix-up, so the serial twin vectorises too
+            x = gr[ui]
+            orow[ui] = x / (np.float32(1.0) + _exp32(k * (x + cubic * x * x * x))) * ur[ui]
+
+
+def gated_act(g: np.ndarray, u: np.ndarray, act: str) -> np.ndarray:
+    """act(gate) * up with act = silu or gelu (tanh approximation)."""
+    out = np.empty_like(g)
+    launch(_gated, 16 * g.size, np.ascontiguousarray(g), np.ascontiguousarray(u), act == "gelu_tanh", out)
+    return out
+
+
+def gated_act_ref(g: np.ndarray, u: np.ndarray, act: str) -> np.ndarray:
+    x = g.astype(np.float64)
+    if act == "gelu_tanh":
+        a = 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
+    else:
+        a = x / (1 + np.exp(-x))
+    return (a * u).astype(np.float32)
+
+
+@lru_cache(maxsize=16)
+def _inv_freq(theta: float, dim: int) -> np.ndarray:
+    return theta ** (-np.arange(0, dim, 2, dtype=np.float64) / dim)
+
+
+def rope_tables(positions: np.ndarray, theta: float, dim: int, scale: float = 1.0,
+                factors: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """cos, sin [T, dim/2] for absolute positions (angles in float64, then float32).
+
+    `factors` (GGUF rope_freqs.weight, llama 3 style) divide each frequency, as in ggml_rope_ext."""
+    inv = _inv_freq(float(theta), dim)
+    if factors is not None:
+        inv = inv / factors.astype(np.float64)
+    ang = (positions.astype(np.float64) / scale)[:, None] * inv[None, :]
+    return np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
+
+
+@njit(parallel=True, cache=True)
+def _rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, neox: bool, out: np.ndarray) -> None:  # pragma: no cover
+    t_rows, heads, dim = x.shape
+    half = dim // 2
+    for th in prange(t_rows * heads):
+        t, h = th // heads, th % heads
+        for i in range(half):
+            ia, ib = (i, i + half) if neox else (2 * i, 2 * i + 1)
+            a, b = x[t, h, ia], x[t, h, ib]
+            c, s = cos[t, i], sin[t, i]
+            out[t, h, ia] = a * c - b * s  # no fastmath: the same float32 ops as the numpy reference
+            out[t, h, ib] = b * c + a * s
+
+
+def apply_rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, style: str) -> np.ndarray:
+    """Rotate x [T, H, D]: NEOX pairs (i, i + D/2), NORM pairs (2i, 2i + 1). Elementwise, so row-stable.
+    One kernel call (the numpy form was ~10 array operations, ~28 us a call at decode)."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    if x.ndim != 3 or x.shape[2] % 2 or cos.shape != (x.shape[0], x.shape[2] // 2) or sin.shape != cos.shape:
+        raise ValueError(f"apply_rope: x {x.shape} does not match cos {cos.shape} / sin {sin.shape}")  # the kernel reads unchecked
+    out = np.empty_like(x)
+    launch(_rope, 4 * x.size, x, np.ascontiguousarray(cos), np.ascontiguousarray(sin), style == ROPE_NEOX, out)
+    return out
+
+
+def apply_rope_ref(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, style: str) -> np.ndarray:
+    """The numpy reference of apply_rope."""
+    c, s = cos[:, None, :], sin[:, None, :]
+    out = np.empty_like(x)
+    if style == ROPE_NEOX:
+        half = x.shape[-1] // 2
+        a, b = x[..., :half], x[..., half:]
+        out[..., :half] = a * c - b * s
+        out[..., half:] = b * c + a * s
+    else:
+        a, b = x[..., 0::2], x[..., 1::2]
+        out[..., 0::2] = a * c - b * s
+        out[..., 1::2] = b * c + a * s
+    return out

@@ -1,0 +1,109 @@
+"""The tiled decode product and dequantizers (engine/kernels/tiledot.py's intrinsics), as numba kernels.
+
+`gemm_tiles(kind, w, x, out)`: x [B, n] float32 quantized per 32 values to int16, then every tile
+of w against every lane (groups of 8, 4, 1), parallel over tiles: decode and prefill alike.
+`dq_rows_tiles` (embedding take, full dequantize) gives float32 rows. kind: 0..3 =
+Q8_0, Q5_0, Q4_K, Q6_K (tile_layout.KINDS).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from engine.kernels.blockdot import U
+from engine.quant.tiles import QB, SB_BYTES, SB_VALUES, TILE
+from engine.kernels.tiledot import X_MAX, dq_tile, tdot1, tdot4, tdot8
+
+LANE_BLOCK = 64  # lanes per pass over a thread's tiles: 64 x 2048 int16 activations = 256 KiB
+
+
+@njit(inline="always", cache=True)
+def quantize_rows_i16(x, xq, dx, sxd):  # type: ignore[no-untyped-def]
+    """x float32 [B, n] -> xq int16 [B, n], dx and sxd float32 [B, n / 32]: x ~ xq * dx per block,
+    dx = max|x| / 32767, xq = rint(x / dx), sxd = dx * sum(xq) (Q4_K's min term). A block holding
+    inf or NaN gets dx = NaN, so the product is NaN as the float product would be."""
+    lanes, n = x.shape
+    for lane in range(lanes):
+        for blk in range(n // QB):
+            o = blk * QB
+            amax = np.float32(0.0)
+            for i in range(QB):
+                amax = max(amax, abs(x[lane, o + i]))
+            if not np.isfinite(amax):
+                dx[lane, blk] = np.float32(np.nan)
+                sxd[lane, blk] = np.float32(np.nan)
+                for i in range(QB):
+                    xq[lane, o + i] = 0
+                continue
+            d = np.float32(amax / np.float32(X_MAX))
+            inv = np.float32(1.0) / d if d > 0 else np.float32(0.0)
+            s = 0
+            for i in range(QB):
+                q = np.int16(np.rint(x[lane, o + i] * inv))
+                xq[lane, o + i] = q
+                s += np.int64(q)
+            dx[lane, blk] = d
+            sxd[lane, blk] = d * np.float32(s)
+
+
+@njit(parallel=True, cache=True)
+def gemm_tiles(kind, w, x, out):  # type: ignore[no-untyped-def]
+    """out[B, rows] = x[B, n] @ W.T for a tiled weight w (kind: 0..3 = Q8_0, Q5_0, Q4_K, Q6_K; shape
+    tile_layout.tiled_shape), parallel over tiles; each lane group of 8, 4 or 1 meets a tile at a time."""
+    ntiles, tile_bytes = w.shape
+    lanes, n = x.shape
+    rows = out.shape[1]
+    if kind < 0 or kind > 3:
+        raise ValueError("gemm_tiles: weight, activation and output shapes do not match")
+    nsb = n // SB_VALUES[kind]
+    # the tile dots read raw addresses: every size and stride they rely on is checked here
+    if (nsb * SB_VALUES[kind] != n or nsb * SB_BYTES[kind] != tile_bytes or out.shape[0] != lanes
+            or rows > ntiles * TILE or rows <= (ntiles - 1) * TILE or w.strides[1] != 1 or out.strides[1] != 4):
+        raise ValueError("gemm_tiles: weight, activation and output shapes do not match")
+    buf = np.empty(lanes * n + 32, dtype=np.int16)  # 64-byte aligned: a block's 32 int16 = one line
+    skip = ((64 - buf.ctypes.data % 64) % 64) // 2
+    xq = buf[skip: skip + lanes * n].reshape((lanes, n))
+    dx = np.empty((lanes, n // QB), dtype=np.float32)
+    sxd = np.empty((lanes, n // QB), dtype=np.float32)
+    quantize_rows_i16(x, xq, dx, sxd)
+    wa, oa = U(w.ctypes.data), U(out.ctypes.data)
+    ws, os_ = U(w.strides[0]), U(out.strides[0])
+    nc = min(ntiles, 64)
+    for c in prange(nc):
+        # lanes in blocks of LANE_BLOCK (a prefill chunk's activations stay in L2 while the chunk's
+        # tiles pass), each tile meeting the block's lanes 8, 4, 1 at a time
+        for l0 in range(0, lanes, LANE_BLOCK):
+            l1 = min(lanes, l0 + LANE_BLOCK)
+            for t in range(c * ntiles // nc, (c + 1) * ntiles // nc):
+                valid = min(TILE, rows - t * TILE)
+                wt, ot = wa + U(t) * ws, oa + U(t * TILE * 4)
+                b = l0
+                while b + 8 <= l1:
+                    tdot8(kind, wt, xq, dx, sxd, b, nsb, ot + U(b) * os_, os_, valid)
+                    b += 8
+                if b + 4 <= l1:
+                    tdot4(kind, wt, xq, dx, sxd, b, nsb, ot + U(b) * os_, os_, valid)
+                    b += 4
+                while b < l1:
+                    tdot1(kind, wt, xq, dx, sxd, b, nsb, ot + U(b) * os_, os_, valid)
+                    b += 1
+
+
+@njit(cache=True, nogil=True)
+def dq_rows_tiles(kind, w, rows, out):  # type: ignore[no-untyped-def]
+    """Weight rows `rows` (any order) as float32 out[len(rows), n]: each through its whole tile.
+    Serial: it serves the embedding take (one row a token) and whole-weight dequantize (tests,
+    diagnostics), and a parallel build of it cost 8.5 s of first-run compile."""
+    n = out.shape[1]
+    nsb = n // SB_VALUES[kind]
+    if kind < 0 or kind > 3 or nsb * SB_VALUES[kind] != n or nsb * SB_BYTES[kind] != w.shape[1] or w.strides[1] != 1:
+        raise ValueError("dq_rows_tiles: weight and output shapes do not match")
+    for j in range(rows.shape[0]):
+        if rows[j] < 0 or rows[j] // TILE >= w.shape[0]:
+            raise ValueError("dq_rows_tiles: row out of range")
+    wa, ws = U(w.ctypes.data), U(w.strides[0])
+    for j in range(rows.shape[0]):
+        tile = np.empty((TILE, n), dtype=np.float32)
+        dq_tile(kind, wa + U(rows[j] // TILE) * ws, nsb, tile, 0)
+        out[j, :] = tile[rows[j] % TILE]

@@ -1,0 +1,162 @@
+"""The forward pass, one for every architecture: embedding -> blocks -> norm -> head.
+
+A forward call runs a ragged batch of lanes: lane i feeds `n_i` tokens at positions
+`start_i..start_i+n_i-1` of its own paged KV cache. Prefill is one lane with many tokens,
+step_batch is many lanes with one token each; a scheduler may mix them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from engine.model import linear
+from engine.model.attention_groups import attention_groups
+from engine.gguf.config import ModelConfig
+from engine.model.kv import BlockPool, PageTable
+from engine.kernels.ops import apply_rope, gated_act, rmsnorm, rope_tables
+
+
+@dataclass
+class LayerWeights:
+    attn_norm: np.ndarray
+    wq: Any
+    wk: Any
+    wv: Any
+    wo: Any
+    ffn_norm: np.ndarray
+    w_gate: Any
+    w_up: Any
+    w_down: Any
+    bq: np.ndarray | None = None
+    bk: np.ndarray | None = None
+    bv: np.ndarray | None = None
+    q_norm: np.ndarray | None = None
+    k_norm: np.ndarray | None = None
+    post_attn_norm: np.ndarray | None = None
+    post_ffn_norm: np.ndarray | None = None
+
+
+@dataclass
+class Weights:
+    token_embd: Any
+    layers: list[LayerWeights]
+    output_norm: np.ndarray
+    output: Any  # the same object as token_embd when tied
+    rope_freqs: np.ndarray | None = None  # per-frequency divisors (llama 3 rope_freqs.weight)
+
+    @property
+    def nbytes(self) -> int:
+        seen: dict[int, int] = {}
+        for obj in [self.token_embd, self.output_norm, self.output, *[v for lw in self.layers for v in vars(lw).values()]]:
+            if obj is not None:
+                seen[id(obj)] = int(obj.nbytes)
+        return sum(seen.values())
+
+
+@dataclass
+class LaneInput:
+    """One lane of a forward batch: `n` tokens written at positions kv.length.. of `kv`."""
+
+    kv: PageTable
+    n: int
+    start: int = field(default=-1)
+
+    def __post_init__(self) -> None:
+        if self.start < 0:
+            self.start = self.kv.length
+
+
+class Model:
+    """Config + weights + the forward pass. `prefill_blas=False` makes prefill use the decode kernels,
+    so chunked prefill, one-shot prefill and serial steps then agree bit for bit."""
+
+    def __init__(self, config: ModelConfig, weights: Weights, name: str = "model",
+                 tensor_types: dict[str, int] | None = None) -> None:
+        self.config = config
+        self.weights = weights
+        self.name = name
+        self.tensor_types = tensor_types or {}  # GGUF tensor count per type ("Q4_K": 100, ...): the quant mix
+        self.prefill_blas = True
+
+    def new_pool(self, num_blocks: int | None = None, block_tokens: int = 16) -> BlockPool:
+        c = self.config
+        return BlockPool(c.n_layers, c.n_kv_heads, c.head_dim, num_blocks=num_blocks, block_tokens=block_tokens)
+
+    def forward(self, ids: np.ndarray, lanes: list[LaneInput], decode: bool,
+                trace: list[np.ndarray] | None = None, all_logits: bool = False) -> np.ndarray:
+        """Run sum(n) tokens through the model; K/V land in each lane's (already reserved) blocks.
+
+        Returns logits [len(lanes), vocab] of each lane's last token (every row with all_logits).
+        Does not advance kv.length. `trace` collects the residual stream (oracle tests).
+        """
+        c, w = self.config, self.weights
+        ids = np.asarray(ids, dtype=np.int64)
+        rows = int(ids.shape[0])
+        if rows != sum(ln.n for ln in lanes):
+            raise ValueError("ids do not match the lanes' token counts")
+        blas = not decode and self.prefill_blas
+        mm = linear.matmul_prefill if blas else linear.matmul
+        positions = np.concatenate([np.arange(ln.start, ln.start + ln.n) for ln in lanes])
+        x = linear.take(w.token_embd, ids)
+        if c.embed_scale != 1.0:
+            x *= np.float32(c.embed_scale)
+        if trace is not None:
+            trace.append(x.copy())
+        groups = attention_groups(lanes, blas)
+        tables: dict[tuple[float, float], tuple[np.ndarray, np.ndarray]] = {}
+        for li, lw in enumerate(w.layers):
+            key = (c.rope_theta(li), c.rope_pos_scale(li))
+            if key not in tables:
+                tables[key] = rope_tables(positions, key[0], c.head_dim, key[1], w.rope_freqs)
+            cos, sin = tables[key]
+            h = rmsnorm(x, lw.attn_norm, c.norm_eps)
+            q, k, v = mm(h, lw.wq), mm(h, lw.wk), mm(h, lw.wv)
+            if lw.bq is not None:
+                q += lw.bq
+                k += lw.bk
+                v += lw.bv
+            q = q.reshape(rows, c.n_heads, c.head_dim)
+            k = k.reshape(rows, c.n_kv_heads, c.head_dim)
+            v = v.reshape(rows, c.n_kv_heads, c.head_dim)
+            if lw.q_norm is not None:
+                q = rmsnorm(q, lw.q_norm, c.norm_eps)
+                k = rmsnorm(k, lw.k_norm, c.norm_eps)
+            q = apply_rope(q, cos, sin, c.rope_style)
+            k = apply_rope(k, cos, sin, c.rope_style)
+            att = np.empty_like(q)
+            for g in groups:
+                g.attend(li, q, k, v, att, c.window(li), c.scale, c.attn_softcap)
+            o = mm(att.reshape(rows, c.q_dim), lw.wo)
+            if lw.post_attn_norm is not None:
+                o = rmsnorm(o, lw.post_attn_norm, c.norm_eps)
+            x = x + o
+            h = rmsnorm(x, lw.ffn_norm, c.norm_eps)
+            a = gated_act(mm(h, lw.w_gate), mm(h, lw.w_up), c.act)
+            d = mm(a, lw.w_down)
+            if lw.post_ffn_norm is not None:
+                d = rmsnorm(d, lw.post_ffn_norm, c.norm_eps)
+            x = x + d
+            if trace is not None:
+                trace.append(x.copy())
+        last = np.arange(rows) if all_logits else np.cumsum([ln.n for ln in lanes]) - 1
+        hl = rmsnorm(x[last], w.output_norm, c.norm_eps)
+        if trace is not None:
+            trace[-1] = hl  # HF reports the final state after the output norm
+        logits = linear.matmul(hl, w.output)  # the head always takes the row-stable path
+        if c.final_softcap > 0:
+            logits = np.float32(c.final_softcap) * np.tanh(logits / np.float32(c.final_softcap))
+        return logits
+
+    def hidden_states(self, ids: list[int] | np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
+        """For oracle tests: the residual stream [T, hidden] after the embedding and after each block
+        (the last one after the output norm, as HF output_hidden_states does) and logits [T, vocab]."""
+        ids = np.asarray(ids, dtype=np.int64)
+        kv = PageTable(self.new_pool(None))
+        kv.reserve(len(ids))
+        states: list[np.ndarray] = []
+        logits = self.forward(ids, [LaneInput(kv, len(ids))], decode=False, trace=states, all_logits=True)
+        kv.free()
+        return states, logits

@@ -1,0 +1,155 @@
+"""GGUF path or alias -> Model: name the tensors each block needs (llama.cpp naming), check shapes, load.
+
+`load_model` is the entry point. Plain weights are dequantized to float32 [out, in]; resident ones
+(`resident=True`) are handed to engine.model.resident.resident_weight (quantized blocks kept).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from engine.gguf.config import ModelConfig, from_gguf_metadata
+from engine.errors import GGUFError
+from engine.gguf.aliases import default_model, resolve_model
+from engine.gguf.reader import GGUFFile, TensorInfo, read_gguf
+from engine.model.forward import LayerWeights, Model, Weights
+from engine.model.resident import resident_weight
+from engine.model.synthetic import synthetic_model
+from engine.quant.dequant import SUPPORTED, dequantize
+
+
+def load_model(path_or_alias: str | Path | None = None, resident: bool = False, progress: bool | None = None) -> Model:
+    """A GGUF path or alias (None -> $FAK_MODEL or gemma3-270m; "synthetic" -> the synthetic checkpoint)
+    with float32 weights (plain) or its quantized blocks kept resident."""
+    if str(path_or_alias if path_or_alias is not None else default_model()) == "synthetic":
+        return synthetic_model()  # FAK_MODEL=synthetic selects it too
+    g = read_gguf(resolve_model(path_or_alias))
+    return build_model(g, make_resident=resident_weight if resident else None, progress=progress)
+
+
+def _specs(c: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """Expected tensors and numpy shapes. Optional ones (output, biases) are checked when present."""
+    s: dict[str, tuple[int, ...]] = {"token_embd.weight": (c.vocab_size, c.hidden), "output_norm.weight": (c.hidden,)}
+    for i in range(c.n_layers):
+        p = f"blk.{i}."
+        s.update({
+            p + "attn_norm.weight": (c.hidden,),
+            p + "attn_q.weight": (c.q_dim, c.hidden),
+            p + "attn_k.weight": (c.kv_dim, c.hidden),
+            p + "attn_v.weight": (c.kv_dim, c.hidden),
+            p + "attn_output.weight": (c.hidden, c.q_dim),
+            p + "ffn_norm.weight": (c.hidden,),
+            p + "ffn_gate.weight": (c.ffn, c.hidden),
+            p + "ffn_up.weight": (c.ffn, c.hidden),
+            p + "ffn_down.weight": (c.hidden, c.ffn),
+        })
+        if c.qkv_bias:
+            s.update({p + "attn_q.bias": (c.q_dim,), p + "attn_k.bias": (c.kv_dim,), p + "attn_v.bias": (c.kv_dim,)})
+        if c.qk_norm:
+            s.update({p + "attn_q_norm.weight": (c.head_dim,), p + "attn_k_norm.weight": (c.head_dim,)})
+        if c.post_norms:
+            s.update({p + "post_attention_norm.weight": (c.hidden,), p + "post_ffw_norm.weight": (c.hidden,)})
+    return s
+
+
+def config_for(g: GGUFFile) -> ModelConfig:
+    c = from_gguf_metadata(g.metadata, where=str(g.path))
+    emb = g.tensors.get("token_embd.weight")
+    if emb is None:
+        raise GGUFError(f"{g.path}: missing tensor 'token_embd.weight'")
+    if len(emb.shape) != 2:
+        raise GGUFError(f"{g.path}: tensor 'token_embd.weight' has shape {emb.shape}, expected 2-D")
+    if c.vocab_size == 0:
+        c = c.with_(vocab_size=emb.shape[0])
+    return c.with_(tied_embeddings="output.weight" not in g.tensors)
+
+
+def build_model(g: GGUFFile, make_resident: Callable[..., Any] | None = None, progress: bool | None = None) -> Model:
+    c = config_for(g)
+    last = f"blk.{c.n_layers - 1}.attn_norm.weight"  # before listing every layer's tensors: a corrupt
+    if last not in g.tensors:                          # block_count may be in the billions
+        raise GGUFError(f"{g.path}: missing tensor {last!r} (block_count is {c.n_layers})")
+    specs = _specs(c)
+    if not c.tied_embeddings:
+        specs["output.weight"] = (c.vocab_size, c.hidden)
+    if "rope_freqs.weight" in g.tensors:
+        specs["rope_freqs.weight"] = (c.head_dim // 2,)
+    for name, shape in specs.items():
+        t = g.tensors.get(name)
+        if t is None:
+            raise GGUFError(f"{g.path}: missing tensor {name!r} (architecture {c.arch})")
+        if t.shape != shape:
+            raise GGUFError(f"{g.path}: tensor {name!r} has shape {t.shape}, expected {shape}")
+        if t.qtype not in SUPPORTED:
+            raise GGUFError(f"{g.path}: tensor {name!r} has unsupported type {t.qtype.name}")
+    cache: dict[str, Any] = {}
+    total = sum(g.tensors[n].nbytes for n in specs)
+    with _Progress(progress, total, g.path.name) as bar:
+        for name in specs:
+            t = g.tensors[name]
+            cache[name] = _materialize(t, make_resident)
+            bar.advance(t.nbytes)
+
+    def get(name: str) -> Any:
+        return cache.get(name)
+
+    layers = [
+        LayerWeights(
+            attn_norm=get(f"blk.{i}.attn_norm.weight"), wq=get(f"blk.{i}.attn_q.weight"),
+            wk=get(f"blk.{i}.attn_k.weight"), wv=get(f"blk.{i}.attn_v.weight"),
+            wo=get(f"blk.{i}.attn_output.weight"), ffn_norm=get(f"blk.{i}.ffn_norm.weight"),
+            w_gate=get(f"blk.{i}.ffn_gate.weight"), w_up=get(f"blk.{i}.ffn_up.weight"),
+            w_down=get(f"blk.{i}.ffn_down.weight"), bq=get(f"blk.{i}.attn_q.bias"), bk=get(f"blk.{i}.attn_k.bias"),
+            bv=get(f"blk.{i}.attn_v.bias"), q_norm=get(f"blk.{i}.attn_q_norm.weight"),
+            k_norm=get(f"blk.{i}.attn_k_norm.weight"), post_attn_norm=get(f"blk.{i}.post_attention_norm.weight"),
+            post_ffn_norm=get(f"blk.{i}.post_ffw_norm.weight"),
+        )
+        for i in range(c.n_layers)
+    ]
+    emb = cache["token_embd.weight"]
+    w = Weights(token_embd=emb, layers=layers, output_norm=cache["output_norm.weight"],
+                output=emb if c.tied_embeddings else cache["output.weight"], rope_freqs=cache.get("rope_freqs.weight"))
+    types: dict[str, int] = {}
+    for name in specs:
+        types[g.tensors[name].qtype.name] = types.get(g.tensors[name].qtype.name, 0) + 1
+    return Model(c, w, name=g.path.name, tensor_types=types)
+
+
+def _materialize(t: TensorInfo, make_resident: Callable[..., Any] | None) -> Any:
+    if make_resident is not None and len(t.shape) == 2:
+        return make_resident(t.name, t.qtype, t.raw, (int(t.shape[0]), int(t.shape[1])))
+    flat = dequantize(t.raw, t.qtype, t.n_elements)
+    return flat.reshape(t.shape)
+
+
+class _Progress:
+    """A rich progress bar on stderr when it is a terminal (or when asked), silent otherwise."""
+
+    def __init__(self, enabled: bool | None, total: int, label: str) -> None:
+        self.enabled = sys.stderr.isatty() if enabled is None else enabled
+        self.total, self.label = total, label
+        self._bar: Any = None
+
+    def __enter__(self) -> "_Progress":
+        if self.enabled:
+            from rich.console import Console
+            from rich.progress import BarColumn, DownloadColumn, Progress, TimeElapsedColumn
+
+            self._bar = Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
+                                 TimeElapsedColumn(), console=Console(stderr=True), transient=True)
+            self._bar.start()
+            self._task = self._bar.add_task(f"loading {self.label}", total=self.total)
+        self.t0 = time.perf_counter()
+        return self
+
+    def advance(self, n: int) -> None:
+        if self._bar is not None:
+            self._bar.advance(self._task, n)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+

@@ -1,0 +1,164 @@
+"""Sessions: one lane's token history and paged KV cache; prefill, step, and batched steps.
+
+Blocks are reserved (and shared blocks copied on write) BEFORE anything is mutated, so a
+KVExhausted from a fixed shared pool leaves every session exactly as it was: the scheduler can
+preempt someone and retry.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Sequence
+
+import numpy as np
+
+from engine.errors import EngineError
+from engine.model.kv import BlockPool, KVExhausted, PageTable
+from engine.model.forward import LaneInput, Model
+from engine.kernels.parallel import warming
+
+
+class Session:
+    """A sequence being decoded. `kv.length` positions are filled; `tokens` are the ids fed so far."""
+
+    def __init__(self, model: Model, pool: BlockPool | None = None) -> None:
+        self.model = model
+        self.kv = PageTable(pool if pool is not None else model.new_pool(None))
+        self.tokens: list[int] = []
+
+    @property
+    def pool(self) -> BlockPool:
+        return self.kv.pool
+
+    @property
+    def length(self) -> int:
+        return self.kv.length
+
+    def prefill(self, ids: Sequence[int] | np.ndarray) -> np.ndarray:
+        """Append `ids` at positions length.. and return the logits [vocab] of the last one."""
+        arr = _ids(ids, self.model.config.vocab_size)
+        if arr.size == 0:
+            raise EngineError("prefill of an empty prompt")
+        _reserve([self], [arr.size])
+        logits = self.model.forward(arr, [LaneInput(self.kv, int(arr.size))], decode=False)
+        self._advance(arr)
+        return logits[0]
+
+    def step(self, token: int) -> np.ndarray:
+        """Feed one token (the decode path) and return the next-token logits [vocab]."""
+        return step_batch([self], [token])[0]
+
+    def free(self) -> None:
+        """Return every KV block to the pool (shared blocks survive for their other owners)."""
+        self.kv.free()
+        self.tokens = []
+
+    def _advance(self, arr: np.ndarray) -> None:
+        self.kv.length += int(arr.size)
+        self.tokens.extend(int(t) for t in arr)
+
+
+class BatchSession:
+    """A fixed group of sessions advanced together (see `step_batch` for a changing set)."""
+
+    def __init__(self, sessions: Sequence[Session]) -> None:
+        self.sessions = list(sessions)
+
+    def step_batch(self, ids: Sequence[int]) -> np.ndarray:
+        return step_batch(self.sessions, ids)
+
+
+def step_batch(sessions: Sequence[Session], ids: Sequence[int] | np.ndarray) -> np.ndarray:
+    """Advance N sessions (of one model) one token each: one batched matmul per weight.
+
+    Returns logits [N, vocab], bit-identical to N serial `step` calls (a one-token `forward_batch`).
+    """
+    sessions = list(sessions)
+    arr = np.asarray(list(ids) if not isinstance(ids, np.ndarray) else ids).reshape(-1, 1)
+    if len(arr) != len(sessions):
+        raise EngineError(f"step_batch: {len(sessions)} sessions but {len(arr)} ids")
+    return forward_batch(sessions, arr)
+
+
+def forward_batch(sessions: Sequence[Session], chunks: Sequence[Sequence[int]]) -> np.ndarray:
+    """Advance N sessions by a chunk of tokens each (prefill chunks and single decode tokens mixed)
+    in ONE forward on the row-stable decode kernels; returns each session's last-token logits [N, vocab].
+
+    Every row is computed as a serial `step` would compute it, so the result does not depend on the
+    batch mates or on how a prompt was chunked (the continuous-batching scheduler relies on this).
+    All blocks are reserved before anything is mutated (KVExhausted leaves every session unchanged).
+    """
+    sessions = list(sessions)
+    if not sessions:
+        return np.zeros((0, 0), dtype=np.float32)
+    model = sessions[0].model
+    if any(s.model is not model for s in sessions):
+        raise EngineError("forward_batch: sessions belong to different models")
+    if len({id(s) for s in sessions}) != len(sessions):
+        raise EngineError("forward_batch: a session appears twice in one batch")
+    if len(chunks) != len(sessions):
+        raise EngineError(f"forward_batch: {len(sessions)} sessions but {len(chunks)} chunks")
+    arrs = [_ids(c, model.config.vocab_size) for c in chunks]
+    if any(a.size == 0 for a in arrs):
+        raise EngineError("forward_batch: an empty chunk")
+    _reserve(sessions, [int(a.size) for a in arrs])
+    logits = model.forward(np.concatenate(arrs), [LaneInput(s.kv, int(a.size)) for s, a in zip(sessions, arrs)],
+                           decode=True)
+    for s, a in zip(sessions, arrs):
+        s._advance(a)
+    return logits
+
+
+def _ids(ids: Sequence[int] | np.ndarray, vocab: int) -> np.ndarray:
+    arr = np.asarray(list(ids) if not isinstance(ids, np.ndarray) else ids, dtype=np.int64).reshape(-1)
+    if arr.size and (arr.min() < 0 or arr.max() >= vocab):
+        bad = int(arr[(arr < 0) | (arr >= vocab)][0])
+        raise EngineError(f"token id {bad} out of range for vocab {vocab}")
+    return arr
+
+
+def _cow_blocks(kv: PageTable, n_new: int) -> list[int]:
+    """Indices into kv.blocks of existing blocks the write will touch that someone else also holds."""
+    bt = kv.pool.block_tokens
+    first, last = kv.length // bt, (kv.length + n_new - 1) // bt
+    return [i for i in range(first, min(last + 1, len(kv.blocks))) if kv.pool.refcount[kv.blocks[i]] > 1]
+
+
+def _reserve(sessions: Sequence[Session], counts: Sequence[int]) -> None:
+    """Reserve room for counts[i] more tokens in each session, all or nothing."""
+    need: dict[int, int] = defaultdict(int)
+    pools: dict[int, BlockPool] = {}
+    for s, n in zip(sessions, counts):
+        need[id(s.pool)] += s.kv.blocks_needed(s.kv.length + n) + len(_cow_blocks(s.kv, n))
+        pools[id(s.pool)] = s.pool
+    for key, n in need.items():
+        pool = pools[key]
+        if not pool.growable and n > pool.num_free:
+            raise KVExhausted(f"KV pool exhausted: need {n} blocks, {pool.num_free} free of {pool.capacity}")
+    for s, n in zip(sessions, counts):
+        for i in _cow_blocks(s.kv, n):
+            old = s.kv.blocks[i]
+            new = s.pool.allocate()
+            s.pool.k[:, new] = s.pool.k[:, old]
+            s.pool.v[:, new] = s.pool.v[:, old]
+            s.pool.release(old)
+            s.kv.blocks[i] = new
+        s.kv.reserve(s.kv.length + n)
+
+
+def warmup(model: Model | None = None) -> None:
+    """Load (or compile, first time) every numba kernel of prefill, step and step_batch, so no
+    request pays for it. The kernels' types do not depend on the model, so the tiny synthetic
+    checkpoint warms them for every model; pass a model to also touch its weights once."""
+    if model is None:
+        from engine.model.synthetic import synthetic_model
+
+        model = synthetic_model()
+    with warming():  # both the parallel kernels and their serial twins
+        a, b = Session(model), Session(model)
+        a.prefill([1, 2])
+        b.prefill([3])
+        a.step(4)
+        step_batch([a, b], [5, 6])
+        a.free()
+        b.free()

@@ -1,0 +1,134 @@
+"""16-row tile layouts of the GGUF quant types, for the integer-dot decode kernels (engine/kernels/tiledot.py).
+
+A weight [rows, n] becomes [ceil(rows / 16), n_super * SB_BYTES] uint8: one array row per tile of
+16 weight rows (the last tile padded with zero rows), each a run of super-blocks of SB values
+(32 for Q8_0 / Q5_0, 256 for the K-quants). A super-block is a header, then one "tile block" per
+32 values. Inside a tile block, "pair k" (k < 16) means values 2k and 2k+1 of all 16 rows: the
+32 numbers one `vpdpwssd` multiplies with a broadcast activation pair. Byte 2i + h of a pair's
+32-byte vector belongs to row i, value 2k + h.
+
+- Q8_0x16 (SB 32, 544 bytes = 16 x 34): f16 d[16]; int8 q: pair k at 32 + 32k.
+- Q5_0x16 (SB 32, 352 = 16 x 22): f16 d[16]; nibbles (below); 5th bits: 2 vectors of 32 bytes,
+  bit f of vector m = bit 4 of pair 8m + f. Value = d * (q - 16).
+- Q6_Kx16 (SB 256, 3360 = 16 x 210): f16 d[16]; 8 tile blocks of 416: int8 scales [2][16] (values
+  0..15 and 16..31 of the block: GGUF's one scale per 16), nibbles, high bits: 4 vectors of 32
+  bytes, bits 2f..2f+1 of vector m = bits 4..5 of pair 4m + f. Value = d * scale * (q - 32).
+- Q4_Kx16 (SB 256, 2368 = 16 x 148): f16 d[16], f16 dmin[16]; 8 tile blocks of 288: u8 scale[16],
+  u8 min[16] (GGUF's 6-bit fields, unpacked: +4 bytes per 144), nibbles. Value = d*sc*q - dmin*m.
+- Nibbles (256 bytes): 8 vectors of 32 bytes; vector g holds pair g in the low nibbles and pair
+  g + 8 in the high ones.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from engine.quant.rows import _k4_scale_min  # Q4_K's 6-bit (scale, min) fields
+
+TILE = 16  # rows per tile: one zmm of int32 row sums
+QB = 32  # values per tile block
+KINDS = ("Q8_0", "Q5_0", "Q4_K", "Q6_K")  # tile kind codes 0..3, as kernels.KIND
+SB_VALUES = (32, 32, 256, 256)
+SB_BYTES = (544, 352, 2368, 3360)
+HEADER = (0, 0, 64, 32)  # super-block header bytes (Q8_0 / Q5_0: d sits in the tile block)
+TB_BYTES = (544, 352, 288, 416)
+GGUF_BYTES = (34, 22, 144, 210)  # per row and super-block in the GGUF
+NIB = (0, 32, 32, 32)  # offset of the nibble vectors in a tile block (after d or the scales)
+
+
+def tiled_shape(kind: int, rows: int, n: int) -> tuple[int, int]:
+    return -(-rows // TILE), n // SB_VALUES[kind] * SB_BYTES[kind]
+
+
+@njit(inline="always", cache=True)
+def _f16_copy(src, r, s, dst, t, o, i):  # type: ignore[no-untyped-def]
+    dst[t, o + 2 * i] = src[r, s]
+    dst[t, o + 2 * i + 1] = src[r, s + 1]
+
+
+@njit(inline="always", cache=True)
+def _put_values(dst, t, o, i, q, base, hbits):  # type: ignore[no-untyped-def]
+    """Row i's 32 unsigned values q[base:base + 32] into the nibble (+ high-bit) vectors at o."""
+    per = 8 // hbits if hbits else 16
+    for k in range(16):
+        for h in range(2):
+            v = np.int32(q[base + 2 * k + h])
+            pos = o + 32 * (k % 8) + 2 * i + h
+            if k < 8:
+                dst[t, pos] = (dst[t, pos] & 0xF0) | (v & 15)
+            else:
+                dst[t, pos] = (dst[t, pos] & 0x0F) | ((v & 15) << 4)
+            if hbits:
+                hp = o + 256 + 32 * (k // per) + 2 * i + h
+                dst[t, hp] = dst[t, hp] | (((v >> 4) & ((1 << hbits) - 1)) << (hbits * (k % per)))
+
+
+@njit(inline="always", cache=True)
+def _repack_row(kind, src, r, dst, t, i, q):  # type: ignore[no-untyped-def]
+    """GGUF row r (all its super-blocks) -> row i of tile t; q is a scratch of 256 values."""
+    nsb = src.shape[1] // GGUF_BYTES[kind]
+    for sb in range(nsb):
+        s, o = sb * GGUF_BYTES[kind], sb * SB_BYTES[kind]
+        if kind == 0:
+            _f16_copy(src, r, s, dst, t, o, i)
+            for k in range(16):
+                dst[t, o + 32 + 32 * k + 2 * i] = src[r, s + 2 + 2 * k]
+                dst[t, o + 32 + 32 * k + 2 * i + 1] = src[r, s + 3 + 2 * k]
+        elif kind == 1:
+            _f16_copy(src, r, s, dst, t, o, i)
+            qh = np.int64(0)
+            for b in range(4):
+                qh |= np.int64(src[r, s + 2 + b]) << (8 * b)
+            for j in range(16):
+                lo = np.int32(src[r, s + 6 + j])
+                q[j] = (lo & 15) | (((qh >> j) & 1) << 4)
+                q[j + 16] = (lo >> 4) | (((qh >> (j + 16)) & 1) << 4)
+            _put_values(dst, t, o + 32, i, q, 0, 1)
+        elif kind == 2:
+            _f16_copy(src, r, s, dst, t, o, i)  # d
+            _f16_copy(src, r, s + 2, dst, t, o + 32, i)  # dmin
+            for c in range(4):
+                for l in range(32):
+                    v = np.int32(src[r, s + 16 + 32 * c + l])
+                    q[64 * c + l] = v & 15
+                    q[64 * c + 32 + l] = v >> 4
+            for j in range(8):
+                tb = o + 64 + j * 288
+                sc, m = _k4_scale_min(src, r, s + 4, j)
+                dst[t, tb + i] = sc
+                dst[t, tb + 16 + i] = m
+                _put_values(dst, t, tb + 32, i, q, 32 * j, 0)
+        else:
+            _f16_copy(src, r, s + 208, dst, t, o, i)
+            for half in range(2):  # llama.cpp dequantize_row_q6_K's order
+                for l in range(32):
+                    a = np.int32(src[r, s + 64 * half + l])
+                    c = np.int32(src[r, s + 64 * half + 32 + l])
+                    hb = np.int32(src[r, s + 128 + 32 * half + l])
+                    y = 128 * half + l
+                    q[y] = (a & 15) | ((hb & 3) << 4)
+                    q[y + 32] = (c & 15) | (((hb >> 2) & 3) << 4)
+                    q[y + 64] = (a >> 4) | (((hb >> 4) & 3) << 4)
+                    q[y + 96] = (c >> 4) | (((hb >> 6) & 3) << 4)
+            for j in range(8):
+                tb = o + 32 + j * 416
+                dst[t, tb + i] = src[r, s + 192 + 2 * j]  # scale of values 32j .. 32j + 15
+                dst[t, tb + 16 + i] = src[r, s + 193 + 2 * j]
+                _put_values(dst, t, tb + 32, i, q, 32 * j, 2)
+
+
+@njit(cache=True, nogil=True)
+def repack_tiles(kind, src, dst):  # type: ignore[no-untyped-def]
+    """GGUF rows src [rows, n_super * GGUF bytes] -> tiles dst (tiled_shape); padding rows zero.
+    Serial (Gemma's 178 MB head: ~0.15 s): a parallel build costs seconds of first-run compile."""
+    rows = src.shape[0]
+    nsb = src.shape[1] // GGUF_BYTES[kind]
+    if (nsb * GGUF_BYTES[kind] != src.shape[1] or dst.shape[0] != (rows + TILE - 1) // TILE
+            or dst.shape[1] != nsb * SB_BYTES[kind]):
+        raise ValueError("repack_tiles: source and destination shapes do not match")
+    for t in range(dst.shape[0]):
+        dst[t, :] = 0
+        q = np.empty(256, np.int32)
+        for i in range(min(TILE, rows - t * TILE)):
+            _repack_row(kind, src, t * TILE + i, dst, t, i, q)

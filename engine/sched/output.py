@@ -1,0 +1,81 @@
+"""OutputProcessor: what a forward pass's logits do to its lanes (vLLM's output processing).
+
+After a prompt chunk: its full blocks join the prefix cache; the last chunk turns the lane to decoding
+and samples its first token (or, after a recompute readmission, starts replaying the generated ids).
+After a decode row: a replayed token's logits are dropped, otherwise a token is sampled. Every sampled
+token is checked against EOS, stop ids, stop strings and max_new_tokens, then streamed to the handle.
+Finishing frees the lane's blocks, takes it off the queues and resolves its handle.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from engine.sched.lane import FinishReason, Lane, LaneState, now
+from engine.sched.prefix_cache import PrefixCache
+from engine.model.sampling import sample
+from engine.sched.plan import Scheduler
+from engine.sched.stats import RateMeter
+
+
+class OutputProcessor:
+    def __init__(self, scheduler: Scheduler, prefix: PrefixCache | None, eos_ids: frozenset[int],
+                 counters: dict[str, int]) -> None:
+        self.scheduler, self.prefix, self.eos_ids = scheduler, prefix, eos_ids
+        self.block_tokens = scheduler.pool.block_tokens
+        self.counters = counters  # the loop-thread counters shared with the scheduler
+        self.finished: dict[str, int] = {}  # finish reason -> lanes
+        self.rate = RateMeter()
+
+    def after_prefill(self, lane: Lane, ids: list[int], logits: np.ndarray) -> None:
+        self.counters["prefill_tokens"] += len(ids)
+        s = lane.session
+        if self.prefix is not None:
+            full = min(s.length, len(lane.prompt_ids)) // self.block_tokens
+            self.prefix.insert(lane.prompt_ids, s.kv.blocks, full)
+        if s.length < len(lane.prompt_ids):
+            return
+        lane.to(LaneState.DECODING)
+        if lane.generated:  # recompute readmission: the prompt is back, now replay the generated ids
+            lane.replay = lane.generated[:-1]
+        else:
+            self.emit(lane, sample(logits, lane.request.sampling, lane.rng))
+
+    def after_step(self, lane: Lane, row: np.ndarray) -> None:
+        if lane.replay:
+            lane.replay.pop(0)  # recompute replay: the token was generated before, its logits are known
+        else:
+            self.emit(lane, sample(row, lane.request.sampling, lane.rng))
+
+    def emit(self, lane: Lane, token: int) -> None:
+        t = now()
+        if lane.first_token_at is None:
+            lane.first_token_at = t
+        self.rate.add(t, 1)
+        self.counters["tokens"] += 1
+        req = lane.request
+        if req.stop_on_eos and token in self.eos_ids:
+            self.finish(lane, FinishReason.EOS)
+            return
+        if token in req.stop_ids:
+            self.finish(lane, FinishReason.STOP)
+            return
+        lane.generated.append(token)
+        lane.pending = token
+        piece = lane.text.push(token) if lane.text is not None else ""
+        lane.handle._push(token, piece)
+        if lane.text is not None and lane.text.stopped:
+            self.finish(lane, FinishReason.STOP)
+        elif len(lane.generated) >= req.max_new_tokens:
+            self.finish(lane, FinishReason.LENGTH)
+
+    def finish(self, lane: Lane, reason: FinishReason, error: str | None = None) -> None:
+        if lane.session is not None and lane.session.kv.blocks:
+            lane.session.kv.free()
+        lane.session, lane.swap_data, lane.replay = None, None, []
+        self.scheduler.remove(lane)
+        lane.to(LaneState.FINISHED)
+        lane.finish_reason, lane.error = reason, error
+        self.finished[reason.value] = self.finished.get(reason.value, 0) + 1
+        tail = lane.text.finish() if lane.text is not None else ""
+        lane.handle._set_result(lane.result(now()), tail)

@@ -1,0 +1,149 @@
+"""Prefix cache: full KV blocks keyed by a chained hash of their token ids (vLLM's automatic prefix caching).
+
+The cache holds one reference on every block it knows. A block whose only reference is the cache's is
+"reclaimable": it counts as used in the pool but is evicted LRU when the scheduler needs room.
+Blocks are only ever full and never written again (lanes append past them), so sharing is safe.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from engine.model.kv import BlockPool
+from engine.sched.lane import Lane
+
+
+def chain_hashes(tokens: list[int], block_tokens: int, n_blocks: int) -> list[int]:
+    """hash of block i covers tokens of blocks 0..i (each hash folds in its parent's)."""
+    out: list[int] = []
+    h = 0
+    for i in range(n_blocks):
+        h = hash((h, tuple(tokens[i * block_tokens : (i + 1) * block_tokens])))
+        out.append(h)
+    return out
+
+
+@dataclass
+class _Entry:
+    block: int
+    tokens: tuple[int, ...]  # kept to rule out hash collisions
+    parent: int
+    hits: int = 0
+
+
+class PrefixCache:
+    def __init__(self, pool: BlockPool) -> None:
+        self.pool = pool
+        self._entries: OrderedDict[int, _Entry] = OrderedDict()  # hash -> entry, LRU first
+        self._by_block: dict[int, int] = {}  # block id -> hash
+        self.queries = 0
+        self.hits = 0  # queries that mapped at least one block
+        self.hit_tokens = 0
+        self.evictions = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def match(self, tokens: list[int], max_tokens: int, align: int = 1) -> list[int]:
+        """Blocks caching the longest full-block prefix of tokens[:max_tokens], a multiple of `align`
+        blocks long; each is incref'd for the caller."""
+        bt = self.pool.block_tokens
+        self.queries += 1
+        blocks = [e.block for e in self._cached_run(tokens, max_tokens, align)]
+        for b in reversed(blocks):  # touch leaf first so parents stay more recent (LRU evicts leaves first)
+            h = self._by_block[b]
+            self._entries[h].hits += 1
+            self._entries.move_to_end(h)
+            self.pool.incref(b)
+        if blocks:
+            self.hits += 1
+            self.hit_tokens += len(blocks) * bt
+        return blocks
+
+    def peek(self, tokens: list[int], max_tokens: int, align: int = 1) -> tuple[int, int]:
+        """(blocks `match` would map now, how many of them are reclaimable): no incref, no stats."""
+        run = self._cached_run(tokens, max_tokens, align)
+        return len(run), sum(1 for e in run if self.pool.refcount[e.block] == 1)
+
+    def _cached_run(self, tokens: list[int], max_tokens: int, align: int) -> list[_Entry]:
+        """Entries of the longest cached full-block prefix of tokens[:max_tokens], cut to a multiple of
+        `align` blocks (each entry checked against its parent and its own tokens: no hash collisions)."""
+        bt = self.pool.block_tokens
+        run: list[_Entry] = []
+        parent = 0
+        for h in chain_hashes(tokens, bt, max_tokens // bt):
+            e = self._entries.get(h)
+            i = len(run)
+            if e is None or e.parent != parent or e.tokens != tuple(tokens[i * bt : (i + 1) * bt]):
+                break
+            run.append(e)
+            parent = h
+        return run[: len(run) - len(run) % align]
+
+    def insert(self, tokens: list[int], blocks: list[int], n_full: int) -> None:
+        """Offer the first n_full (full, prompt-only) blocks of a lane; already-cached prefixes are kept."""
+        bt = self.pool.block_tokens
+        parent = 0
+        hashes = chain_hashes(tokens, bt, n_full)
+        for i, h in enumerate(hashes):
+            if h not in self._entries and blocks[i] not in self._by_block:
+                self._entries[h] = _Entry(blocks[i], tuple(tokens[i * bt : (i + 1) * bt]), parent)
+                self._by_block[blocks[i]] = h
+                self.pool.incref(blocks[i])
+            parent = h
+        for h in reversed(hashes):
+            if h in self._entries:
+                self._entries.move_to_end(h)
+
+    def block_hits(self, block: int) -> int:
+        h = self._by_block.get(block)
+        return 0 if h is None else self._entries[h].hits
+
+    def reclaimable(self) -> int:
+        return sum(1 for e in self._entries.values() if self.pool.refcount[e.block] == 1)
+
+    def evict(self, n: int) -> int:
+        """Free up to n cache-only blocks, least recently used first; returns how many were freed."""
+        freed = 0
+        for h in [h for h, e in self._entries.items() if self.pool.refcount[e.block] == 1]:
+            if freed >= n:
+                break
+            self._drop(h)
+            freed += 1
+        self.evictions += freed
+        return freed
+
+    def _drop(self, h: int) -> None:
+        e = self._entries.pop(h)
+        del self._by_block[e.block]
+        self.pool.release(e.block)
+
+    def clear(self) -> None:
+        """Release every cached block (on scheduler close)."""
+        for h in list(self._entries):
+            self._drop(h)
+
+
+# -- the scheduler's side of sharing: which blocks a lane's prompt may map, and when to wait for them
+
+
+def hit_limit(lane: Lane) -> int:
+    """Prompt tokens a prefix hit may cover: all but the last (its logits give the first token)."""
+    return len(lane.prompt_ids) - 1
+
+
+def prompt_hashes(lane: Lane, block_tokens: int) -> list[int]:
+    """Chained hashes of the lane's full prompt blocks (the ones the prefix cache may hold), computed once."""
+    if lane.prompt_hashes is None:
+        lane.prompt_hashes = chain_hashes(lane.prompt_ids, block_tokens, hit_limit(lane) // block_tokens)
+    return lane.prompt_hashes
+
+
+def waits_for_producer(cache: PrefixCache, lane: Lane, producing: set[int], align: int) -> bool:
+    """In one batched forward, lanes cannot share what none has computed yet: a newcomer whose next
+    uncached prompt block is being filled by another lane this iteration waits, then maps it from the
+    prefix cache instead of computing it again."""
+    hashes = prompt_hashes(lane, cache.pool.block_tokens)
+    hit = cache.peek(lane.prompt_ids, hit_limit(lane), align)[0]
+    return hit < len(hashes) and hashes[hit] in producing

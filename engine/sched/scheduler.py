@@ -1,0 +1,301 @@
+"""NativeScheduler: continuous batching over a paged KV cache (one loop thread).
+
+Each loop iteration: take new requests and cancels; let the Scheduler (engine/sched/plan.py) readmit
+preempted lanes, promote waiting ones, plan the step (prefill chunks within a token budget, one token
+per decoding lane) and meet the KV budget (evict reclaimable prefix blocks, defer newcomers, preempt
+victims); run the prefill chunks and the decode tokens in ONE forward (`forward_batch`: each weight read
+once per iteration for every lane); hand the logits to the OutputProcessor (engine/sched/output.py):
+sample, stream, finish. This file holds the public API, the loop thread and the model calls.
+
+Numerics: a greedy lane's output never depends on its batch mates, on prefix hits or on preemption.
+Chunks end on absolute multiples of `prefill_chunk`; a full chunk runs alone through BLAS
+(Session.prefill, ~2x faster per row on long prompts), every other row (a prompt's tail chunk, decode
+tokens) through the row-stable kernels of `forward_batch`, and prefix hits are whole chunks: so how
+each position is computed depends only on its own prompt. Recompute replays generated ids through
+decode rows; swap copies bytes. (batch_prefill=False: every chunk is its own Session.prefill.)
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from typing import Any
+
+import numpy as np
+
+from engine.errors import EngineError
+from engine.model.kv import KVExhausted
+from engine.sched.lane import FinishReason, Handle, Lane, LaneState, Request, TextTracker, now, validate_request
+from engine.sched.prefix_cache import PrefixCache
+from engine.sched.output import OutputProcessor
+from engine.sched.plan import Scheduler, SchedulerConfig
+from engine.sched.stats import SchedStats, snapshot
+
+
+def _delegate(part: str, name: str) -> property:
+    """An attribute of one of the scheduler's parts (self.<part>.<name>), read and written through it."""
+    return property(lambda self: getattr(getattr(self, part), name),
+                    lambda self, value: setattr(getattr(self, part), name, value))
+
+
+class NativeScheduler:
+    def __init__(
+        self,
+        model: Any,
+        *,
+        max_running: int = 0,
+        kv_blocks: int | None = None,
+        block_tokens: int = 16,
+        preempt: str = "swap",
+        victim: str = "most-recent",
+        prefill_chunk: int = 64,
+        prefill_budget: int = 256,
+        tokenizer: Any = None,
+        prefix_cache: bool = True,
+        eos_ids: tuple[int, ...] | None = None,
+        thread: bool = True,
+        numba_threads: int | None = None,
+        prefix_cache_blocks: int = 256,
+        batch_prefill: bool = True,
+        blas_chunks: bool = True,
+    ) -> None:
+        self.config = SchedulerConfig(max_running=max_running, kv_blocks=kv_blocks, preempt_mode=preempt,
+                                      victim_rule=victim, prefill_chunk=prefill_chunk, prefill_budget=prefill_budget)
+        from engine.model.session import Session, forward_batch, step_batch  # the model layer
+
+        self._Session, self._step_batch, self._forward_batch = Session, step_batch, forward_batch
+        # True: prefill chunks ride in the decode step's forward (row-stable kernels, one weight pass per
+        # iteration); False: each chunk is its own Session.prefill (BLAS), then one step_batch.
+        self.batch_prefill = batch_prefill
+        # Full prefill chunks [k*C, (k+1)*C) run alone through Session.prefill (BLAS: ~2x faster per row on
+        # long prompts); prefix hits are then rounded down to a multiple of C, so whether a position is
+        # computed by BLAS or by the row-stable kernels depends only on its own prompt, never on the
+        # cache or the batch.
+        self.blas_chunks = batch_prefill and blas_chunks and prefill_chunk % block_tokens == 0
+        hit_align = prefill_chunk // block_tokens if self.blas_chunks else 1  # prefix hits: whole chunks
+        self.model = model
+        self.numba_threads = numba_threads  # numba's thread count is per thread: applied in the loop thread
+        self.tokenizer = tokenizer
+        if eos_ids is None:
+            eos_ids = tuple(getattr(tokenizer, "eos_ids", ()) or ()) if tokenizer is not None else ()
+        self.eos_ids = frozenset(eos_ids)
+        self.pool = model.new_pool(kv_blocks, block_tokens)
+        self.prefix = PrefixCache(self.pool) if prefix_cache else None
+        # with a growable pool nothing forces eviction: cap what the prefix cache may keep unreferenced
+        self.prefix_cache_blocks = prefix_cache_blocks
+
+        self._cond = threading.Condition()
+        self._intake: list[Lane] = []
+        self._closed = False
+        self._seq = itertools.count()
+        # counters (loop thread only, shared by the scheduler and the output side); published as SchedStats
+        self._c: dict[str, int] = dict.fromkeys(
+            ("steps", "tokens", "prefill_tokens", "admitted", "swap", "recompute", "bytes_out", "bytes_in",
+             "readmitted", "max_running"), 0)
+        self.scheduler = Scheduler(self.config, self.pool, self.prefix, hit_align=hit_align,
+                                   new_session=lambda: self._Session(self.model, pool=self.pool),
+                                   batch_prefill=batch_prefill, counters=self._c)
+        self.output = OutputProcessor(self.scheduler, self.prefix, self.eos_ids, self._c)
+        self.events = self.scheduler.events  # ("preempt"|"readmit", lane seq, preemption round)
+        self._snapshot = SchedStats()
+        self._publish()
+        self._thread: threading.Thread | None = None
+        if thread:
+            self._thread = threading.Thread(target=self._loop, name="fak-scheduler", daemon=True)
+            self._thread.start()
+
+    # the policy lives in self.config, which the Scheduler reads every iteration (so it may be retuned live)
+    max_running = _delegate("config", "max_running")
+    kv_blocks = _delegate("config", "kv_blocks")
+    preempt_mode = _delegate("config", "preempt_mode")
+    victim_rule = _delegate("config", "victim_rule")
+    prefill_chunk = _delegate("config", "prefill_chunk")
+    prefill_budget = _delegate("config", "prefill_budget")
+    # the queues are the Scheduler's (loop thread only; read by tests and debugging)
+    _waiting = _delegate("scheduler", "waiting")
+    _running = _delegate("scheduler", "running")
+    _preempted = _delegate("scheduler", "preempted")
+
+    # ------------------------------------------------------------------ caller side (any thread)
+    def admit(self, request: Request) -> Handle:
+        """Queue a request (WAITING) and return its handle; raises EngineError on bad input or after close()."""
+        ids = self._validate(request)
+        seq = next(self._seq)
+        handle = Handle(request, request.request_id or f"req-{seq}", self._request_cancel)
+        lane = Lane(request=request, seq=seq, prompt_ids=ids, handle=handle, admitted_at=now())
+        if self.tokenizer is not None:
+            lane.text = TextTracker(self.tokenizer, request.stop_strings)
+        lane.rng = np.random.default_rng(request.sampling.seed if request.sampling.seed is not None else seq)
+        handle._lane = lane  # type: ignore[attr-defined]
+        with self._cond:
+            if self._closed:
+                raise EngineError("scheduler is closed: admit() after close()")
+            self._intake.append(lane)
+            self._cond.notify()
+        return handle
+
+    def _validate(self, r: Request) -> list[int]:
+        return validate_request(r, tokenizer=self.tokenizer, vocab_size=int(self.model.config.vocab_size),
+                                context_length=int(getattr(self.model.config, "context_length", 0) or 0),
+                                kv_blocks=self.kv_blocks, block_tokens=self.pool.block_tokens)
+
+    def _request_cancel(self, handle: Handle) -> None:
+        with self._cond:
+            handle._lane.cancel_requested = True  # type: ignore[attr-defined]
+            self._cond.notify()
+
+    def stats(self) -> SchedStats:
+        """The latest snapshot (immutable; published by the loop thread every iteration)."""
+        return self._snapshot
+
+    def close(self, timeout: float | None = 30.0) -> None:
+        """Abort every request (finish reason cancelled), stop the loop and join it. Idempotent."""
+        with self._cond:
+            already = self._closed
+            self._closed = True
+            self._cond.notify()
+        if self._thread is None:
+            if not already:
+                self._shutdown()
+            return
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            raise EngineError(f"scheduler loop did not stop within {timeout} s")
+
+    def step(self) -> bool:
+        """Run one loop iteration in the calling thread (schedulers built with thread=False: tests, replays).
+
+        Returns True while any request is unfinished.
+        """
+        if self._thread is not None:
+            raise EngineError("step() drives a scheduler built with thread=False; this one runs its own loop")
+        with self._cond:
+            if self._closed:
+                raise EngineError("scheduler is closed")
+            new, self._intake = self._intake, []
+        self._guarded_iteration(new)
+        return self._has_work()
+
+    def __enter__(self) -> NativeScheduler:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ loop thread
+    def _loop(self) -> None:
+        if self.numba_threads:
+            import numba
+
+            numba.set_num_threads(self.numba_threads)
+        try:
+            while True:
+                with self._cond:
+                    while not self._closed and not self._intake and not self._has_work():
+                        self._publish()
+                        self._cond.wait()
+                    if self._closed:
+                        return
+                    new, self._intake = self._intake, []
+                self._guarded_iteration(new)
+        finally:
+            self._shutdown()
+
+    def _guarded_iteration(self, new: list[Lane]) -> None:
+        try:
+            self._iteration(new)
+        except Exception as e:  # an engine bug or model failure must not kill the loop (nor spin on it):
+            sched = self.scheduler
+            for q in (sched.running, sched.preempted, sched.waiting):  # fail every lane, keep serving
+                for lane in list(q):
+                    self.output.finish(lane, FinishReason.ERROR, f"{type(e).__name__}: {e}")
+        self._publish()
+
+    def _has_work(self) -> bool:
+        return self.scheduler.has_work()
+
+    def _iteration(self, new: list[Lane]) -> None:
+        sched = self.scheduler
+        sched.begin(new)
+        for q in (sched.waiting, sched.running, sched.preempted):
+            for lane in [ln for ln in q if ln.cancel_requested]:
+                self.output.finish(lane, FinishReason.CANCELLED)
+        plan = sched.schedule()
+        if plan.failed is not None:
+            lane, error = plan.failed
+            self.output.finish(lane, FinishReason.ERROR, error)
+        prefills, decoders = plan.prefills, plan.decoders
+        if self.blas_chunks:
+            for lane, ids in [(ln, ids) for ln, ids in prefills if len(ids) == self.prefill_chunk]:
+                self._prefill(lane, ids)
+            prefills = [(ln, ids) for ln, ids in prefills if len(ids) < self.prefill_chunk]
+        if self.batch_prefill:
+            self._mixed_step(prefills, decoders)
+        else:
+            for lane, ids in prefills:
+                self._prefill(lane, ids)
+            decoders = [ln for ln in decoders if ln.state is LaneState.DECODING]
+            if decoders:
+                self._decode(decoders)
+        if self.prefix is not None and self.kv_blocks is None and len(self.prefix) > self.prefix_cache_blocks:
+            self.prefix.evict(len(self.prefix) - self.prefix_cache_blocks)
+
+    # -- model work
+    def _mixed_step(self, prefills: list[tuple[Lane, list[int]]], decoders: list[Lane]) -> None:
+        """Prefill chunks and one token per decoding lane in ONE forward (row-stable kernels)."""
+        decoders = [ln for ln in decoders if ln.state is LaneState.DECODING]
+        feed = [(ln, [ln.replay[0] if ln.replay else ln.pending]) for ln in decoders]
+        batch = prefills + feed
+        if not batch:
+            return
+        try:
+            logits = self._forward_batch([ln.session for ln, _ in batch], [ids for _, ids in batch])
+        except KVExhausted:
+            return  # budget estimate was short: nothing changed, retry next iteration
+        if decoders:
+            self._c["steps"] += 1
+        for i, (lane, ids) in enumerate(prefills):
+            self.output.after_prefill(lane, ids, logits[i])
+        for lane, row in zip(decoders, logits[len(prefills):]):
+            self.output.after_step(lane, row)
+
+    def _prefill(self, lane: Lane, ids: list[int]) -> None:
+        try:
+            logits = lane.session.prefill(ids)
+        except KVExhausted:
+            return  # budget estimate was short (growable accounting aside): retry next iteration
+        except Exception as e:
+            self.output.finish(lane, FinishReason.ERROR, f"prefill failed: {type(e).__name__}: {e}")
+            return
+        self.output.after_prefill(lane, ids, logits)
+
+    def _decode(self, lanes: list[Lane]) -> None:
+        feed = [ln.replay[0] if ln.replay else ln.pending for ln in lanes]
+        try:
+            logits = self._step_batch([ln.session for ln in lanes], feed)
+        except KVExhausted:
+            return
+        self._c["steps"] += 1
+        for lane, row in zip(lanes, logits):
+            self.output.after_step(lane, row)
+
+    def _shutdown(self) -> None:
+        with self._cond:
+            self._closed = True
+            new, self._intake = self._intake, []
+        sched = self.scheduler
+        sched.waiting.extend(new)
+        for q in (sched.running, sched.preempted, sched.waiting):
+            for lane in list(q):
+                self.output.finish(lane, FinishReason.CANCELLED, "scheduler closed")
+        if self.prefix is not None:
+            self.prefix.clear()
+        self._publish()
+
+    def _publish(self) -> None:
+        sched = self.scheduler
+        self._snapshot = snapshot(
+            self._c, self.output.finished, sched.last_victim, self.output.rate.rate(now()), pool=self.pool,
+            prefix=self.prefix, running=len(sched.running), waiting=len(sched.waiting) + len(self._intake),
+            preempted=len(sched.preempted), kv_blocks=self.kv_blocks, max_running=self.max_running,
+            preempt_mode=self.preempt_mode, victim_rule=self.victim_rule)

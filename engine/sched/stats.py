@@ -1,0 +1,157 @@
+"""Scheduler statistics: an immutable snapshot (published by the loop thread, free to read) and a
+Prometheus collector that turns the latest snapshot into `fak_sched_*` / `fak_sched_preempt_*` metrics.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from engine.model.kv import BlockPool
+from engine.sched.preemption import Victim
+from engine.sched.prefix_cache import PrefixCache
+
+
+@dataclass(frozen=True)
+class SchedStats:
+    running: int = 0
+    waiting: int = 0
+    preempted: int = 0
+    tokens_per_s: float = 0.0  # emitted tokens per second over the last few seconds
+    used_blocks: int = 0
+    max_blocks: int | None = None  # None: growable pool (no budget)
+    cached_blocks: int = 0  # held by the prefix cache (part of used_blocks)
+    reclaimable_blocks: int = 0  # cached and referenced by no lane
+    block_tokens: int = 16
+    steps: int = 0  # batched decode steps run
+    tokens_generated: int = 0
+    prefill_tokens: int = 0
+    admitted: int = 0
+    finished: dict[str, int] = field(default_factory=dict)  # by finish reason
+    preemptions_swap: int = 0
+    preemptions_recompute: int = 0
+    swap_bytes_out: int = 0
+    swap_bytes_in: int = 0
+    readmitted: int = 0
+    last_victim: Victim | None = None
+    prefix_queries: int = 0
+    prefix_hits: int = 0
+    prefix_hit_tokens: int = 0
+    max_running_observed: int = 0
+    max_running: int = 0  # configured limit, 0 = unbounded
+    preempt_mode: str = "swap"
+    victim_rule: str = "most-recent"
+
+
+def snapshot(c: dict[str, int], finished: dict[str, int], last_victim: Victim | None, tokens_per_s: float, *,
+             pool: BlockPool, prefix: PrefixCache | None, running: int, waiting: int, preempted: int,
+             kv_blocks: int | None, max_running: int, preempt_mode: str, victim_rule: str) -> SchedStats:
+    """Assemble the scheduler's published snapshot from its loop-thread counters and queues."""
+    return SchedStats(
+        running=running,
+        waiting=waiting,
+        preempted=preempted,
+        tokens_per_s=tokens_per_s,
+        used_blocks=pool.num_used,
+        max_blocks=kv_blocks,
+        cached_blocks=len(prefix) if prefix is not None else 0,
+        reclaimable_blocks=prefix.reclaimable() if prefix is not None else 0,
+        block_tokens=pool.block_tokens,
+        steps=c["steps"],
+        tokens_generated=c["tokens"],
+        prefill_tokens=c["prefill_tokens"],
+        admitted=c["admitted"],
+        finished=dict(finished),
+        preemptions_swap=c["swap"],
+        preemptions_recompute=c["recompute"],
+        swap_bytes_out=c["bytes_out"],
+        swap_bytes_in=c["bytes_in"],
+        readmitted=c["readmitted"],
+        last_victim=last_victim,
+        prefix_queries=prefix.queries if prefix is not None else 0,
+        prefix_hits=prefix.hits if prefix is not None else 0,
+        prefix_hit_tokens=prefix.hit_tokens if prefix is not None else 0,
+        max_running_observed=c["max_running"],
+        max_running=max_running,
+        preempt_mode=preempt_mode,
+        victim_rule=victim_rule,
+    )
+
+
+class RateMeter:
+    """Events per second over a sliding window (loop thread only)."""
+
+    def __init__(self, window_s: float = 3.0) -> None:
+        self.window_s = window_s
+        self._marks: deque[tuple[float, int]] = deque()
+        self.total = 0
+
+    def add(self, t: float, n: int) -> None:
+        self.total += n
+        self._marks.append((t, self.total))
+        while len(self._marks) > 2 and t - self._marks[0][0] > self.window_s:
+            self._marks.popleft()
+
+    def rate(self, t: float) -> float:
+        if len(self._marks) < 2 or t - self._marks[-1][0] > self.window_s:
+            return 0.0
+        (t0, n0), (t1, n1) = self._marks[0], self._marks[-1]
+        return (n1 - n0) / (t1 - t0) if t1 > t0 else 0.0
+
+
+class SchedCollector:
+    """prometheus_client custom collector over a `() -> SchedStats` callable (register it yourself)."""
+
+    def __init__(self, snapshot: Callable[[], SchedStats], prefix: str = "fak_sched") -> None:
+        self._snapshot = snapshot
+        self._p = prefix
+
+    def describe(self) -> list[object]:
+        return []  # unchecked collector: metrics are produced on collect()
+
+    def collect(self) -> Iterator[object]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        s, p = self._snapshot(), self._p
+
+        def gauge(name: str, doc: str, v: float) -> GaugeMetricFamily:
+            return GaugeMetricFamily(f"{p}_{name}", doc, value=v)
+
+        def counter(name: str, doc: str, v: float) -> CounterMetricFamily:
+            return CounterMetricFamily(f"{p}_{name}", doc, value=v)
+
+        yield gauge("running", "Lanes prefilling or decoding", s.running)
+        yield gauge("waiting", "Admitted lanes not yet running", s.waiting)
+        yield gauge("preempted", "Lanes preempted and awaiting readmission", s.preempted)
+        yield gauge("tokens_per_second", "Generated tokens per second (sliding window)", s.tokens_per_s)
+        yield gauge("kv_blocks_used", "KV blocks in use (including prefix-cache blocks)", s.used_blocks)
+        yield gauge("kv_blocks_max", "KV block budget (0 = growable)", s.max_blocks or 0)
+        yield gauge("kv_blocks_cached", "KV blocks held by the prefix cache", s.cached_blocks)
+        yield gauge("max_running_observed", "Peak number of running lanes", s.max_running_observed)
+        yield counter("steps", "Batched decode steps", s.steps)
+        yield counter("generated_tokens", "Tokens generated", s.tokens_generated)
+        yield counter("prefill_tokens", "Prompt tokens prefilled (excluding prefix hits)", s.prefill_tokens)
+        yield counter("admitted", "Requests admitted", s.admitted)
+        fin = CounterMetricFamily(f"{p}_finished", "Requests finished, by reason", labels=["reason"])
+        for reason, n in sorted(s.finished.items()):
+            fin.add_metric([reason], n)
+        yield fin
+        yield counter("prefix_queries", "Prefix-cache lookups", s.prefix_queries)
+        yield counter("prefix_hits", "Prefix-cache lookups that mapped at least one block", s.prefix_hits)
+        yield counter("prefix_hit_tokens", "Prompt tokens served from the prefix cache", s.prefix_hit_tokens)
+        pre = CounterMetricFamily(f"{p}_preempt", "Preemptions, by mode", labels=["mode"])
+        pre.add_metric(["swap"], s.preemptions_swap)
+        pre.add_metric(["recompute"], s.preemptions_recompute)
+        yield pre
+        yield counter("preempt_swap_out_bytes", "KV bytes swapped out to host", s.swap_bytes_out)
+        yield counter("preempt_swap_in_bytes", "KV bytes swapped back in", s.swap_bytes_in)
+        yield counter("preempt_readmitted", "Preempted lanes readmitted", s.readmitted)
+        if s.last_victim is not None:
+            v = s.last_victim
+            last = GaugeMetricFamily(
+                f"{p}_preempt_last_victim_cost", "Cost of the last victim (-1 when its rule has none)",
+                labels=["rule", "mode"],
+            )
+            last.add_metric([v.rule, v.mode], -1.0 if v.cost is None else v.cost)
+            yield last

@@ -1,0 +1,148 @@
+"""One boot for every model-using subcommand: model, tokenizer, scheduler, warm kernels, one boot line.
+
+    b = boot("gemma3-270m", sched=SchedOptions.resolve(max_running=4))   # resident by default
+    h = b.scheduler.admit(Request(b.tokenizer.encode("Hi"), max_new_tokens=8))
+    b.close()
+
+The model is a GGUF path, an alias (`gemma3-270m`) or `synthetic`; None means $FAK_MODEL, else the
+packaged Gemma. Scheduler options come from flags, else their FAK_* variables, else defaults; a bad
+one is a FakError line (exit 2) at boot, never an error on every request.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from fak.errors import FakError
+
+@dataclass(frozen=True)
+class SchedOptions:
+    """The scheduler flags every model-using subcommand shares (`--max-running` ... `--victim`)."""
+
+    max_running: int = 0  # 0: unbounded
+    kv_blocks: int | None = None  # None: the pool grows
+    block_tokens: int = 16
+    preempt: str = "swap"
+    victim: str = "most-recent"
+
+    ENV = {"max_running": "FAK_MAX_RUNNING", "kv_blocks": "FAK_KV_BLOCKS", "block_tokens": "FAK_BLOCK_TOKENS",
+           "preempt": "FAK_PREEMPT", "victim": "FAK_VICTIM"}
+
+    @classmethod
+    def resolve(cls, *, env: bool = True, **given: Any) -> SchedOptions:
+        """Flag value, else (with `env`) its FAK_* variable, else the default; checked here, once."""
+        from engine.sched.preemption import PREEMPT_MODES, VICTIM_RULES
+
+        choices = {"preempt": PREEMPT_MODES, "victim": VICTIM_RULES}
+        out: dict[str, Any] = {}
+        for key, var in cls.ENV.items():
+            val, label = given.get(key), f"--{key.replace('_', '-')} {{}}"
+            raw = os.environ.get(var, "").strip() if env else ""
+            if val is None and raw:
+                label = f"{key} {{}} (or ${var})"
+                try:
+                    val = raw if key in choices else int(raw)
+                except ValueError:
+                    raise FakError(f"{var}={raw!r} is not a valid int") from None
+            if val is None:
+                continue
+            if key in choices:
+                if val not in choices[key]:
+                    raise FakError(f"{label.format(repr(val))}: expected one of {', '.join(choices[key])}")
+            elif not isinstance(val, int) or val < (0 if key == "max_running" else 1):
+                raise FakError(f"{label.format(val)}: expected a "
+                               f"{'non-negative' if key == 'max_running' else 'positive'} integer")
+            out[key] = val
+        return cls(**out)
+
+    def as_kwargs(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Booted:
+    """What a boot built. `tokenizer` may be None only for a GGUF without a vocabulary (ids in, ids out)."""
+
+    name: str  # as the user gave it (alias, path or "synthetic")
+    path: Path | None
+    model: Any  # engine.model.forward.Model
+    tokenizer: Any
+    scheduler: Any  # engine.sched.scheduler.NativeScheduler
+    resident: bool
+    load_s: float
+    warm_s: float
+
+    @property
+    def text_ok(self) -> bool:
+        """The scheduler streams text: the tokenizer spells every id the model can produce."""
+        return self.scheduler.tokenizer is not None
+
+    def boot_line(self) -> str:
+        c = self.model.config
+        mix = " ".join(f"{t}:{n}" for t, n in sorted(self.model.tensor_types.items(), key=lambda kv: -kv[1]))
+        kind = "resident" if self.resident else "float32"
+        layers = f"{c.n_layers} layer{'s' if c.n_layers != 1 else ''}"
+        return (f"fak: {self.name} · {c.arch} · {layers} · {mix or 'synthetic'} · "
+                f"{kind} {self.model.weights.nbytes / 2**20:,.1f} MiB · loaded in {self.load_s:.2f} s · "
+                f"kernels warmed in {self.warm_s:.2f} s")
+
+    def close(self) -> None:
+        self.scheduler.close()
+
+
+def boot(model: str | None = None, *, resident: bool = True, sched: SchedOptions | None = None,
+         show: bool | None = None, bytes_fallback: bool = False) -> Booted:
+    """Load the model (plain or resident), install its tokenizer, build the scheduler, warm the kernels.
+
+    `show`: print the progress bar and the boot line on stderr (default: when stderr is a terminal).
+    `bytes_fallback`: a GGUF without a vocabulary gets the byte tokenizer instead of an error.
+    """
+    from engine.errors import EngineError
+    from engine.gguf.aliases import default_model, resolve_model
+    from engine.model.loader import load_model
+    from engine.model.session import warmup
+    from engine.sched.scheduler import NativeScheduler
+
+    show = sys.stderr.isatty() if show is None else show
+    name = model if model is not None else default_model()
+    opts = sched or SchedOptions.resolve()
+    try:
+        path = None if name == "synthetic" else resolve_model(name)
+        t0 = time.perf_counter()
+        m = load_model(str(path) if path is not None else "synthetic", resident=resident, progress=show)
+        load_s = time.perf_counter() - t0
+        tok = tokenizer_for(m, path, bytes_fallback)
+        t1 = time.perf_counter()
+        warmup()  # the numba kernels are loaded here, so no request (nor its tok/s figure) pays for them
+        warm_s = time.perf_counter() - t1
+        text_ok = tok is not None and tok.vocab_size >= m.config.vocab_size
+        eos = tuple(getattr(tok, "eos_ids", ()) or ()) if tok is not None else ()
+        if not eos and m.config.eos_id is not None:
+            eos = (m.config.eos_id,)
+        scheduler = NativeScheduler(m, tokenizer=tok if text_ok else None, eos_ids=eos, **opts.as_kwargs())
+    except EngineError as exc:
+        raise FakError(str(exc)) from None
+    b = Booted(name, path, m, tok, scheduler, resident and path is not None, load_s, warm_s)
+    if show:
+        print(b.boot_line(), file=sys.stderr)
+    return b
+
+
+def tokenizer_for(model: Any, path: Path | None, bytes_fallback: bool = False) -> Any:
+    """The model's tokenizer: the one its GGUF embeds, the byte tokenizer for the synthetic model, and
+    (with `bytes_fallback`) the byte tokenizer for a GGUF without a vocabulary; None if it has none."""
+    from engine.tokenizer.tokenizer import ByteTokenizer, load_tokenizer
+    from engine.tokenizer.vocab import NoTokenizer
+
+    if path is None:
+        return ByteTokenizer()
+    try:
+        return load_tokenizer(str(path))
+    except NoTokenizer:
+        return ByteTokenizer() if bytes_fallback else None
+
