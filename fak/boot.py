@@ -105,7 +105,6 @@ def boot(model: str | None = None, *, resident: bool = True, sched: SchedOptions
     from engine.errors import EngineError
     from engine.gguf.aliases import default_model, resolve_model
     from engine.model.loader import load_model
-    from engine.model.session import warmup
     from engine.sched.scheduler import NativeScheduler
 
     show = sys.stderr.isatty() if show is None else show
@@ -117,17 +116,18 @@ def boot(model: str | None = None, *, resident: bool = True, sched: SchedOptions
         m = load_model(str(path) if path is not None else "synthetic", resident=resident, progress=show)
         load_s = time.perf_counter() - t0
         tok = tokenizer_for(m, path, bytes_fallback)
-        t1 = time.perf_counter()
-        warmup()  # the numba kernels are loaded here, so no request (nor its tok/s figure) pays for them
-        warm_s = time.perf_counter() - t1
         text_ok = tok is not None and tok.vocab_size >= m.config.vocab_size
         eos = tuple(getattr(tok, "eos_ids", ()) or ()) if tok is not None else ()
         if not eos and m.config.eos_id is not None:
             eos = (m.config.eos_id,)
-        scheduler = NativeScheduler(m, tokenizer=tok if text_ok else None, eos_ids=eos, **opts.as_kwargs())
+        # warm=True: the scheduler's own thread loads the numba kernels before any request (so no
+        # request, nor its tok/s figure, pays for them) and is then the only thread that runs them
+        scheduler = NativeScheduler(m, tokenizer=tok if text_ok else None, eos_ids=eos, warm=True,
+                                    **opts.as_kwargs())
+        scheduler.warmed.wait()
     except EngineError as exc:
         raise FakError(str(exc)) from None
-    b = Booted(name, path, m, tok, scheduler, resident and path is not None, load_s, warm_s)
+    b = Booted(name, path, m, tok, scheduler, resident and path is not None, load_s, scheduler.warm_s)
     if show:
         print(b.boot_line(), file=sys.stderr)
     return b

@@ -43,3 +43,28 @@ def test_matches_hf(pair, prompt: int) -> None:  # type: ignore[no-untyped-def]
     hf, model = pair
     figures = oracle_check(hf, model, PROMPTS[prompt])
     print(f"gemma prompt {prompt}: {figures}")
+
+
+def test_fak_run_raw_completion_matches_hf(pair) -> None:  # type: ignore[no-untyped-def]
+    """`fak run gemma3-270m --json "The capital of France is" --max-tokens 16 --temp 0`: a base model
+    with no chat template gets BOS + the raw text, and the greedy ids are HF's on the same GGUF."""
+    import json
+    import subprocess
+    import sys
+
+    from engine.tokenizer import load_tokenizer
+    from ggufgen import hf_greedy
+
+    hf, _ = pair
+    text = "The capital of France is"
+    r = subprocess.run([sys.executable, "-m", "commands.main", "run", "gemma3-270m", "--json", text,
+                        "--max-tokens", "16", "--temp", "0"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    tok = load_tokenizer("gemma3-270m")
+    assert not tok.has_chat_template  # the packaged base model carries none
+    assert out["prompt_ids"] == [tok.bos_id] + tok.encode(text, add_special=False) == PROMPTS[0][:6]
+    want = hf_greedy(hf, out["prompt_ids"], 16)
+    got = out["generated_ids"]
+    assert got == want[: len(got)] and (len(got) == 16 or want[len(got)] in tok.eos_ids), (got, want)
+    assert "Paris" in out["text"] or "capital" in out["text"]

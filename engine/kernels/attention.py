@@ -27,7 +27,7 @@ CHUNK = 128  # key positions per decode-attention task (a fixed split: the bits 
 # sequence, P.V elementwise per output value, the chunks combined in position order), so the serial
 # twin and the parallel kernel give the same bits whatever the compiler does with the loops
 # (tests/test_twins.py), and a row's result depends on its own positions only.
-@njit(parallel=True, fastmath=ORDERED_FASTMATH, error_model="numpy", cache=True)
+@njit(parallel=True, nogil=True, fastmath=ORDERED_FASTMATH, error_model="numpy", cache=True)
 def _paged_attention(
     q: np.ndarray,  # [R, H, D] f32, C-contiguous: query rows of one or more lanes
     k_pool: np.ndarray,  # [blocks, bt, KVH, D] (one layer of the pool), rows of D contiguous

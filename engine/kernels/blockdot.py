@@ -306,7 +306,7 @@ U = np.uint64  # unsigned indices and addresses: no negative-index fix-ups in th
 ROW_TILE = 32
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, nogil=True, cache=True)
 def gemm(w, x, out, lut, kind):  # type: ignore[no-untyped-def]
     """out[B, rows] = x[B, n] @ W.T for the quantized rows of w (kind: a KIND code), parallel over rows.
 

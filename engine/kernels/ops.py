@@ -19,7 +19,7 @@ from engine.kernels.blockdot import dot_f32
 from engine.kernels.parallel import ORDERED_FASTMATH, launch
 
 
-@njit(parallel=True, fastmath=ORDERED_FASTMATH, error_model="numpy", cache=True)
+@njit(parallel=True, nogil=True, fastmath=ORDERED_FASTMATH, error_model="numpy", cache=True)
 def _rmsnorm(x: np.ndarray, w: np.ndarray, eps: float, out: np.ndarray) -> None:  # pragma: no cover
     rows, n = x.shape
     if x.strides[1] != 4:
@@ -81,7 +81,7 @@ def _exp32(t: float) -> float:  # pragma: no cover - numba
     return p * _pow2i(ni)
 
 
-@njit(parallel=True, fastmath=True, error_model="numpy", cache=True)
+@njit(parallel=True, nogil=True, fastmath=True, error_model="numpy", cache=True)
 def _gated(g: np.ndarray, u: np.ndarray, gelu: bool, out: np.ndarray) -> None:  # pragma: no cover
     """(error_model="numpy": python's raises a ZeroDivisionError check in every division, which keeps
     the loop scalar.) gelu_tanh(x) = 0.5 x (1 + tanh z) = x / (1 + exp(-2z)), z = sqrt(2/pi) (x + 0.044715 x^3): the
@@ -131,7 +131,7 @@ def rope_tables(positions: np.ndarray, theta: float, dim: int, scale: float = 1.
     return np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, nogil=True, cache=True)
 def _rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, neox: bool, out: np.ndarray) -> None:  # pragma: no cover
     t_rows, heads, dim = x.shape
     half = dim // 2

@@ -5,6 +5,11 @@ numba.set_num_threads(1) costs ~190 us per call on this box (measured: a 256x640
 27 us on the team of 2, 190 us with the team set to 1, 11 us as a plain serial function). So small
 work runs the kernel's serial twin: the same Python source compiled without `parallel` (prange is
 then range), so results do not change with the choice.
+
+Launch parallel kernels from ONE thread per process (the scheduler's loop thread when serving): each
+thread that enters a parallel region gets its own OpenMP team, and two live teams on 2 cores slow each
+other (Gemma 270M single-lane decode: 80 tok/s from one thread; 52 from a second thread once the first
+had launched regions during load). The serial twins release the GIL and run from any thread.
 """
 
 from __future__ import annotations

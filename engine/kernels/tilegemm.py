@@ -47,7 +47,7 @@ def quantize_rows_i16(x, xq, dx, sxd):  # type: ignore[no-untyped-def]
             sxd[lane, blk] = d * np.float32(s)
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, nogil=True, cache=True)
 def gemm_tiles(kind, w, x, out):  # type: ignore[no-untyped-def]
     """out[B, rows] = x[B, n] @ W.T for a tiled weight w (kind: 0..3 = Q8_0, Q5_0, Q4_K, Q6_K; shape
     tile_layout.tiled_shape), parallel over tiles; each lane group of 8, 4 or 1 meets a tile at a time."""

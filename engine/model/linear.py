@@ -17,7 +17,7 @@ from engine.kernels.blockdot import dot_f32
 from engine.kernels.parallel import launch
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, nogil=True, cache=True)
 def _rows_kernel(x: np.ndarray, w: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover - numba
     """out[b, o] = x[b] . w[o], each dot in one fixed order (blockdot.dot_f32), so the result is the
     same bits whichever compilation (serial twin or parallel kernel) runs it."""

@@ -166,7 +166,8 @@ def resident_weight(name: str, qtype: QT, raw: np.ndarray, shape: tuple[int, int
     if a.size != out_f * row_bytes:
         raise EngineError(f"{name}: {kind} data is {a.size} bytes, expected {out_f}x{row_bytes} for shape {shape}")
     a = np.ascontiguousarray(a).reshape(out_f, row_bytes).view()
-    warmup()
+    # no warmup() here: the load may run on another thread than the forward passes, and a parallel
+    # region entered from a second thread costs both threads (engine/kernels/parallel.py)
     layout = resident_layout(kind)
     if layout != kind:
         # only a read-only file mapping may drop its pages (a private mapping could hold edits)

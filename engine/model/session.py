@@ -149,7 +149,11 @@ def _reserve(sessions: Sequence[Session], counts: Sequence[int]) -> None:
 def warmup(model: Model | None = None) -> None:
     """Load (or compile, first time) every numba kernel of prefill, step and step_batch, so no
     request pays for it. The kernels' types do not depend on the model, so the tiny synthetic
-    checkpoint warms them for every model; pass a model to also touch its weights once."""
+    checkpoint warms them for every model; pass a model to also touch its weights once. Resident
+    weights' kernels are warmed too (engine.model.resident.warmup)."""
+    from engine.model.resident import warmup as warm_resident
+
+    warm_resident()
     if model is None:
         from engine.model.synthetic import synthetic_model
 
