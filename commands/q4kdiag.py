@@ -33,14 +33,15 @@ def register(app: typer.Typer) -> None:
             prompt.encode("utf-8")
         except UnicodeEncodeError as exc:
             raise FakError(f"q4kdiag: --prompt is not valid UTF-8 (at character {exc.start})") from None
-        report = diagnose(gguf, prompt, top, membw, plan_only)
+        report = diagnose(gguf, prompt, top, membw, plan_only, show=False if as_json else None)
         if as_json:
             sys.stdout.write(json.dumps(report) + "\n")
         else:
             render(report)
 
 
-def diagnose(gguf: str | None, prompt: str, top: int, membw: float | None, plan_only: bool) -> dict[str, Any]:
+def diagnose(gguf: str | None, prompt: str, top: int, membw: float | None, plan_only: bool,
+             show: bool | None = None) -> dict[str, Any]:
     from engine.gguf.aliases import resolve_model
     from engine.model.diag import kernel_checks, open_gguf, plan, rss_bytes, stream_read_gbps, top_logits
 
@@ -58,32 +59,23 @@ def diagnose(gguf: str | None, prompt: str, top: int, membw: float | None, plan_
     if plan_only:
         report["rss_bytes"] = rss_bytes()
         return report
-    tok = _tokenizer(path)
+    from fak.boot import boot
+
+    b = boot(str(path), resident=True, scheduler=False, show=show)  # the kernels run on this thread
+    tok = b.tokenizer
     ids = tok.encode(prompt) if tok is not None else list(prompt.encode("utf-8"))
     if not ids:
         from fak.errors import FakError
 
         raise FakError("q4kdiag: --prompt encodes to no tokens")
     report["prompt_ids"] = [int(i) for i in ids]
-    report["top"] = [{"id": i, "logit": lg, "text": _text(tok, i)} for i, lg in top_logits(path, ids, top)]
+    report["top"] = [{"id": i, "logit": lg, "text": _text(tok, i)} for i, lg in top_logits(b.model, ids, top)]
     report["kernels"] = [{"type": k.type, "tensor": k.tensor, "max_abs_err": k.max_abs_err, "gbps": k.gbps}
                          for k in kernel_checks(g)]
     report["rss_bytes"] = rss_bytes()  # before the bandwidth probe allocates its buffer
     if membw is None:
         report["membw_gbps"] = stream_read_gbps()
     return report
-
-
-def _tokenizer(path: Any) -> Any:
-    """The GGUF's tokenizer, or None (then the prompt is fed as UTF-8 byte ids)."""
-    from engine.errors import EngineError
-
-    try:
-        from engine.tokenizer.tokenizer import load_tokenizer
-
-        return load_tokenizer(path)
-    except (ImportError, EngineError):  # a GGUF without a vocabulary still has weights to diagnose
-        return None
 
 
 def _text(tok: Any, i: int) -> str:

@@ -72,7 +72,7 @@ class Booted:
     path: Path | None
     model: Any  # engine.model.forward.Model
     tokenizer: Any
-    scheduler: Any  # engine.sched.scheduler.NativeScheduler
+    scheduler: Any  # engine.sched.scheduler.NativeScheduler; None for boot(scheduler=False)
     resident: bool
     load_s: float
     warm_s: float
@@ -80,7 +80,7 @@ class Booted:
     @property
     def text_ok(self) -> bool:
         """The scheduler streams text: the tokenizer spells every id the model can produce."""
-        return self.scheduler.tokenizer is not None
+        return self.scheduler is not None and self.scheduler.tokenizer is not None
 
     def boot_line(self) -> str:
         c = self.model.config
@@ -92,15 +92,18 @@ class Booted:
                 f"kernels warmed in {self.warm_s:.2f} s")
 
     def close(self) -> None:
-        self.scheduler.close()
+        if self.scheduler is not None:
+            self.scheduler.close()
 
 
 def boot(model: str | None = None, *, resident: bool = True, sched: SchedOptions | None = None,
-         show: bool | None = None, bytes_fallback: bool = False) -> Booted:
+         show: bool | None = None, bytes_fallback: bool = False, scheduler: bool = True) -> Booted:
     """Load the model (plain or resident), install its tokenizer, build the scheduler, warm the kernels.
 
     `show`: print the progress bar and the boot line on stderr (default: when stderr is a terminal).
     `bytes_fallback`: a GGUF without a vocabulary gets the byte tokenizer instead of an error.
+    `scheduler=False` (diagnostics that run the model themselves): no scheduler; the kernels are
+    warmed on the calling thread, the one that will run them.
     """
     from engine.errors import EngineError
     from engine.gguf.aliases import default_model, resolve_model
@@ -120,14 +123,22 @@ def boot(model: str | None = None, *, resident: bool = True, sched: SchedOptions
         eos = tuple(getattr(tok, "eos_ids", ()) or ()) if tok is not None else ()
         if not eos and m.config.eos_id is not None:
             eos = (m.config.eos_id,)
-        # warm=True: the scheduler's own thread loads the numba kernels before any request (so no
-        # request, nor its tok/s figure, pays for them) and is then the only thread that runs them
-        scheduler = NativeScheduler(m, tokenizer=tok if text_ok else None, eos_ids=eos, warm=True,
-                                    **opts.as_kwargs())
-        scheduler.warmed.wait()
+        if scheduler:
+            # warm=True: the scheduler's own thread loads the numba kernels before any request (so no
+            # request, nor its tok/s figure, pays for them) and is then the only thread that runs them
+            sched_ = NativeScheduler(m, tokenizer=tok if text_ok else None, eos_ids=eos, warm=True,
+                                     **opts.as_kwargs())
+            sched_.warmed.wait()
+            warm_s = sched_.warm_s
+        else:
+            from engine.model.session import warmup
+
+            sched_, t1 = None, time.perf_counter()
+            warmup()
+            warm_s = time.perf_counter() - t1
     except EngineError as exc:
         raise FakError(str(exc)) from None
-    b = Booted(name, path, m, tok, scheduler, resident and path is not None, load_s, scheduler.warm_s)
+    b = Booted(name, path, m, tok, sched_, resident and path is not None, load_s, warm_s)
     if show:
         print(b.boot_line(), file=sys.stderr)
     return b

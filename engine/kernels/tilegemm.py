@@ -3,7 +3,7 @@
 `gemm_tiles(kind, w, x, out)`: x [B, n] float32 quantized per 32 values to int16, then every tile
 of w against every lane (groups of 8, 4, 1), parallel over tiles: decode and prefill alike.
 `dq_rows_tiles` (embedding take, full dequantize) gives float32 rows. kind: 0..3 =
-Q8_0, Q5_0, Q4_K, Q6_K (tile_layout.KINDS).
+Q8_0, Q5_0, Q4_K, Q6_K (tiles.KINDS).
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def quantize_rows_i16(x, xq, dx, sxd):  # type: ignore[no-untyped-def]
 @njit(parallel=True, nogil=True, cache=True)
 def gemm_tiles(kind, w, x, out):  # type: ignore[no-untyped-def]
     """out[B, rows] = x[B, n] @ W.T for a tiled weight w (kind: 0..3 = Q8_0, Q5_0, Q4_K, Q6_K; shape
-    tile_layout.tiled_shape), parallel over tiles; each lane group of 8, 4 or 1 meets a tile at a time."""
+    tiles.tiled_shape), parallel over tiles; each lane group of 8, 4 or 1 meets a tile at a time."""
     ntiles, tile_bytes = w.shape
     lanes, n = x.shape
     rows = out.shape[1]

@@ -19,6 +19,7 @@ from numba import njit, prange
 
 from engine.kernels.blockdot import prefetch_ahead
 from engine.gguf.reader import GGUFFile, TensorInfo, read_gguf
+from engine.model.forward import Model
 from engine.model.resident import QUANT_TYPES, QuantWeight, resident_nbytes, resident_weight
 
 
@@ -155,13 +156,13 @@ def stream_read_gbps(nbytes: int = 512 << 20, reps: int = 5) -> float:
     return a.nbytes / sec / 1e9
 
 
-def top_logits(path: str | Path, ids: list[int], k: int) -> list[tuple[int, float]]:
-    """First-token logits of `ids` through the resident forward pass: the k largest (id, logit)."""
-    from engine.model.loader import load_model
+def top_logits(model: Model, ids: list[int], k: int) -> list[tuple[int, float]]:
+    """First-token logits of `ids` through `model`'s forward pass: the k largest (id, logit)."""
     from engine.model.session import Session
 
-    model = load_model(str(path), resident=True, progress=False)
-    logits = Session(model).prefill(ids)
+    s = Session(model)
+    logits = s.prefill(ids)
+    s.free()
     top = np.argsort(-logits, kind="stable")[:k]
     return [(int(i), float(logits[i])) for i in top]
 

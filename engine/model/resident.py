@@ -44,11 +44,11 @@ class QuantWeight:
 
     name: str
     qtype: QT
-    raw: np.ndarray  # uint8 tiles (tile_layout.tiled_shape), or GGUF rows [out_features, row_bytes]
+    raw: np.ndarray  # uint8 tiles (tiles.tiled_shape), or GGUF rows [out_features, row_bytes]
     shape: tuple[int, int]
     layout: str = ""  # format of `raw`: "<type>x16" tiles (the default), a GGUF type, or Q8_0 for Q5_0
     _kind: str = field(init=False, repr=False)
-    _tile: int = field(init=False, repr=False)  # tile kind code (tile_layout.KINDS), -1: GGUF blocks
+    _tile: int = field(init=False, repr=False)  # tile kind code (tiles.KINDS), -1: GGUF blocks
 
     def __post_init__(self) -> None:
         self.layout = self.layout or QUANT_TYPES[self.qtype]
