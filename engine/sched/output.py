@@ -9,19 +9,23 @@ Finishing frees the lane's blocks, takes it off the queues and resolves its hand
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from engine.sched.lane import FinishReason, Lane, LaneState, now
 from engine.sched.prefix_cache import PrefixCache
 from engine.model.sampling import sample
 from engine.sched.plan import Scheduler
+from engine.sched.profile import NO_PROFILE
 from engine.sched.stats import RateMeter
 
 
 class OutputProcessor:
     def __init__(self, scheduler: Scheduler, prefix: PrefixCache | None, eos_ids: frozenset[int],
-                 counters: dict[str, int]) -> None:
+                 counters: dict[str, int], profile: Any = NO_PROFILE) -> None:
         self.scheduler, self.prefix, self.eos_ids = scheduler, prefix, eos_ids
+        self.profile = profile  # engine.sched.profile: "sample" and "emit" marks
         self.block_tokens = scheduler.pool.block_tokens
         self.counters = counters  # the loop-thread counters shared with the scheduler
         self.finished: dict[str, int] = {}  # finish reason -> lanes
@@ -39,13 +43,19 @@ class OutputProcessor:
         if lane.generated:  # recompute readmission: the prompt is back, now replay the generated ids
             lane.replay = lane.generated[:-1]
         else:
-            self.emit(lane, sample(logits, lane.request.sampling, lane.rng))
+            self._sample_and_emit(lane, logits)
 
     def after_step(self, lane: Lane, row: np.ndarray) -> None:
         if lane.replay:
             lane.replay.pop(0)  # recompute replay: the token was generated before, its logits are known
         else:
-            self.emit(lane, sample(row, lane.request.sampling, lane.rng))
+            self._sample_and_emit(lane, row)
+
+    def _sample_and_emit(self, lane: Lane, logits: np.ndarray) -> None:
+        token = sample(logits, lane.request.sampling, lane.rng)
+        self.profile.mark("sample")
+        self.emit(lane, token)
+        self.profile.mark("emit")
 
     def emit(self, lane: Lane, token: int) -> None:
         t = now()

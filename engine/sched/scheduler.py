@@ -18,6 +18,7 @@ decode rows; swap copies bytes. (batch_prefill=False: every chunk is its own Ses
 from __future__ import annotations
 
 import itertools
+import os
 import threading
 from typing import Any
 
@@ -29,6 +30,7 @@ from engine.sched.lane import FinishReason, Handle, Lane, LaneState, Request, Te
 from engine.sched.prefix_cache import PrefixCache
 from engine.sched.output import OutputProcessor
 from engine.sched.plan import Scheduler, SchedulerConfig
+from engine.sched.profile import NO_PROFILE, IterationProfile
 from engine.sched.stats import SchedStats, snapshot
 
 
@@ -59,6 +61,7 @@ class NativeScheduler:
         batch_prefill: bool = True,
         blas_chunks: bool = True,
         warm: bool = False,
+        profile: bool | None = None,
     ) -> None:
         self.config = SchedulerConfig(max_running=max_running, kv_blocks=kv_blocks, preempt_mode=preempt,
                                       victim_rule=victim, prefill_chunk=prefill_chunk, prefill_budget=prefill_budget)
@@ -96,7 +99,12 @@ class NativeScheduler:
         self.scheduler = Scheduler(self.config, self.pool, self.prefix, hit_align=hit_align,
                                    new_session=lambda: self._Session(self.model, pool=self.pool),
                                    batch_prefill=batch_prefill, counters=self._c)
-        self.output = OutputProcessor(self.scheduler, self.prefix, self.eos_ids, self._c)
+        # profile=True (or FAK_SCHED_PROFILE=1): wall time per loop phase, see engine/sched/profile.py
+        if profile is None:
+            profile = os.environ.get("FAK_SCHED_PROFILE", "") not in ("", "0")
+        self.profile: IterationProfile | None = IterationProfile() if profile else None
+        self._prof = self.profile or NO_PROFILE
+        self.output = OutputProcessor(self.scheduler, self.prefix, self.eos_ids, self._c, self._prof)
         self.events = self.scheduler.events  # ("preempt"|"readmit", lane seq, preemption round)
         self._snapshot = SchedStats()
         self._publish()
@@ -226,6 +234,7 @@ class NativeScheduler:
             self._shutdown()
 
     def _guarded_iteration(self, new: list[Lane]) -> None:
+        self._prof.start()
         try:
             self._iteration(new)
         except Exception as e:  # an engine bug or model failure must not kill the loop (nor spin on it):
@@ -234,6 +243,7 @@ class NativeScheduler:
                 for lane in list(q):
                     self.output.finish(lane, FinishReason.ERROR, f"{type(e).__name__}: {e}")
         self._publish()
+        self._prof.mark("publish")
 
     def _has_work(self) -> bool:
         return self.scheduler.has_work()
@@ -244,11 +254,13 @@ class NativeScheduler:
         for q in (sched.waiting, sched.running, sched.preempted):
             for lane in [ln for ln in q if ln.cancel_requested]:
                 self.output.finish(lane, FinishReason.CANCELLED)
+        self._prof.mark("intake")
         plan = sched.schedule()
         if plan.failed is not None:
             lane, error = plan.failed
             self.output.finish(lane, FinishReason.ERROR, error)
         prefills, decoders = plan.prefills, plan.decoders
+        self._prof.mark("plan")
         if self.blas_chunks:
             for lane, ids in [(ln, ids) for ln, ids in prefills if len(ids) == self.prefill_chunk]:
                 self._prefill(lane, ids)
@@ -263,6 +275,7 @@ class NativeScheduler:
                 self._decode(decoders)
         if self.prefix is not None and self.kv_blocks is None and len(self.prefix) > self.prefix_cache_blocks:
             self.prefix.evict(len(self.prefix) - self.prefix_cache_blocks)
+        self._prof.mark("prefix")
 
     # -- model work
     def _mixed_step(self, prefills: list[tuple[Lane, list[int]]], decoders: list[Lane]) -> None:
@@ -272,10 +285,13 @@ class NativeScheduler:
         batch = prefills + feed
         if not batch:
             return
+        self._prof.mark("plan")
         try:
             logits = self._forward_batch([ln.session for ln, _ in batch], [ids for _, ids in batch])
         except KVExhausted:
             return  # budget estimate was short: nothing changed, retry next iteration
+        finally:
+            self._prof.mark("forward")
         if decoders:
             self._c["steps"] += 1
         for i, (lane, ids) in enumerate(prefills):
@@ -284,8 +300,10 @@ class NativeScheduler:
             self.output.after_step(lane, row)
 
     def _prefill(self, lane: Lane, ids: list[int]) -> None:
+        self._prof.mark("plan")
         try:
             logits = lane.session.prefill(ids)
+            self._prof.mark("forward")
         except KVExhausted:
             return  # budget estimate was short (growable accounting aside): retry next iteration
         except Exception as e:
@@ -295,8 +313,10 @@ class NativeScheduler:
 
     def _decode(self, lanes: list[Lane]) -> None:
         feed = [ln.replay[0] if ln.replay else ln.pending for ln in lanes]
+        self._prof.mark("plan")
         try:
             logits = self._step_batch([ln.session for ln in lanes], feed)
+            self._prof.mark("forward")
         except KVExhausted:
             return
         self._c["steps"] += 1
