@@ -1,11 +1,94 @@
-"""`fak serve`: not landed yet (its module keeps the subcommand's name for when its issue lands)."""
+"""`fak serve`: the OpenAI-compatible server on the in-kernel engine (fak/gateway), one process."""
 
 from __future__ import annotations
 
-import typer
+import os
+import sys
+from typing import Optional
 
-from commands.notlanded import register_placeholder
+import typer
 
 
 def register(app: typer.Typer) -> None:
-    register_placeholder(app, "serve")
+    @app.command("serve")
+    def serve(
+        gguf: Optional[str] = typer.Option(None, "--gguf", help="GGUF path or alias (default $FAK_MODEL or gemma3-270m)."),
+        host: str = typer.Option("127.0.0.1", "--host", help="Address to bind."),
+        port: int = typer.Option(8000, "--port", help="Port (0: the OS picks one)."),
+        plain: bool = typer.Option(False, "--plain", help="float32 weights (default: quantized blocks resident)."),
+        api_key: Optional[str] = typer.Option(None, "--api-key", help="Require this key (Bearer or X-Api-Key) [FAK_API_KEY]."),
+        cors_origin: list[str] = typer.Option([], "--cors-origin", help="Allow this browser origin (repeat)."),
+        served_name: Optional[str] = typer.Option(None, "--served-model-name", help="Model name clients use."),
+        max_queue: int = typer.Option(256, "--max-queue", help="Waiting requests before 429 (0: unbounded)."),
+        max_running: Optional[int] = typer.Option(None, "--max-running", help="Running lanes cap, 0 = unbounded [FAK_MAX_RUNNING]."),
+        kv_blocks: Optional[int] = typer.Option(None, "--kv-blocks", help="KV budget in blocks [FAK_KV_BLOCKS]."),
+        block_tokens: Optional[int] = typer.Option(None, "--block-tokens", help="Tokens per KV block (16) [FAK_BLOCK_TOKENS]."),
+        preempt: Optional[str] = typer.Option(None, "--preempt", help="swap | recompute [FAK_PREEMPT]."),
+        victim: Optional[str] = typer.Option(None, "--victim", help="most-recent | cost-aware [FAK_VICTIM]."),
+    ) -> None:
+        """Serve the model over HTTP: OpenAI chat/completions, /v1/models, /tokenize, /health, /metrics."""
+        from fak.boot import SchedOptions, boot
+        from fak.errors import FakError
+
+        if not 0 <= port <= 65535:
+            raise FakError(f"--port {port}: expected 0..65535")
+        if max_queue < 0:
+            raise FakError(f"--max-queue {max_queue}: expected a non-negative integer")
+        sched = SchedOptions.resolve(max_running=max_running, kv_blocks=kv_blocks, block_tokens=block_tokens,
+                                     preempt=preempt, victim=victim)
+        from engine.gguf.aliases import default_model, resolve_model
+
+        name = gguf or default_model()
+        if name != "synthetic":
+            resolve_model(name)  # a bad model is one line before anything listens
+        key = api_key or os.environ.get("FAK_API_KEY") or None
+        if host not in ("127.0.0.1", "localhost", "::1") and not key:
+            print(f"fak serve: warning: listening on {host} without an API key (--api-key)", file=sys.stderr)
+        served = served_name or os.path.basename(name)
+
+        def _boot() -> object:
+            b = boot(name, resident=not plain, sched=sched, show=False)
+            if not b.text_ok:
+                b.close()
+                raise FakError(f"{name}: no tokenizer for text: fak serve needs one")
+            print(b.boot_line(), file=sys.stderr, flush=True)
+            return b
+
+        run_server(_boot, served, host, port, key, cors_origin, max_queue)
+
+
+def run_server(boot: object, served: str, host: str, port: int, key: str | None, cors: list[str],
+               max_queue: int) -> None:
+    import socket
+
+    import uvicorn
+
+    from fak.gateway import create_app
+
+    app = create_app(boot, served, api_key=key, cors_origins=cors, max_queue=max_queue)  # type: ignore[arg-type]
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        from fak.errors import FakError
+
+        raise FakError(f"cannot listen on {host}:{port} ({exc.strerror or exc})") from None
+    bound = sock.getsockname()[1]
+    shown = f"[{host}]" if ":" in host else host
+    print(f"listening on http://{shown}:{bound}", file=sys.stderr, flush=True)
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: object) -> None:
+            # SIGINT / SIGTERM: drain (bounded by timeout_graceful_shutdown), then exit 0; uvicorn
+            # would re-raise the signal after draining, which ends the process with -SIG instead
+            super().handle_exit(sig, frame)  # type: ignore[arg-type]
+            self._captured_signals.clear()
+
+    config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=10, lifespan="off")
+    server = Server(config)
+    try:
+        server.run(sockets=[sock])
+    finally:
+        b = app.state.booted
+        if b is not None:
+            b.close()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -141,6 +141,14 @@ class TextTracker:
         return self._cut(final=True)
 
 
+def _notify(watchers: list[Callable[[], None]]) -> None:
+    for w in watchers:
+        try:
+            w()
+        except Exception:  # a watcher's event loop may be gone: that must not stop the scheduler
+            pass
+
+
 class Handle:
     """The caller's side of one lane. Iterate for token ids, `pieces()` for text, `result()` to wait."""
 
@@ -151,6 +159,7 @@ class Handle:
         self._cond = threading.Condition()
         self._events: list[tuple[int, str]] = []  # (token id, text piece) in emission order
         self._result: LaneResult | None = None
+        self._watchers: list[Callable[[], None]] = []
         self.state = LaneState.WAITING  # mirrors the lane; written by the loop thread
 
     # -- loop thread side --
@@ -158,6 +167,8 @@ class Handle:
         with self._cond:
             self._events.append((token, piece))
             self._cond.notify_all()
+            watchers = list(self._watchers)
+        _notify(watchers)
 
     def _set_result(self, result: LaneResult, tail: str) -> None:
         with self._cond:
@@ -165,6 +176,23 @@ class Handle:
                 self._events.append((-1, tail))  # flushed text with no token of its own
             self._result = result
             self._cond.notify_all()
+            watchers = list(self._watchers)
+        _notify(watchers)
+
+    # -- event-loop side (asyncio callers: never block on the condition) --
+    def watch(self, notify: Callable[[], None]) -> None:
+        """Call `notify()` after every new event and once the request is finished (from the
+        scheduler's thread: it must only schedule work, e.g. loop.call_soon_threadsafe)."""
+        with self._cond:
+            self._watchers.append(notify)
+            due = bool(self._events) or self._result is not None
+        if due:
+            _notify([notify])
+
+    def snapshot(self, start: int) -> tuple[list[tuple[int, str]], LaneResult | None]:
+        """Events from index `start` on, and the result if finished (then the events are complete)."""
+        with self._cond:
+            return self._events[start:], self._result
 
     # -- caller side --
     @property

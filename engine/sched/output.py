@@ -9,11 +9,12 @@ Finishing frees the lane's blocks, takes it off the queues and resolves its hand
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from engine.sched.lane import FinishReason, Lane, LaneState, now
+from engine.sched.lane import FinishReason, Lane, LaneResult, LaneState, now
 from engine.sched.prefix_cache import PrefixCache
 from engine.model.sampling import sample
 from engine.sched.plan import Scheduler
@@ -26,6 +27,7 @@ class OutputProcessor:
                  counters: dict[str, int], profile: Any = NO_PROFILE) -> None:
         self.scheduler, self.prefix, self.eos_ids = scheduler, prefix, eos_ids
         self.profile = profile  # engine.sched.profile: "sample" and "emit" marks
+        self.on_finish: Callable[[LaneResult], None] | None = None  # observers, e.g. request metrics
         self.block_tokens = scheduler.pool.block_tokens
         self.counters = counters  # the loop-thread counters shared with the scheduler
         self.finished: dict[str, int] = {}  # finish reason -> lanes
@@ -88,4 +90,10 @@ class OutputProcessor:
         lane.finish_reason, lane.error = reason, error
         self.finished[reason.value] = self.finished.get(reason.value, 0) + 1
         tail = lane.text.finish() if lane.text is not None else ""
-        lane.handle._set_result(lane.result(now()), tail)
+        result = lane.result(now())
+        lane.handle._set_result(result, tail)
+        if self.on_finish is not None:
+            try:
+                self.on_finish(result)
+            except Exception:  # an observer (metrics) must not fail the lane or the loop
+                pass

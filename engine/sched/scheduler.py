@@ -122,6 +122,8 @@ class NativeScheduler:
             self._thread = threading.Thread(target=self._loop, name="fak-scheduler", daemon=True)
             self._thread.start()
 
+    # observers of finished requests (called on the loop thread with the LaneResult; metrics)
+    on_finish = _delegate("output", "on_finish")
     # the policy lives in self.config, which the Scheduler reads every iteration (so it may be retuned live)
     max_running = _delegate("config", "max_running")
     kv_blocks = _delegate("config", "kv_blocks")

@@ -23,6 +23,7 @@ class SchedStats:
     max_blocks: int | None = None  # None: growable pool (no budget)
     cached_blocks: int = 0  # held by the prefix cache (part of used_blocks)
     reclaimable_blocks: int = 0  # cached and referenced by no lane
+    pool_blocks: int = 0  # blocks the pool holds now (its budget when fixed; grows otherwise)
     block_tokens: int = 16
     steps: int = 0  # batched decode steps run
     tokens_generated: int = 0
@@ -57,6 +58,7 @@ def snapshot(c: dict[str, int], finished: dict[str, int], last_victim: Victim | 
         max_blocks=kv_blocks,
         cached_blocks=len(prefix) if prefix is not None else 0,
         reclaimable_blocks=prefix.reclaimable() if prefix is not None else 0,
+        pool_blocks=pool.capacity,
         block_tokens=pool.block_tokens,
         steps=c["steps"],
         tokens_generated=c["tokens"],

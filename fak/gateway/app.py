@@ -1,0 +1,109 @@
+"""The ASGI app: routers, auth, CORS, /health, /metrics, and the engine booted in the background.
+
+The server listens at once; until the model is loaded /health answers 503 with the boot status and
+the model routes 503 `booting`. `boot` is a zero-argument callable returning a fak.boot.Booted.
+"""
+
+from __future__ import annotations
+
+import hmac
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.responses import JSONResponse, Response
+
+from fak.gateway import errors
+from fak.gateway.errors import envelope
+from fak.gateway.metrics import Metrics
+from fak.gateway.openai_wire import router as openai_router
+
+PUBLIC = ("/health", "/v1/models")
+
+
+def create_app(boot: Callable[[], Any], model_name: str, *, api_key: str | None = None,
+               cors_origins: list[str] | None = None, max_queue: int = 0, background: bool = True) -> FastAPI:
+    app = FastAPI(title="fak serve", version="1", docs_url=None, redoc_url=None)
+    errors.install(app)
+    st = app.state
+    st.booted, st.boot_status, st.boot_error = None, "loading the model", None
+    st.model_name, st.created, st.max_queue = model_name, int(time.time()), max_queue
+    st.metrics = Metrics(model_name, lambda: st.booted.scheduler.stats() if st.booted is not None else None)
+
+    def _boot() -> None:
+        try:
+            st.booted = boot()
+            st.booted.scheduler.on_finish = st.metrics.finished
+            st.boot_status = "ready"
+        except Exception as exc:  # reported by /health and the boot caller; the process decides to exit
+            st.boot_error = st.boot_status = f"boot failed: {exc}"
+
+    if background:
+        threading.Thread(target=_boot, name="fak-boot", daemon=True).start()
+    else:
+        _boot()
+
+    # a plain ASGI middleware, not @app.middleware: BaseHTTPMiddleware wraps `receive`, and the
+    # handlers then never see a client's disconnect (non-streaming cancel relies on it)
+    app.add_middleware(_AuthAndCount, api_key=api_key, metrics=st.metrics)
+
+    if cors_origins:
+        app.add_middleware(CORSMiddleware, allow_origins=cors_origins, allow_methods=["*"], allow_headers=["*"])
+
+    @app.get("/health")
+    async def health() -> JSONResponse:
+        if st.booted is None:
+            return JSONResponse({"status": "error" if st.boot_error else "loading", "reason": st.boot_status},
+                                status_code=503)
+        return JSONResponse({"status": "ok", "model": model_name})
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        return Response(generate_latest(st.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    app.include_router(openai_router)
+    return app
+
+
+class _AuthAndCount:
+    """API-key check (public routes and CORS preflights exempt) and per-route HTTP metrics."""
+
+    def __init__(self, app: Any, api_key: str | None, metrics: Metrics) -> None:
+        self.app, self.key, self.metrics = app, api_key, metrics
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        t0, status = time.perf_counter(), [500]
+
+        async def send_status(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        if (self.key and scope.get("method") != "OPTIONS" and scope.get("path") not in PUBLIC
+                and not _authorized(headers, self.key)):
+            resp = JSONResponse(envelope("invalid or missing API key (Authorization: Bearer KEY or X-Api-Key)",
+                                         "authentication_error", None, "invalid_api_key"),
+                                status_code=401, headers={"WWW-Authenticate": "Bearer"})
+            await resp(scope, receive, send_status)
+        else:
+            await self.app(scope, receive, send_status)
+        name = getattr(scope.get("route"), "path", "unmatched")
+        self.metrics.http.labels(name, str(status[0])).inc()
+        self.metrics.http_latency.labels(name).observe(time.perf_counter() - t0)
+
+
+def _authorized(headers: dict[str, str], key: str) -> bool:
+    given = headers.get("x-api-key")
+    auth = headers.get("authorization", "")
+    if auth.lower().startswith("bearer "):
+        given = auth[7:].strip()
+    return given is not None and hmac.compare_digest(given.encode(), key.encode())

@@ -1,0 +1,74 @@
+"""/metrics: vLLM's request metrics under the `fak_` prefix (same names after it, a `model_name`
+label), the scheduler's `fak_sched_*` families, and per-route HTTP counts and latencies."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+_LATENCY = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+
+class _Gauges:
+    """running / waiting / kv_cache_usage_perc read from the latest scheduler snapshot on scrape."""
+
+    def __init__(self, stats: Callable[[], Any], model: str) -> None:
+        self._stats, self._model = stats, model
+
+    def describe(self) -> list[object]:
+        return []
+
+    def collect(self) -> Iterator[object]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        s = self._stats()
+        if s is None:
+            return
+        for name, doc, value in (
+            ("fak_num_requests_running", "Requests prefilling or decoding", s.running),
+            ("fak_num_requests_waiting", "Requests waiting to be scheduled", s.waiting + s.preempted),
+            # as vLLM counts it: blocks held by lanes (cached-only blocks are free to evict) over the pool
+            ("fak_kv_cache_usage_perc", "KV-cache usage: 1 means 100 percent",
+             (s.used_blocks - s.reclaimable_blocks) / max(s.max_blocks or s.pool_blocks, 1)),
+        ):
+            g = GaugeMetricFamily(name, doc, labels=["model_name"])
+            g.add_metric([self._model], float(value))
+            yield g
+
+
+class Metrics:
+    def __init__(self, model: str, stats: Callable[[], Any]) -> None:
+        from engine.sched.stats import SchedCollector
+
+        self.model = model
+        self.registry = CollectorRegistry()
+        self.registry.register(_Gauges(stats, model))
+        self.registry.register(SchedCollector(lambda: stats() or _empty()))
+        r, m = self.registry, ["model_name"]
+        self.prompt_tokens = Counter("fak_prompt_tokens", "Prompt tokens processed", m, registry=r)
+        self.generation_tokens = Counter("fak_generation_tokens", "Tokens generated", m, registry=r)
+        self.success = Counter("fak_request_success", "Finished requests", m + ["finished_reason"], registry=r)
+        self.ttft = Histogram("fak_time_to_first_token_seconds", "Time to first token", m, buckets=_LATENCY, registry=r)
+        self.e2e = Histogram("fak_e2e_request_latency_seconds", "End-to-end request latency", m, buckets=_LATENCY,
+                             registry=r)
+        self.http = Counter("fak_http_requests", "HTTP requests by route and status", ["route", "status"], registry=r)
+        self.http_latency = Histogram("fak_http_request_duration_seconds", "HTTP handler latency", ["route"],
+                                      buckets=_LATENCY, registry=r)
+
+    def finished(self, result: Any) -> None:
+        """Account one finished choice (a LaneResult)."""
+        m = self.model
+        self.prompt_tokens.labels(m).inc(result.prompt_tokens)
+        self.generation_tokens.labels(m).inc(len(result.token_ids))
+        self.success.labels(m, result.finish_reason.value).inc()
+        if result.ttft_s is not None:
+            self.ttft.labels(m).observe(result.ttft_s)
+        self.e2e.labels(m).observe(result.latency_s)
+
+
+def _empty() -> Any:
+    from engine.sched.stats import SchedStats
+
+    return SchedStats()

@@ -1,0 +1,96 @@
+"""Request bodies of the OpenAI wire as pydantic models: the 400s come from validation.
+
+Unknown fields are refused (extra="forbid"), so nothing a client sends is silently ignored. Fields
+the SDKs send that fak does not implement yet are accepted only at their no-op value
+(`unsupported()` names the first one set otherwise).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ChatMessage(_Body):
+    model_config = ConfigDict(extra="allow")  # name, tool_call_id ... ride along to the template
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: Union[str, list[dict[str, Any]], None] = None
+
+
+class StreamOptions(_Body):
+    include_usage: bool = False
+
+
+# no-op values of the fields not implemented yet (a different value would change the output)
+_NOOP: dict[str, Any] = {"logprobs": (None, False), "top_logprobs": (None, 0), "presence_penalty": (None, 0.0),
+                         "frequency_penalty": (None, 0.0), "repetition_penalty": (None, 1.0),
+                         "logit_bias": (None, {}), "min_p": (None, 0.0), "echo": (None, False),
+                         "best_of": (None, 1), "suffix": (None, ""), "response_format": (None,),
+                         "tools": (None, []), "tool_choice": (None, "none")}
+
+
+class _Sampling(_Body):
+    model: Optional[str] = None
+    max_tokens: Optional[int] = Field(None, ge=1)
+    temperature: float = Field(1.0, ge=0.0, le=2.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    top_k: int = Field(0, ge=0)
+    seed: Optional[int] = None
+    stop: Union[str, list[str], None] = None
+    n: int = Field(1, ge=1, le=16)
+    stream: bool = False
+    stream_options: Optional[StreamOptions] = None
+    user: Optional[str] = None
+    logprobs: Union[bool, int, None] = None
+    top_logprobs: Optional[int] = None
+    presence_penalty: Optional[float] = None
+    frequency_penalty: Optional[float] = None
+    repetition_penalty: Optional[float] = None
+    logit_bias: Optional[dict[str, float]] = None
+    min_p: Optional[float] = None
+
+    def stops(self) -> tuple[str, ...]:
+        if self.stop is None:
+            return ()
+        return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
+
+    def unsupported(self) -> str | None:
+        """The first field set to a value that would change the output but is not implemented yet."""
+        for name, noop in _NOOP.items():
+            if name in self.model_fields_set and getattr(self, name, None) not in noop:
+                return name
+        return None
+
+
+class ChatCompletionRequest(_Sampling):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: Optional[int] = Field(None, ge=1)
+    response_format: Optional[dict[str, Any]] = None
+    tools: Optional[list[dict[str, Any]]] = None
+    tool_choice: Union[str, dict[str, Any], None] = None
+    parallel_tool_calls: Optional[bool] = None
+
+
+class CompletionRequest(_Sampling):
+    prompt: Union[str, list[int]]
+    echo: Optional[bool] = None
+    best_of: Optional[int] = None
+    suffix: Optional[str] = None
+
+
+class TokenizeRequest(_Body):
+    model: Optional[str] = None
+    prompt: Optional[str] = None
+    messages: Optional[list[ChatMessage]] = None
+    add_special: bool = True
+    with_pieces: bool = False
+
+
+class DetokenizeRequest(_Body):
+    model: Optional[str] = None
+    tokens: list[int]

@@ -1,0 +1,141 @@
+"""`fak serve` driven with the official `openai` SDK, on the synthetic checkpoint (fast, byte vocabulary):
+framing, stream == non-stream, usage, n, seed, stop strings, errors, auth, CORS, tokenize."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import openai
+import pytest
+
+from serve_helpers import Server
+
+pytestmark = pytest.mark.serve
+MODEL = "synthetic"
+
+
+@pytest.fixture(scope="module")
+def server():  # type: ignore[no-untyped-def]
+    s = Server("--gguf", "synthetic")
+    yield s
+    assert s.stop() == 0  # SIGTERM: drained and exited cleanly
+
+
+def test_completion_stream_equals_non_stream_and_framing(server: Server) -> None:
+    c = server.client()
+    whole = c.completions.create(model=MODEL, prompt="hello", max_tokens=12, temperature=0)
+    assert whole.choices[0].finish_reason == "length" and whole.usage.completion_tokens == 12
+    assert whole.usage.prompt_tokens == 5 and whole.usage.total_tokens == 17
+    chunks = list(c.completions.create(model=MODEL, prompt="hello", max_tokens=12, temperature=0, stream=True))
+    assert "".join(ch.choices[0].text for ch in chunks if ch.choices) == whole.choices[0].text
+    assert sum(ch.choices[0].finish_reason is not None for ch in chunks if ch.choices) == 1
+    assert len({ch.id for ch in chunks}) == 1 and all(ch.usage is None for ch in chunks)  # usage not asked
+
+
+def test_chat_stream_role_first_one_finish_usage_last(server: Server) -> None:
+    c = server.client()
+    msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]
+    whole = c.chat.completions.create(model=MODEL, messages=msgs, max_tokens=10, temperature=0)
+    chunks = list(c.chat.completions.create(model=MODEL, messages=msgs, max_tokens=10, temperature=0, stream=True,
+                                            stream_options={"include_usage": True}))
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices) == whole.choices[0].message.content
+    assert sum(1 for ch in chunks if ch.choices and ch.choices[0].finish_reason) == 1
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == whole.usage.completion_tokens == 10
+    assert all(ch.usage is None for ch in chunks[:-1])
+    assert len({ch.id for ch in chunks}) == 1
+
+
+def test_raw_sse_ends_with_done(server: Server) -> None:
+    with httpx.stream("POST", server.url + "/v1/completions", json={"prompt": "ab", "max_tokens": 3, "stream": True},
+                      timeout=30) as r:
+        body = "".join(r.iter_text())
+    events = [e for e in body.split("\n\n") if e]
+    assert all(e.startswith("data: ") for e in events) and events[-1] == "data: [DONE]"
+    assert [json.loads(e[6:])["object"] for e in events[:-1]] == ["text_completion"] * (len(events) - 1)
+
+
+def test_n_seed_and_stop(server: Server) -> None:
+    c = server.client()
+    two = c.completions.create(model=MODEL, prompt="xy", max_tokens=8, temperature=0, n=2)
+    assert [ch.index for ch in two.choices] == [0, 1] and two.choices[0].text == two.choices[1].text
+    assert two.usage.completion_tokens == 16
+    kw = dict(model=MODEL, prompt="seed", max_tokens=16, temperature=1.3, seed=7)
+    a, b = c.completions.create(**kw), c.completions.create(**kw)  # type: ignore[call-overload]
+    assert a.choices[0].text == b.choices[0].text
+    full = c.completions.create(model=MODEL, prompt="hello", max_tokens=12, temperature=0).choices[0].text
+    stop = full[3:5]
+    cut = c.completions.create(model=MODEL, prompt="hello", max_tokens=12, temperature=0, stop=[stop])
+    assert cut.choices[0].text == full[: full.index(stop)] and cut.choices[0].finish_reason == "stop"
+    streamed = c.completions.create(model=MODEL, prompt="hello", max_tokens=12, temperature=0, stop=stop, stream=True)
+    assert "".join(ch.choices[0].text for ch in streamed if ch.choices) == cut.choices[0].text
+
+
+def test_errors_are_openai_shaped_400s(server: Server) -> None:
+    c = server.client()
+    with pytest.raises(openai.BadRequestError) as e:
+        c.completions.create(model=MODEL, prompt="x", max_tokens=10**7)
+    err = e.value.body
+    assert err["code"] == "context_length_exceeded" and "10000000" in err["message"] and err["param"] == "max_tokens"
+    with pytest.raises(openai.BadRequestError, match="presence_penalty"):
+        c.completions.create(model=MODEL, prompt="x", max_tokens=2, presence_penalty=1.0)
+    with pytest.raises(openai.NotFoundError, match="model_not_found|not served"):
+        c.completions.create(model="gpt-4", prompt="x", max_tokens=2)
+    for body, field in (({"prompt": "x", "bogus": 1}, "bogus"), ({"prompt": "x", "max_tokens": "ten"}, "max_tokens"),
+                        ({"prompt": "x", "temperature": 9}, "temperature"), ({"max_tokens": 3}, "prompt"),
+                        ({"prompt": [1, 99999]}, "prompt")):
+        r = httpx.post(server.url + "/v1/completions", json=body, timeout=10)
+        assert r.status_code == 400, (body, r.text)
+        assert r.json()["error"]["param"] == field and r.json()["error"]["type"] == "invalid_request_error"
+    r = httpx.post(server.url + "/v1/chat/completions", content=b"{not json", timeout=10,
+                   headers={"content-type": "application/json"})
+    assert r.status_code == 400 and "JSON" in r.json()["error"]["message"]
+    r = httpx.post(server.url + "/v1/chat/completions", json={"messages": []}, timeout=10)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "messages"
+    assert httpx.get(server.url + "/v1/nope", timeout=10).status_code == 404
+
+
+def test_models_health_tokenize_metrics(server: Server) -> None:
+    models = httpx.get(server.url + "/v1/models", timeout=10).json()
+    assert models["data"][0]["id"] == MODEL and models["data"][0]["max_model_len"] > 0
+    assert httpx.get(server.url + "/health", timeout=10).json()["status"] == "ok"
+    tok = httpx.post(server.url + "/tokenize", json={"prompt": "héllo", "with_pieces": True}, timeout=10).json()
+    assert tok["tokens"] == list("héllo".encode()) and tok["count"] == 6 and len(tok["pieces"]) == 6
+    back = httpx.post(server.url + "/detokenize", json={"tokens": tok["tokens"]}, timeout=10).json()
+    assert back["prompt"] == "héllo"
+    assert httpx.post(server.url + "/detokenize", json={"tokens": [300]}, timeout=10).status_code == 400
+    assert server.metric("fak_request_success_total") >= 1 and server.metric("fak_num_requests_running") == 0
+    assert server.metric("fak_sched_admitted_total") >= 1
+
+
+def test_api_key_and_cors() -> None:
+    s = Server("--gguf", "synthetic", "--api-key", "s3cret", "--cors-origin", "http://app.example")
+    try:
+        with pytest.raises(openai.AuthenticationError) as e:
+            s.client(api_key="wrong").completions.create(model=MODEL, prompt="x", max_tokens=2)
+        assert e.value.body["code"] == "invalid_api_key" and e.value.body["type"] == "authentication_error"
+        assert s.client(api_key="s3cret").completions.create(model=MODEL, prompt="x", max_tokens=2).choices
+        ok = httpx.post(s.url + "/v1/completions", json={"prompt": "x", "max_tokens": 2},
+                        headers={"X-Api-Key": "s3cret"}, timeout=10)
+        assert ok.status_code == 200
+        assert httpx.get(s.url + "/health", timeout=10).status_code == 200  # public
+        assert httpx.get(s.url + "/v1/models", timeout=10).status_code == 200  # public
+        assert httpx.get(s.url + "/metrics", timeout=10).status_code == 401
+        pre = httpx.options(s.url + "/v1/chat/completions", timeout=10, headers={
+            "Origin": "http://app.example", "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "authorization,content-type"})
+        assert pre.status_code == 200 and pre.headers["access-control-allow-origin"] == "http://app.example"
+    finally:
+        assert s.stop() == 0
+
+
+def test_bad_model_and_flags_are_one_line() -> None:
+    import subprocess
+    import sys
+
+    for args in (["--gguf", "/no/such.gguf"], ["--port", "70000"], ["--preempt", "drop"]):
+        r = subprocess.run([sys.executable, "-m", "commands.main", "serve", *args], capture_output=True, text=True,
+                           timeout=60)
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, (args, r.stderr)
+        assert r.stderr.startswith("fak: error: ")
