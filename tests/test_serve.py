@@ -139,3 +139,17 @@ def test_bad_model_and_flags_are_one_line() -> None:
                            timeout=60)
         assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, (args, r.stderr)
         assert r.stderr.startswith("fak: error: ")
+
+
+def test_vllm_named_metrics_move(server: Server) -> None:
+    c = server.client()
+    before = server.metric("fak_request_generation_tokens_count")
+    c.completions.create(model=MODEL, prompt="metrics", max_tokens=6, temperature=0)
+    assert server.metric("fak_request_generation_tokens_count") == before + 1
+    text = httpx.get(server.url + "/metrics", timeout=10).text
+    for name in ("fak_inter_token_latency_seconds_count", "fak_request_queue_time_seconds_count",
+                 "fak_time_to_first_token_seconds_count", "fak_e2e_request_latency_seconds_count",
+                 "fak_num_preemptions_total", "fak_prefix_cache_queries_total", "fak_prefix_cache_hits_total",
+                 'fak_http_requests_total{route="/v1/completions",status="200"}'):
+        assert name in text, name
+    assert server.metric("fak_inter_token_latency_seconds_count") >= 5  # 6 tokens: 5 gaps, at least

@@ -72,6 +72,8 @@ class LaneResult:
     preemptions: int
     ttft_s: float | None  # admit -> first token
     latency_s: float  # admit -> finished
+    queue_s: float | None = None  # admit -> first scheduled (time spent waiting)
+    itl_s: tuple[float, ...] = ()  # gaps between consecutive emitted tokens
 
 
 def validate_request(r: Request, *, tokenizer: Any, vocab_size: int, context_length: int, kv_blocks: int | None,
@@ -256,6 +258,8 @@ class Lane:
     prompt_hashes: list[int] | None = None  # chained hashes of full prompt blocks (computed once)
     pinned_until: float = 0.0
     first_token_at: float | None = None
+    started_at: float | None = None  # first moved to PREFILLING
+    token_times: list[float] = field(default_factory=list)  # when each token was emitted (metrics)
     cancel_requested: bool = False
     finish_reason: FinishReason | None = None
     error: str | None = None
@@ -267,6 +271,8 @@ class Lane:
             raise EngineError(f"lane {self.seq}: illegal transition {self.state.value} -> {new.value}")
         self.state = new
         self.handle.state = new
+        if new is LaneState.PREFILLING and self.started_at is None:
+            self.started_at = now()
 
     @property
     def running(self) -> bool:
@@ -285,6 +291,8 @@ class Lane:
             preemptions=self.preemptions,
             ttft_s=None if self.first_token_at is None else self.first_token_at - self.admitted_at,
             latency_s=now - self.admitted_at,
+            queue_s=None if self.started_at is None else self.started_at - self.admitted_at,
+            itl_s=tuple(b - a for a, b in zip(self.token_times, self.token_times[1:])),
         )
 
 

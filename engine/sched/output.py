@@ -63,6 +63,7 @@ class OutputProcessor:
         t = now()
         if lane.first_token_at is None:
             lane.first_token_at = t
+        lane.token_times.append(t)
         self.rate.add(t, 1)
         self.counters["tokens"] += 1
         req = lane.request

@@ -21,19 +21,25 @@ class _Gauges:
         return []
 
     def collect(self) -> Iterator[object]:
-        from prometheus_client.core import GaugeMetricFamily
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         s = self._stats()
         if s is None:
             return
-        for name, doc, value in (
-            ("fak_num_requests_running", "Requests prefilling or decoding", s.running),
-            ("fak_num_requests_waiting", "Requests waiting to be scheduled", s.waiting + s.preempted),
+        for name, doc, value, kind in (
+            ("fak_num_requests_running", "Requests prefilling or decoding", s.running, "gauge"),
+            ("fak_num_requests_waiting", "Requests waiting to be scheduled", s.waiting + s.preempted, "gauge"),
             # as vLLM counts it: blocks held by lanes (cached-only blocks are free to evict) over the pool
             ("fak_kv_cache_usage_perc", "KV-cache usage: 1 means 100 percent",
-             (s.used_blocks - s.reclaimable_blocks) / max(s.max_blocks or s.pool_blocks, 1)),
+             (s.used_blocks - s.reclaimable_blocks) / max(s.max_blocks or s.pool_blocks, 1), "gauge"),
+            ("fak_num_preemptions", "Preemptions (swap and recompute)", s.preemptions_swap + s.preemptions_recompute,
+             "counter"),
+            # counted in lookups (vLLM counts tokens; fak_sched_prefix_hit_tokens has the tokens)
+            ("fak_prefix_cache_queries", "Prefix-cache lookups", s.prefix_queries, "counter"),
+            ("fak_prefix_cache_hits", "Prefix-cache lookups that found blocks", s.prefix_hits, "counter"),
         ):
-            g = GaugeMetricFamily(name, doc, labels=["model_name"])
+            family = GaugeMetricFamily if kind == "gauge" else CounterMetricFamily
+            g = family(name, doc, labels=["model_name"])
             g.add_metric([self._model], float(value))
             yield g
 
@@ -53,6 +59,15 @@ class Metrics:
         self.ttft = Histogram("fak_time_to_first_token_seconds", "Time to first token", m, buckets=_LATENCY, registry=r)
         self.e2e = Histogram("fak_e2e_request_latency_seconds", "End-to-end request latency", m, buckets=_LATENCY,
                              registry=r)
+        self.itl = Histogram("fak_inter_token_latency_seconds", "Time between consecutive tokens of a request", m,
+                             buckets=_LATENCY, registry=r)
+        self.queue = Histogram("fak_request_queue_time_seconds", "Time a request waited before it was scheduled", m,
+                               buckets=_LATENCY, registry=r)
+        sizes = (1, 8, 32, 128, 512, 2048, 8192, 32768)
+        self.req_prompt = Histogram("fak_request_prompt_tokens", "Prompt tokens per request", m, buckets=sizes,
+                                    registry=r)
+        self.req_gen = Histogram("fak_request_generation_tokens", "Generated tokens per request", m, buckets=sizes,
+                                 registry=r)
         self.http = Counter("fak_http_requests", "HTTP requests by route and status", ["route", "status"], registry=r)
         self.http_latency = Histogram("fak_http_request_duration_seconds", "HTTP handler latency", ["route"],
                                       buckets=_LATENCY, registry=r)
@@ -65,7 +80,14 @@ class Metrics:
         self.success.labels(m, result.finish_reason.value).inc()
         if result.ttft_s is not None:
             self.ttft.labels(m).observe(result.ttft_s)
+        if result.queue_s is not None:
+            self.queue.labels(m).observe(result.queue_s)
         self.e2e.labels(m).observe(result.latency_s)
+        self.req_prompt.labels(m).observe(result.prompt_tokens)
+        self.req_gen.labels(m).observe(len(result.token_ids))
+        itl = self.itl.labels(m)
+        for gap in result.itl_s:
+            itl.observe(gap)
 
 
 def _empty() -> Any:
