@@ -153,3 +153,29 @@ def test_vllm_named_metrics_move(server: Server) -> None:
                  'fak_http_requests_total{route="/v1/completions",status="200"}'):
         assert name in text, name
     assert server.metric("fak_inter_token_latency_seconds_count") >= 5  # 6 tokens: 5 gaps, at least
+
+
+def test_logprobs_from_the_logits_same_in_stream_and_not(server: Server) -> None:
+    c = server.client()
+    msgs = [{"role": "user", "content": "hi"}]
+    whole = c.chat.completions.create(model=MODEL, messages=msgs, max_tokens=8, temperature=0, logprobs=True,
+                                      top_logprobs=3)
+    entries = whole.choices[0].logprobs.content
+    assert len(entries) == whole.usage.completion_tokens == 8
+    assert b"".join(bytes(e.bytes) for e in entries).decode("utf-8", "replace") == whole.choices[0].message.content
+    for e in entries:  # greedy: the chosen token is the most likely one, and logprobs are <= 0, sorted
+        assert len(e.top_logprobs) == 3 and e.top_logprobs[0].logprob == e.logprob <= 0
+        assert [t.logprob for t in e.top_logprobs] == sorted((t.logprob for t in e.top_logprobs), reverse=True)
+    streamed = [lp for ch in c.chat.completions.create(model=MODEL, messages=msgs, max_tokens=8, temperature=0,
+                                                         logprobs=True, top_logprobs=3, stream=True)
+                if ch.choices and ch.choices[0].logprobs for lp in ch.choices[0].logprobs.content]
+    assert [(e.token, e.logprob, [t.logprob for t in e.top_logprobs]) for e in streamed] == \
+        [(e.token, e.logprob, [t.logprob for t in e.top_logprobs]) for e in entries]
+    comp = c.completions.create(model=MODEL, prompt="hello", max_tokens=6, temperature=0, logprobs=2)
+    lp = comp.choices[0].logprobs
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == 6 and lp.text_offset[0] == 0
+    plain = c.chat.completions.create(model=MODEL, messages=msgs, max_tokens=2, temperature=0)
+    assert plain.choices[0].logprobs is None
+    r = httpx.post(server.url + "/v1/chat/completions", timeout=10,
+                   json={"messages": msgs, "logprobs": True, "top_logprobs": 50})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "top_logprobs"

@@ -92,3 +92,13 @@ def test_full_queue_is_429_with_retry_after() -> None:
         assert _until(lambda: s.metric("fak_num_requests_running") == 0 and s.metric("fak_num_requests_waiting") == 0)
     finally:
         assert s.stop() == 0
+
+
+def test_logprob_tokens_spell_the_content(server: Server) -> None:
+    c = server.client(timeout=120)
+    r = c.completions.create(model=MODEL, prompt="The capital of France is", max_tokens=12, temperature=0, logprobs=1)
+    assert "".join(r.choices[0].logprobs.tokens) == r.choices[0].text
+    s = c.completions.create(model=MODEL, prompt="The capital of France is", max_tokens=12, temperature=0, logprobs=1,
+                             stream=True)
+    toks = [t for ch in s if ch.choices and ch.choices[0].logprobs for t in ch.choices[0].logprobs.tokens]
+    assert toks == r.choices[0].logprobs.tokens

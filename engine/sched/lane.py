@@ -58,6 +58,17 @@ class Request:
     pin_ttl: float = 0.0  # seconds after (re)admission during which the lane is not a preemption victim
     stop_on_eos: bool = True  # stop on the tokenizer's / scheduler's eos ids
     request_id: str = ""
+    logprobs: int | None = None  # None: off; k: each token's log-probability and the k most likely
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """A generated token's log-probability under the model (raw logits, before temperature or top-k/p)
+    and the `top` most likely ids with theirs, most likely first."""
+
+    token: int
+    logprob: float
+    top: tuple[tuple[int, float], ...]
 
 
 @dataclass(frozen=True)
@@ -74,6 +85,7 @@ class LaneResult:
     latency_s: float  # admit -> finished
     queue_s: float | None = None  # admit -> first scheduled (time spent waiting)
     itl_s: tuple[float, ...] = ()  # gaps between consecutive emitted tokens
+    logprobs: tuple[TokenLogprob, ...] = ()  # one per token_ids entry, when the request asked
 
 
 def validate_request(r: Request, *, tokenizer: Any, vocab_size: int, context_length: int, kv_blocks: int | None,
@@ -162,6 +174,7 @@ class Handle:
         self._events: list[tuple[int, str]] = []  # (token id, text piece) in emission order
         self._result: LaneResult | None = None
         self._watchers: list[Callable[[], None]] = []
+        self.logprobs: list[TokenLogprob] = []  # one per token event, appended before its event
         self.state = LaneState.WAITING  # mirrors the lane; written by the loop thread
 
     # -- loop thread side --
@@ -293,6 +306,7 @@ class Lane:
             latency_s=now - self.admitted_at,
             queue_s=None if self.started_at is None else self.started_at - self.admitted_at,
             itl_s=tuple(b - a for a, b in zip(self.token_times, self.token_times[1:])),
+            logprobs=tuple(self.handle.logprobs),
         )
 
 

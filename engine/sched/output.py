@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.sched.lane import FinishReason, Lane, LaneResult, LaneState, now
+from engine.sched.lane import FinishReason, Lane, LaneResult, LaneState, TokenLogprob, now
 from engine.sched.prefix_cache import PrefixCache
 from engine.model.sampling import sample
 from engine.sched.plan import Scheduler
@@ -56,10 +56,11 @@ class OutputProcessor:
     def _sample_and_emit(self, lane: Lane, logits: np.ndarray) -> None:
         token = sample(logits, lane.request.sampling, lane.rng)
         self.profile.mark("sample")
-        self.emit(lane, token)
+        k = lane.request.logprobs
+        self.emit(lane, token, None if k is None else token_logprob(logits, token, k))
         self.profile.mark("emit")
 
-    def emit(self, lane: Lane, token: int) -> None:
+    def emit(self, lane: Lane, token: int, logprob: TokenLogprob | None = None) -> None:
         t = now()
         if lane.first_token_at is None:
             lane.first_token_at = t
@@ -76,6 +77,8 @@ class OutputProcessor:
         lane.generated.append(token)
         lane.pending = token
         piece = lane.text.push(token) if lane.text is not None else ""
+        if logprob is not None:
+            lane.handle.logprobs.append(logprob)  # before the event, so a reader woken by it finds it
         lane.handle._push(token, piece)
         if lane.text is not None and lane.text.stopped:
             self.finish(lane, FinishReason.STOP)
@@ -98,3 +101,16 @@ class OutputProcessor:
                 self.on_finish(result)
             except Exception:  # an observer (metrics) must not fail the lane or the loop
                 pass
+
+
+def token_logprob(logits: np.ndarray, token: int, k: int) -> TokenLogprob:
+    """log softmax of the raw logits (float64) at `token`, and the k most likely (ties: lower id first)."""
+    z = logits.astype(np.float64)
+    m = float(z.max())
+    lse = m + float(np.log(np.exp(z - m).sum()))
+    top: tuple[tuple[int, float], ...] = ()
+    if k > 0:
+        part = np.argpartition(-z, min(k, z.size - 1))[: k]
+        order = sorted(part.tolist(), key=lambda i: (-z[i], i))
+        top = tuple((int(i), float(z[i] - lse)) for i in order)
+    return TokenLogprob(int(token), float(z[token] - lse), top)

@@ -314,6 +314,9 @@ class ByteTokenizer:
     def token_text(self, token_id: int) -> str:
         return self._piece(token_id).decode("latin-1")
 
+    def token_bytes(self, token_id: int) -> bytes:
+        return self._piece(token_id)
+
     def apply_chat_template(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True,
                             tools: list[dict[str, Any]] | None = None, **extra: Any) -> str:
         return render_chat(self.chat_template, messages, add_generation_prompt=add_generation_prompt,

@@ -72,7 +72,8 @@ def _admit(request: Request, b: Any, ids: list[int], body: Any, new: int) -> lis
             seed = None if body.seed is None else body.seed + i
             params = SamplingParams(temperature=body.temperature, top_k=body.top_k, top_p=body.top_p, seed=seed)
             handles.append(b.scheduler.admit(LaneRequest(list(ids), max_new_tokens=new, stop_strings=body.stops(),
-                                                         sampling=params, request_id=f"{uuid.uuid4().hex[:12]}-{i}")))
+                                                         sampling=params, request_id=f"{uuid.uuid4().hex[:12]}-{i}",
+                                                         logprobs=body.logprob_k())))
     except EngineError as exc:
         cancel_all(handles)
         raise APIError(400, str(exc)) from None
@@ -122,16 +123,24 @@ def _sse(obj: dict[str, Any] | str) -> str:
 
 async def _stream(request: Request, handles: list[Any], body: Any, make: Any, role: bool) -> AsyncIterator[str]:
     """SSE: one opening chunk per choice (chat: delta.role), text deltas, one finish chunk per choice,
-    the usage chunk when asked, then [DONE]. A disconnect lands in `finally` and cancels the lanes."""
+    the usage chunk when asked, then [DONE]. A disconnect lands in `finally` and cancels the lanes.
+    With logprobs every token gets a chunk (its text may be held back: part of a character or of a
+    possible stop string), carrying that token's entry."""
     results: list[Any] = [None] * len(handles)
+    want_lp = body.logprob_k() is not None
+    seen = [0] * len(handles)
     try:
         if role:
             for i in range(len(handles)):
                 yield _sse(make(i, "", None, True))
         async for item in merged(handles):
             if isinstance(item, Piece):
-                if item.text:
-                    yield _sse(make(item.index, item.text, None, False))
+                lps = None
+                if want_lp and item.token >= 0:
+                    lps = [handles[item.index].logprobs[seen[item.index]]]
+                    seen[item.index] += 1
+                if item.text or lps:
+                    yield _sse(make(item.index, item.text, None, False, lps))
             else:
                 results[item.index] = item.result
                 if item.result.finish_reason.value == "error":
@@ -161,18 +170,47 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Any
     handles = _admit(request, b, ids, body, new)
     cid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
 
-    def chunk(i: int | None, text: str, finish: str | None, opening: bool) -> dict[str, Any]:
+    tok = b.tokenizer
+
+    def chunk(i: int | None, text: str, finish: str | None, opening: bool, lps: Any = None) -> dict[str, Any]:
         delta: dict[str, Any] = {"role": "assistant", "content": ""} if opening else ({"content": text} if text else {})
-        choices = [] if i is None else [{"index": i, "delta": delta, "logprobs": None, "finish_reason": finish}]
+        lp = None if lps is None else {"content": [_chat_lp(tok, e) for e in lps]}
+        choices = [] if i is None else [{"index": i, "delta": delta, "logprobs": lp, "finish_reason": finish}]
         return {"id": cid, "object": "chat.completion.chunk", "created": created, "model": name, "choices": choices}
 
     if body.stream:
         return StreamingResponse(_stream(request, handles, body, chunk, role=True), media_type="text/event-stream")
     results = await _collect(request, handles)
-    choices = [{"index": i, "message": {"role": "assistant", "content": r.text or ""}, "logprobs": None,
+    want = body.logprob_k() is not None
+    choices = [{"index": i, "message": {"role": "assistant", "content": r.text or ""},
+                "logprobs": {"content": [_chat_lp(tok, e) for e in r.logprobs]} if want else None,
                 "finish_reason": _finish(r)} for i, r in enumerate(results)]
     return JSONResponse({"id": cid, "object": "chat.completion", "created": created, "model": name,
                          "choices": choices, "usage": _usage(results)})
+
+
+def _token(tok: Any, i: int) -> tuple[str, list[int]]:
+    raw = bytes(tok.token_bytes(i))
+    return raw.decode("utf-8", errors="replace"), list(raw)
+
+
+def _chat_lp(tok: Any, e: Any) -> dict[str, Any]:
+    text, raw = _token(tok, e.token)
+    top = []
+    for i, lp in e.top:
+        t, r = _token(tok, i)
+        top.append({"token": t, "logprob": lp, "bytes": r})
+    return {"token": text, "logprob": e.logprob, "bytes": raw, "top_logprobs": top}
+
+
+def _completion_lp(tok: Any, entries: Any) -> dict[str, Any]:
+    tokens = [_token(tok, e.token)[0] for e in entries]
+    offsets, at = [], 0
+    for t in tokens:
+        offsets.append(at)
+        at += len(t)
+    return {"tokens": tokens, "token_logprobs": [e.logprob for e in entries],
+            "top_logprobs": [{_token(tok, i)[0]: lp for i, lp in e.top} for e in entries], "text_offset": offsets}
 
 
 def _message(m: dict[str, Any]) -> dict[str, Any]:
@@ -205,15 +243,19 @@ async def completions(body: CompletionRequest, request: Request) -> Any:
     handles = _admit(request, b, ids, body, new)
     cid, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
 
-    def chunk(i: int | None, text: str, finish: str | None, opening: bool) -> dict[str, Any]:
-        choices = [] if i is None else [{"index": i, "text": text, "logprobs": None, "finish_reason": finish}]
+    tok = b.tokenizer
+
+    def chunk(i: int | None, text: str, finish: str | None, opening: bool, lps: Any = None) -> dict[str, Any]:
+        lp = None if lps is None else _completion_lp(tok, lps)
+        choices = [] if i is None else [{"index": i, "text": text, "logprobs": lp, "finish_reason": finish}]
         return {"id": cid, "object": "text_completion", "created": created, "model": name, "choices": choices}
 
     if body.stream:
         return StreamingResponse(_stream(request, handles, body, chunk, role=False), media_type="text/event-stream")
     results = await _collect(request, handles)
-    choices = [{"index": i, "text": r.text or "", "logprobs": None, "finish_reason": _finish(r)}
-               for i, r in enumerate(results)]
+    want = body.logprob_k() is not None
+    choices = [{"index": i, "text": r.text or "", "logprobs": _completion_lp(tok, r.logprobs) if want else None,
+                "finish_reason": _finish(r)} for i, r in enumerate(results)]
     return JSONResponse({"id": cid, "object": "text_completion", "created": created, "model": name,
                          "choices": choices, "usage": _usage(results)})
 

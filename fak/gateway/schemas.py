@@ -27,7 +27,7 @@ class StreamOptions(_Body):
 
 
 # no-op values of the fields not implemented yet (a different value would change the output)
-_NOOP: dict[str, Any] = {"logprobs": (None, False), "top_logprobs": (None, 0), "presence_penalty": (None, 0.0),
+_NOOP: dict[str, Any] = {"presence_penalty": (None, 0.0),
                          "frequency_penalty": (None, 0.0), "repetition_penalty": (None, 1.0),
                          "logit_bias": (None, {}), "min_p": (None, 0.0), "echo": (None, False),
                          "best_of": (None, 1), "suffix": (None, ""), "response_format": (None,),
@@ -46,8 +46,6 @@ class _Sampling(_Body):
     stream: bool = False
     stream_options: Optional[StreamOptions] = None
     user: Optional[str] = None
-    logprobs: Union[bool, int, None] = None
-    top_logprobs: Optional[int] = None
     presence_penalty: Optional[float] = None
     frequency_penalty: Optional[float] = None
     repetition_penalty: Optional[float] = None
@@ -69,6 +67,12 @@ class _Sampling(_Body):
 
 class ChatCompletionRequest(_Sampling):
     messages: list[ChatMessage] = Field(min_length=1)
+    logprobs: Optional[bool] = None
+    top_logprobs: Optional[int] = Field(None, ge=0, le=20)
+
+    def logprob_k(self) -> int | None:
+        """How many alternatives per token (None: no logprobs)."""
+        return (self.top_logprobs or 0) if self.logprobs else None
     max_completion_tokens: Optional[int] = Field(None, ge=1)
     response_format: Optional[dict[str, Any]] = None
     tools: Optional[list[dict[str, Any]]] = None
@@ -78,6 +82,10 @@ class ChatCompletionRequest(_Sampling):
 
 class CompletionRequest(_Sampling):
     prompt: Union[str, list[int]]
+    logprobs: Optional[int] = Field(None, ge=0, le=20)
+
+    def logprob_k(self) -> int | None:
+        return self.logprobs
     echo: Optional[bool] = None
     best_of: Optional[int] = None
     suffix: Optional[str] = None
