@@ -143,3 +143,5 @@ def render_chat(source: str, messages: list[dict[str, Any]], *, add_generation_p
                                                add_generation_prompt=add_generation_prompt, **context)
     except jinja2.TemplateError as exc:
         raise EngineError(f"chat template: {exc}") from exc
+    except (TypeError, ValueError, KeyError, AttributeError, IndexError) as exc:  # the template's own
+        raise EngineError(f"chat template cannot render these messages ({type(exc).__name__}: {exc})") from exc

@@ -216,7 +216,9 @@ def _completion_lp(tok: Any, entries: Any) -> dict[str, Any]:
 def _message(m: dict[str, Any]) -> dict[str, Any]:
     """Content given as parts ([{"type": "text", "text": ...}]) joined to the string templates expect."""
     content = m.get("content")
-    if isinstance(content, list):
+    if content is None:  # an assistant turn that only called tools: templates expect a string
+        m["content"] = ""
+    elif isinstance(content, list):
         texts = []
         for part in content:
             if part.get("type") != "text":
@@ -277,7 +279,12 @@ async def tokenize(body: TokenizeRequest, request: Request) -> dict[str, Any]:
     if (body.prompt is None) == (body.messages is None):
         raise APIError(400, "give exactly one of prompt or messages", param="prompt")
     if body.messages is not None:
-        ids = b.tokenizer.encode_chat([_message(m.model_dump(exclude_none=True)) for m in body.messages])
+        from engine.errors import EngineError
+
+        try:
+            ids = b.tokenizer.encode_chat([_message(m.model_dump(exclude_none=True)) for m in body.messages])
+        except EngineError as exc:
+            raise APIError(400, f"messages: {exc}", param="messages") from None
     else:
         ids = b.tokenizer.encode(body.prompt, add_special=body.add_special)
     out: dict[str, Any] = {"tokens": ids, "count": len(ids), "max_model_len": int(b.model.config.context_length)}
