@@ -56,3 +56,32 @@ def test_seed_reproduces() -> None:
 def test_bad_params(kw: dict) -> None:  # type: ignore[type-arg]
     with pytest.raises(EngineError):
         SamplingParams(**kw)
+
+
+def test_penalties_and_bias_follow_their_definitions() -> None:
+    from engine.model.sampling import adjusted_logits
+
+    x = np.array([2.0, -1.0, 0.5, 3.0, 0.0], np.float32)
+    p = SamplingParams(presence_penalty=0.5, frequency_penalty=0.25, repetition_penalty=2.0, logit_bias={4: 1.5})
+    got = adjusted_logits(x, p, generated=[3, 3, 1], prompt=[0])
+    want = x.astype(np.float64).copy()
+    want[4] += 1.5  # bias first
+    for i in {0, 1, 3}:  # repetition: prompt and output ids, divided when positive, multiplied when not
+        want[i] = want[i] / 2.0 if want[i] > 0 else want[i] * 2.0
+    want[3] -= 0.5 + 0.25 * 2  # presence + frequency x count, output ids only
+    want[1] -= 0.5 + 0.25 * 1
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    assert np.array_equal(x, [2.0, -1.0, 0.5, 3.0, 0.0])  # the input is left alone
+    assert adjusted_logits(x, SamplingParams()) is x  # nothing to do: no copy
+    rng = np.random.default_rng(0)
+    assert sample(x, SamplingParams(logit_bias={1: 100.0}), rng) == 1  # bias steers greedy too
+
+
+def test_min_p_drops_the_unlikely() -> None:
+    x = np.log(np.array([0.5, 0.3, 0.15, 0.05], np.float64)).astype(np.float32)
+    probs = filtered_probs(x, SamplingParams(temperature=1.0, min_p=0.2))  # keep p >= 0.1
+    assert probs[3] == 0 and probs[:3].sum() == pytest.approx(1.0) and probs[0] == pytest.approx(0.5 / 0.95)
+    with pytest.raises(EngineError):
+        SamplingParams(min_p=1.5)
+    with pytest.raises(EngineError):
+        SamplingParams(repetition_penalty=0)

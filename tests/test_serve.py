@@ -79,7 +79,9 @@ def test_errors_are_openai_shaped_400s(server: Server) -> None:
     err = e.value.body
     assert err["code"] == "context_length_exceeded" and "10000000" in err["message"] and err["param"] == "max_tokens"
     with pytest.raises(openai.BadRequestError, match="presence_penalty"):
-        c.completions.create(model=MODEL, prompt="x", max_tokens=2, presence_penalty=1.0)
+        c.completions.create(model=MODEL, prompt="x", max_tokens=2, presence_penalty=3.0)  # outside [-2, 2]
+    with pytest.raises(openai.BadRequestError, match="logit_bias"):
+        c.completions.create(model=MODEL, prompt="x", max_tokens=2, logit_bias={"999": 5})
     with pytest.raises(openai.NotFoundError, match="model_not_found|not served"):
         c.completions.create(model="gpt-4", prompt="x", max_tokens=2)
     for body, field in (({"prompt": "x", "bogus": 1}, "bogus"), ({"prompt": "x", "max_tokens": "ten"}, "max_tokens"),
@@ -179,3 +181,14 @@ def test_logprobs_from_the_logits_same_in_stream_and_not(server: Server) -> None
     r = httpx.post(server.url + "/v1/chat/completions", timeout=10,
                    json={"messages": msgs, "logprobs": True, "top_logprobs": 50})
     assert r.status_code == 400 and r.json()["error"]["param"] == "top_logprobs"
+
+
+def test_logit_bias_and_penalties_change_the_output(server: Server) -> None:
+    c = server.client()
+    forced = c.completions.create(model=MODEL, prompt="hello", max_tokens=6, temperature=0, logit_bias={"65": 100})
+    assert forced.choices[0].text == "AAAAAA"
+    plain = c.completions.create(model=MODEL, prompt="hello", max_tokens=24, temperature=0).choices[0].text
+    tokens = len(plain.encode())
+    penalised = c.completions.create(model=MODEL, prompt="hello", max_tokens=24, temperature=0,
+                                     frequency_penalty=2.0, presence_penalty=2.0).choices[0].text
+    assert tokens == 24 and len(set(penalised)) > len(set(plain))  # repeats are pushed down: more distinct bytes

@@ -54,7 +54,7 @@ class OutputProcessor:
             self._sample_and_emit(lane, row)
 
     def _sample_and_emit(self, lane: Lane, logits: np.ndarray) -> None:
-        token = sample(logits, lane.request.sampling, lane.rng)
+        token = sample(logits, lane.request.sampling, lane.rng, lane.generated, lane.prompt_ids)
         self.profile.mark("sample")
         k = lane.request.logprobs
         self.emit(lane, token, None if k is None else token_logprob(logits, token, k))

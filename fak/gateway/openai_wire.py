@@ -66,11 +66,15 @@ def _admit(request: Request, b: Any, ids: list[int], body: Any, new: int) -> lis
     if limit and b.scheduler.stats().waiting + body.n > limit:
         raise APIError(429, f"the request queue is full ({limit} waiting); retry shortly", type="rate_limit_error",
                        code="queue_full", headers={"Retry-After": "1"})
+    bias = _logit_bias(body.logit_bias, int(b.model.config.vocab_size))
     handles = []
     try:
         for i in range(body.n):
             seed = None if body.seed is None else body.seed + i
-            params = SamplingParams(temperature=body.temperature, top_k=body.top_k, top_p=body.top_p, seed=seed)
+            params = SamplingParams(temperature=body.temperature, top_k=body.top_k, top_p=body.top_p, seed=seed,
+                                    min_p=body.min_p, presence_penalty=body.presence_penalty,
+                                    frequency_penalty=body.frequency_penalty,
+                                    repetition_penalty=body.repetition_penalty, logit_bias=bias)
             handles.append(b.scheduler.admit(LaneRequest(list(ids), max_new_tokens=new, stop_strings=body.stops(),
                                                          sampling=params, request_id=f"{uuid.uuid4().hex[:12]}-{i}",
                                                          logprobs=body.logprob_k())))
@@ -78,6 +82,24 @@ def _admit(request: Request, b: Any, ids: list[int], body: Any, new: int) -> lis
         cancel_all(handles)
         raise APIError(400, str(exc)) from None
     return handles
+
+
+def _logit_bias(given: dict[str, float] | None, vocab: int) -> dict[int, float] | None:
+    """OpenAI's {"token id": bias} (-100..100) with ids checked against the vocabulary."""
+    if not given:
+        return None
+    out: dict[int, float] = {}
+    for key, bias in given.items():
+        try:
+            i = int(key)
+        except ValueError:
+            raise APIError(400, f"logit_bias: key {key!r} is not a token id", param="logit_bias") from None
+        if not 0 <= i < vocab:
+            raise APIError(400, f"logit_bias: token id {i} outside the vocabulary (0..{vocab - 1})", param="logit_bias")
+        if not -100.0 <= bias <= 100.0:
+            raise APIError(400, f"logit_bias: bias {bias} for token {i} outside -100..100", param="logit_bias")
+        out[i] = float(bias)
+    return out
 
 
 def _usage(results: list[Any]) -> dict[str, Any]:

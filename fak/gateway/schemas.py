@@ -27,9 +27,7 @@ class StreamOptions(_Body):
 
 
 # no-op values of the fields not implemented yet (a different value would change the output)
-_NOOP: dict[str, Any] = {"presence_penalty": (None, 0.0),
-                         "frequency_penalty": (None, 0.0), "repetition_penalty": (None, 1.0),
-                         "logit_bias": (None, {}), "min_p": (None, 0.0), "echo": (None, False),
+_NOOP: dict[str, Any] = {"echo": (None, False),
                          "best_of": (None, 1), "suffix": (None, ""), "response_format": (None,),
                          "tools": (None, []), "tool_choice": (None, "none")}
 
@@ -46,11 +44,11 @@ class _Sampling(_Body):
     stream: bool = False
     stream_options: Optional[StreamOptions] = None
     user: Optional[str] = None
-    presence_penalty: Optional[float] = None
-    frequency_penalty: Optional[float] = None
-    repetition_penalty: Optional[float] = None
-    logit_bias: Optional[dict[str, float]] = None
-    min_p: Optional[float] = None
+    presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    repetition_penalty: float = Field(1.0, gt=0.0, le=10.0)
+    logit_bias: Optional[dict[str, float]] = None  # token id (as a string, OpenAI's shape) -> bias
+    min_p: float = Field(0.0, ge=0.0, le=1.0)
 
     def stops(self) -> tuple[str, ...]:
         if self.stop is None:
