@@ -25,6 +25,7 @@ def register(app: typer.Typer) -> None:
         block_tokens: Optional[int] = typer.Option(None, "--block-tokens", help="Tokens per KV block (16) [FAK_BLOCK_TOKENS]."),
         preempt: Optional[str] = typer.Option(None, "--preempt", help="swap | recompute [FAK_PREEMPT]."),
         victim: Optional[str] = typer.Option(None, "--victim", help="most-recent | cost-aware [FAK_VICTIM]."),
+        live: bool = typer.Option(False, "--live", help="A live view of the engine in this terminal (stderr)."),
     ) -> None:
         """Serve the model over HTTP: OpenAI chat/completions, /v1/models, /tokenize, /health, /metrics."""
         from fak.boot import SchedOptions, boot
@@ -54,11 +55,40 @@ def register(app: typer.Typer) -> None:
             print(b.boot_line(), file=sys.stderr, flush=True)
             return b
 
-        run_server(_boot, served, host, port, key, cors_origin, max_queue)
+        if live and not sys.stderr.isatty():
+            print("fak serve: warning: --live needs a terminal on stderr; running without it", file=sys.stderr)
+            live = False
+        run_server(_boot, served, host, port, key, cors_origin, max_queue, live)
+
+
+def _live_view(app: object, url: str, stop: object) -> None:
+    """Redraw the scheduler panel and the request counts a few times a second until `stop` is set."""
+    from rich.console import Console, Group
+    from rich.live import Live
+    from rich.text import Text
+
+    from fak.views import sched_panel
+
+    st = app.state  # type: ignore[attr-defined]
+
+    def view() -> object:
+        b = st.booted
+        if b is None:
+            return Text(f"fak serve {url}: {st.boot_status}")
+        http = {tuple(s.labels.values()): s.value for m in st.metrics.http.collect() for s in m.samples
+                if s.name.endswith("_total")}
+        total = sum(http.values())
+        errors = sum(v for (route, status), v in http.items() if status.startswith("5"))
+        return Group(sched_panel(b.scheduler.stats()),
+                     Text(f"{url} · {total:.0f} requests · {errors:.0f} 5xx · model {st.model_name}"))
+
+    with Live(view(), console=Console(stderr=True), refresh_per_second=4, transient=False) as lv:
+        while not stop.wait(0.25):  # type: ignore[attr-defined]
+            lv.update(view())
 
 
 def run_server(boot: object, served: str, host: str, port: int, key: str | None, cors: list[str],
-               max_queue: int) -> None:
+               max_queue: int, live: bool = False) -> None:
     import socket
 
     import uvicorn
@@ -77,6 +107,12 @@ def run_server(boot: object, served: str, host: str, port: int, key: str | None,
     bound = sock.getsockname()[1]
     shown = f"[{host}]" if ":" in host else host
     print(f"listening on http://{shown}:{bound}", file=sys.stderr, flush=True)
+    import threading
+
+    stop = threading.Event()
+    if live:
+        threading.Thread(target=_live_view, args=(app, f"http://{shown}:{bound}", stop), name="fak-live",
+                         daemon=True).start()
     class Server(uvicorn.Server):
         def handle_exit(self, sig: int, frame: object) -> None:
             # SIGINT / SIGTERM: drain (bounded by timeout_graceful_shutdown), then exit 0; uvicorn
@@ -89,6 +125,7 @@ def run_server(boot: object, served: str, host: str, port: int, key: str | None,
     try:
         server.run(sockets=[sock])
     finally:
+        stop.set()
         b = app.state.booted
         if b is not None:
             b.close()

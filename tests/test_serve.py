@@ -4,6 +4,7 @@ framing, stream == non-stream, usage, n, seed, stop strings, errors, auth, CORS,
 from __future__ import annotations
 
 import json
+import time
 
 import httpx
 import openai
@@ -192,3 +193,31 @@ def test_logit_bias_and_penalties_change_the_output(server: Server) -> None:
     penalised = c.completions.create(model=MODEL, prompt="hello", max_tokens=24, temperature=0,
                                      frequency_penalty=2.0, presence_penalty=2.0).choices[0].text
     assert tokens == 24 and len(set(penalised)) > len(set(plain))  # repeats are pushed down: more distinct bytes
+
+
+def test_live_view_on_a_terminal() -> None:
+    import os
+    import pty
+    import select
+    import subprocess
+    import sys
+
+    from serve_helpers import REPO
+
+    master, slave = pty.openpty()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FAK_")} | {"COLUMNS": "120", "TERM": "xterm"}
+    proc = subprocess.Popen([sys.executable, "-m", "commands.main", "serve", "--gguf", "synthetic", "--port", "0",
+                             "--live"], stderr=slave, stdout=subprocess.DEVNULL, cwd=REPO, env=env)
+    os.close(slave)
+    seen, deadline = b"", time.monotonic() + 60
+    try:
+        while time.monotonic() < deadline and not (b"fak engine" in seen and b"requests" in seen):
+            ready, _, _ = select.select([master], [], [], 1.0)
+            if ready:
+                seen += os.read(master, 65536)
+    finally:
+        proc.terminate()
+        rc = proc.wait(timeout=30)
+        os.close(master)
+    assert b"fak engine" in seen and b"5xx" in seen, seen[-500:]
+    assert rc == 0
