@@ -85,3 +85,12 @@ def test_min_p_drops_the_unlikely() -> None:
         SamplingParams(min_p=1.5)
     with pytest.raises(EngineError):
         SamplingParams(repetition_penalty=0)
+    with pytest.raises(EngineError):
+        SamplingParams(repetition_penalty=5e-324)  # schemathesis found it: v / rp overflowed to inf
+
+
+def test_tiny_temperature_is_greedy_not_nan() -> None:
+    x = np.array([1.0, 3.0, 2.0], np.float32)
+    probs = filtered_probs(x, SamplingParams(temperature=5e-324))
+    assert probs.tolist() == [0.0, 1.0, 0.0]
+    assert sample(x, SamplingParams(temperature=1e-300), np.random.default_rng(0)) == 1

@@ -40,8 +40,8 @@ class SamplingParams:
             raise EngineError(f"min_p must be in [0, 1], got {self.min_p}")
         if not (-2.0 <= self.presence_penalty <= 2.0 and -2.0 <= self.frequency_penalty <= 2.0):
             raise EngineError("presence_penalty and frequency_penalty must be in [-2, 2]")
-        if not self.repetition_penalty > 0:
-            raise EngineError(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
+        if not 0.01 <= self.repetition_penalty <= 100.0:  # beyond, float32 logits overflow to inf (NaN probs)
+            raise EngineError(f"repetition_penalty must be in [0.01, 100], got {self.repetition_penalty}")
 
     @property
     def adjusts_logits(self) -> bool:
@@ -86,7 +86,9 @@ class Sampler:
 
 def filtered_probs(logits: np.ndarray, p: SamplingParams) -> np.ndarray:
     """The distribution sampled from: softmax(logits / T) restricted to top-k, then to the top-p nucleus."""
-    z = logits.astype(np.float64) / p.temperature
+    # shifted before the division: a tiny temperature then gives -inf and 0 (the argmax), never inf - inf
+    z = logits.astype(np.float64)
+    z = (z - z.max()) / p.temperature
     order = np.argsort(-z, kind="stable")  # descending; ties keep the lower id first
     if p.top_k > 0:
         order = order[: p.top_k]

@@ -46,7 +46,7 @@ class _Sampling(_Body):
     user: Optional[str] = None
     presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
     frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
-    repetition_penalty: float = Field(1.0, gt=0.0, le=10.0)
+    repetition_penalty: float = Field(1.0, ge=0.01, le=10.0)
     logit_bias: Optional[dict[str, float]] = None  # token id (as a string, OpenAI's shape) -> bias
     min_p: float = Field(0.0, ge=0.0, le=1.0)
 
