@@ -63,24 +63,18 @@ def register(app: typer.Typer) -> None:
 
 def _live_view(app: object, url: str, stop: object) -> None:
     """Redraw the scheduler panel and the request counts a few times a second until `stop` is set."""
-    from rich.console import Console, Group
+    from rich.console import Console
     from rich.live import Live
-    from rich.text import Text
 
-    from fak.views import sched_panel
+    from fak.views import serve_view
 
     st = app.state  # type: ignore[attr-defined]
 
     def view() -> object:
         b = st.booted
-        if b is None:
-            return Text(f"fak serve {url}: {st.boot_status}")
-        http = {tuple(s.labels.values()): s.value for m in st.metrics.http.collect() for s in m.samples
-                if s.name.endswith("_total")}
-        total = sum(http.values())
-        errors = sum(v for (route, status), v in http.items() if status.startswith("5"))
-        return Group(sched_panel(b.scheduler.stats()),
-                     Text(f"{url} · {total:.0f} requests · {errors:.0f} 5xx · model {st.model_name}"))
+        total, errors = st.metrics.request_counts()
+        return serve_view(b.scheduler.stats() if b is not None else None, url, total, errors, st.model_name,
+                          st.boot_status)
 
     with Live(view(), console=Console(stderr=True), refresh_per_second=4, transient=False) as lv:
         while not stop.wait(0.25):  # type: ignore[attr-defined]

@@ -68,3 +68,10 @@ def preemption_table(s: SchedStats) -> Table:
 def sched_panel(s: SchedStats) -> Panel:
     """Scheduler + preemption stats in one panel (used by `fak serve` dashboards and `fak run` stats)."""
     return Panel(Group(sched_table(s), Text(""), preemption_table(s)), title="fak engine", expand=False)
+
+
+def serve_view(s: SchedStats | None, url: str, requests: float, errors: float, model: str, status: str = "") -> object:
+    """What `fak serve --live` and `fak top` draw: the engine panel and one line of request counts."""
+    if s is None:
+        return Text(f"fak serve {url}: {status or 'loading'}")
+    return Group(sched_panel(s), Text(f"{url} · {requests:.0f} requests · {errors:.0f} 5xx · model {model}"))

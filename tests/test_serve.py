@@ -221,3 +221,23 @@ def test_live_view_on_a_terminal() -> None:
         os.close(master)
     assert b"fak engine" in seen and b"5xx" in seen, seen[-500:]
     assert rc == 0
+
+
+def test_fak_top_draws_a_running_server(server: Server) -> None:
+    import subprocess
+    import sys
+
+    from engine.sched.preemption import Victim
+    from engine.sched.stats import SchedStats
+
+    s = SchedStats(running=2, finished={"length": 3}, last_victim=Victim(4, "cost-aware", "r", 0.5, "swap"))
+    assert SchedStats.from_json(json.loads(json.dumps(s.to_json()))) == s
+    stats = httpx.get(server.url + "/fak/stats", timeout=10).json()
+    assert stats["model"] == MODEL and stats["sched"]["admitted"] >= 1 and stats["requests"] >= 1
+    r = subprocess.run([sys.executable, "-m", "commands.main", "top", "--url", server.url, "--once"],
+                       capture_output=True, text=True, timeout=60, env={"COLUMNS": "120", **__import__("os").environ})
+    assert r.returncode == 0, r.stderr
+    assert "fak engine" in r.stdout and "requests" in r.stdout and "5xx" in r.stdout
+    bad = subprocess.run([sys.executable, "-m", "commands.main", "top", "--url", "http://127.0.0.1:9", "--once"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and bad.stderr.startswith("fak: error: ") and len(bad.stderr.strip().splitlines()) == 1

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 
 from engine.model.kv import BlockPool
 from engine.sched.preemption import Victim
@@ -43,6 +43,18 @@ class SchedStats:
     max_running: int = 0  # configured limit, 0 = unbounded
     preempt_mode: str = "swap"
     victim_rule: str = "most-recent"
+
+    def to_json(self) -> dict[str, object]:
+        """Plain JSON types (the server's /fak/stats; `from_json` reads it back)."""
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict[str, object]) -> SchedStats:
+        known = {f.name for f in fields(cls)}
+        kw = {k: v for k, v in d.items() if k in known}
+        if isinstance(kw.get("last_victim"), dict):
+            kw["last_victim"] = Victim(**kw["last_victim"])  # type: ignore[arg-type]
+        return cls(**kw)  # type: ignore[arg-type]
 
 
 def snapshot(c: dict[str, int], finished: dict[str, int], last_victim: Victim | None, tokens_per_s: float, *,

@@ -66,6 +66,14 @@ def create_app(boot: Callable[[], Any], model_name: str, *, api_key: str | None 
 
         return Response(generate_latest(st.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
+    @app.get("/fak/stats")
+    async def fak_stats() -> JSONResponse:
+        """The scheduler snapshot and request counts (what `fak top` draws)."""
+        b = st.booted
+        total, errors = st.metrics.request_counts()
+        return JSONResponse({"model": model_name, "status": st.boot_status, "requests": total, "errors_5xx": errors,
+                             "sched": b.scheduler.stats().to_json() if b is not None else None})
+
     app.include_router(openai_router)
     return app
 

@@ -72,6 +72,16 @@ class Metrics:
         self.http_latency = Histogram("fak_http_request_duration_seconds", "HTTP handler latency", ["route"],
                                       buckets=_LATENCY, registry=r)
 
+    def request_counts(self) -> tuple[float, float]:
+        """HTTP requests served so far, and how many of them were 5xx."""
+        total = errors = 0.0
+        for m in self.http.collect():
+            for sample in m.samples:
+                if sample.name.endswith("_total"):
+                    total += sample.value
+                    errors += sample.value if sample.labels.get("status", "").startswith("5") else 0.0
+        return total, errors
+
     def finished(self, result: Any) -> None:
         """Account one finished choice (a LaneResult)."""
         m = self.model
