@@ -7,6 +7,8 @@ from typing import Optional
 
 import typer
 
+from commands import sched_flags
+
 
 def register(app: typer.Typer) -> None:
     @app.command("run")
@@ -30,11 +32,11 @@ def register(app: typer.Typer) -> None:
         raw: bool = typer.Option(False, "--raw", help="Raw completion (BOS + text) even if the GGUF has a chat template."),
         plain: bool = typer.Option(False, "--plain", help="Dequantize every weight to float32 (default: keep quantized blocks resident)."),
         q4k: bool = typer.Option(False, "--q4k", help="Keep quantized weights resident: the default, kept as an alias."),
-        max_running: Optional[int] = typer.Option(None, "--max-running", help="inkernel scheduler: running lanes cap, 0 = unbounded [FAK_MAX_RUNNING]."),
-        kv_blocks: Optional[int] = typer.Option(None, "--kv-blocks", help="inkernel scheduler: KV budget in blocks (default growable) [FAK_KV_BLOCKS]."),
-        block_tokens: Optional[int] = typer.Option(None, "--block-tokens", help="inkernel scheduler: tokens per KV block (16) [FAK_BLOCK_TOKENS]."),
-        preempt: Optional[str] = typer.Option(None, "--preempt", help="inkernel scheduler: swap | recompute [FAK_PREEMPT]."),
-        victim: Optional[str] = typer.Option(None, "--victim", help="inkernel scheduler: most-recent | cost-aware [FAK_VICTIM]."),
+        max_running: Optional[int] = sched_flags.MAX_RUNNING,
+        kv_blocks: Optional[int] = sched_flags.KV_BLOCKS,
+        block_tokens: Optional[int] = sched_flags.BLOCK_TOKENS,
+        preempt: Optional[str] = sched_flags.PREEMPT,
+        victim: Optional[str] = sched_flags.VICTIM,
     ) -> None:
         """Replay a trace through the kernel, or run a model on a prompt."""
         from fak.boot import SchedOptions

@@ -8,6 +8,8 @@ from typing import Optional
 
 import typer
 
+from commands import sched_flags
+
 
 def register(app: typer.Typer) -> None:
     @app.command("serve")
@@ -20,11 +22,11 @@ def register(app: typer.Typer) -> None:
         cors_origin: list[str] = typer.Option([], "--cors-origin", help="Allow this browser origin (repeat)."),
         served_name: Optional[str] = typer.Option(None, "--served-model-name", help="Model name clients use."),
         max_queue: int = typer.Option(256, "--max-queue", help="Waiting requests before 429 (0: unbounded)."),
-        max_running: Optional[int] = typer.Option(None, "--max-running", help="Running lanes cap, 0 = unbounded [FAK_MAX_RUNNING]."),
-        kv_blocks: Optional[int] = typer.Option(None, "--kv-blocks", help="KV budget in blocks [FAK_KV_BLOCKS]."),
-        block_tokens: Optional[int] = typer.Option(None, "--block-tokens", help="Tokens per KV block (16) [FAK_BLOCK_TOKENS]."),
-        preempt: Optional[str] = typer.Option(None, "--preempt", help="swap | recompute [FAK_PREEMPT]."),
-        victim: Optional[str] = typer.Option(None, "--victim", help="most-recent | cost-aware [FAK_VICTIM]."),
+        max_running: Optional[int] = sched_flags.MAX_RUNNING,
+        kv_blocks: Optional[int] = sched_flags.KV_BLOCKS,
+        block_tokens: Optional[int] = sched_flags.BLOCK_TOKENS,
+        preempt: Optional[str] = sched_flags.PREEMPT,
+        victim: Optional[str] = sched_flags.VICTIM,
         live: bool = typer.Option(False, "--live", help="A live view of the engine in this terminal (stderr)."),
     ) -> None:
         """Serve the model over HTTP: OpenAI chat/completions, /v1/models, /tokenize, /health, /metrics."""
