@@ -64,7 +64,6 @@ class OutputProcessor:
         t = now()
         if lane.first_token_at is None:
             lane.first_token_at = t
-        lane.token_times.append(t)
         self.rate.add(t, 1)
         self.counters["tokens"] += 1
         req = lane.request
@@ -75,6 +74,7 @@ class OutputProcessor:
             self.finish(lane, FinishReason.STOP)
             return
         lane.generated.append(token)
+        lane.token_times.append(t)  # emitted tokens only: an eos or stop id is never delivered
         lane.pending = token
         piece = lane.text.push(token) if lane.text is not None else ""
         if logprob is not None:
