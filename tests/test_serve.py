@@ -241,3 +241,37 @@ def test_fak_top_draws_a_running_server(server: Server) -> None:
     bad = subprocess.run([sys.executable, "-m", "commands.main", "top", "--url", "http://127.0.0.1:9", "--once"],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and bad.stderr.startswith("fak: error: ") and len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_embeddings_are_the_models_pooled_state(server: Server) -> None:
+    import base64
+
+    import numpy as np
+
+    from fak.boot import boot
+
+    local = boot("synthetic", scheduler=False, show=False)  # the same deterministic checkpoint, in process
+    c = server.client()
+    texts = ["hello world", "héllo", "a much longer input about something else entirely"]
+    many = c.embeddings.create(model=MODEL, input=texts)
+    assert [d.index for d in many.data] == [0, 1, 2]
+    assert many.usage.prompt_tokens == sum(len(local.tokenizer.encode(t)) for t in texts)
+    for t, d in zip(texts, many.data):
+        got = np.asarray(d.embedding, dtype=np.float32)
+        want = local.model.embed(local.tokenizer.encode(t))
+        assert got.shape == (local.model.config.hidden,) and abs(float(np.linalg.norm(got)) - 1) < 1e-5
+        assert np.max(np.abs(got - want)) < 1e-6
+    one = c.embeddings.create(model=MODEL, input=texts[1])  # alone == in a batch
+    assert one.data[0].embedding == many.data[1].embedding
+    ids = local.tokenizer.encode(texts[0])
+    assert c.embeddings.create(model=MODEL, input=ids).data[0].embedding == many.data[0].embedding
+    raw = httpx.post(server.url + "/v1/embeddings", timeout=30,
+                     json={"input": texts[0], "encoding_format": "base64"}).json()
+    vec = np.frombuffer(base64.b64decode(raw["data"][0]["embedding"]), dtype="<f4")
+    assert vec.tolist() == many.data[0].embedding
+    ctx = local.model.config.context_length
+    for body, param in (({"input": ""}, "input"), ({"input": []}, "input"), ({"input": [[1, 300]]}, "input"),
+                        ({"input": "x", "dimensions": 3}, "dimensions"), ({"input": [1] * (ctx + 1)}, "input"),
+                        ({"input": "x", "encoding_format": "int8"}, "encoding_format")):
+        r = httpx.post(server.url + "/v1/embeddings", json=body, timeout=30)
+        assert r.status_code == 400 and r.json()["error"]["param"] == param, (body, r.text)

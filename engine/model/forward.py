@@ -86,10 +86,11 @@ class Model:
         return BlockPool(c.n_layers, c.n_kv_heads, c.head_dim, num_blocks=num_blocks, block_tokens=block_tokens)
 
     def forward(self, ids: np.ndarray, lanes: list[LaneInput], decode: bool,
-                trace: list[np.ndarray] | None = None, all_logits: bool = False) -> np.ndarray:
+                trace: list[np.ndarray] | None = None, all_logits: bool = False, head: bool = True) -> np.ndarray:
         """Run sum(n) tokens through the model; K/V land in each lane's (already reserved) blocks.
 
-        Returns logits [len(lanes), vocab] of each lane's last token (every row with all_logits).
+        Returns logits [len(lanes), vocab] of each lane's last token (every row with all_logits); with
+        head=False the final hidden state after the output norm instead, [rows, hidden].
         Does not advance kv.length. `trace` collects the residual stream (oracle tests).
         """
         c, w = self.config, self.weights
@@ -145,10 +146,25 @@ class Model:
         hl = rmsnorm(x[last], w.output_norm, c.norm_eps)
         if trace is not None:
             trace[-1] = hl  # HF reports the final state after the output norm
+        if not head:
+            return hl
         logits = linear.matmul(hl, w.output)  # the head always takes the row-stable path
         if c.final_softcap > 0:
             logits = np.float32(c.final_softcap) * np.tanh(logits / np.float32(c.final_softcap))
         return logits
+
+    def embed(self, ids: list[int] | np.ndarray) -> np.ndarray:
+        """A text embedding: the last hidden state (after the output norm) of every position, mean-pooled
+        and L2-normalised, float32 [hidden]. Runs in a private pool; the caller's KV is not touched."""
+        ids = np.asarray(ids, dtype=np.int64)
+        kv = PageTable(self.new_pool(None))
+        kv.reserve(len(ids))
+        try:
+            h = self.forward(ids, [LaneInput(kv, len(ids))], decode=False, all_logits=True, head=False)
+        finally:
+            kv.free()
+        v = h.astype(np.float64).mean(axis=0)
+        return (v / max(float(np.linalg.norm(v)), 1e-12)).astype(np.float32)
 
     def hidden_states(self, ids: list[int] | np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
         """For oracle tests: the residual stream [T, hidden] after the embedding and after each block

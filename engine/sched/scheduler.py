@@ -20,7 +20,9 @@ from __future__ import annotations
 import itertools
 import os
 import threading
-from typing import Any
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -32,6 +34,8 @@ from engine.sched.output import OutputProcessor
 from engine.sched.plan import Scheduler, SchedulerConfig
 from engine.sched.profile import NO_PROFILE, IterationProfile
 from engine.sched.stats import SchedStats, snapshot
+
+T = TypeVar("T")
 
 
 def _delegate(part: str, name: str) -> property:
@@ -90,6 +94,7 @@ class NativeScheduler:
 
         self._cond = threading.Condition()
         self._intake: list[Lane] = []
+        self._calls: list[tuple[Callable[[], Any], Future[Any]]] = []  # see call()
         self._closed = False
         self._seq = itertools.count()
         # counters (loop thread only, shared by the scheduler and the output side); published as SchedStats
@@ -154,6 +159,30 @@ class NativeScheduler:
             self._cond.notify()
         return handle
 
+    def call(self, fn: Callable[[], T]) -> Future[T]:
+        """Run fn() on the loop thread between two iterations and return its future.
+
+        For model work outside the lanes (an embedding forward): it runs on the thread that runs every
+        other kernel (one OpenMP team, see `warm` above), and decode pauses only for its duration.
+        """
+        fut: Future[T] = Future()
+        with self._cond:
+            if self._closed:
+                raise EngineError("scheduler is closed: call() after close()")
+            self._calls.append((fn, fut))
+            self._cond.notify()
+        return fut
+
+    def _run_calls(self) -> None:
+        with self._cond:
+            calls, self._calls = self._calls, []
+        for fn, fut in calls:
+            if fut.set_running_or_notify_cancel():
+                try:
+                    fut.set_result(fn())
+                except BaseException as e:  # the caller gets it; the loop goes on
+                    fut.set_exception(e)
+
     def _validate(self, r: Request) -> list[int]:
         return validate_request(r, tokenizer=self.tokenizer, vocab_size=int(self.model.config.vocab_size),
                                 context_length=int(getattr(self.model.config, "context_length", 0) or 0),
@@ -194,6 +223,7 @@ class NativeScheduler:
                 raise EngineError("scheduler is closed")
             new, self._intake = self._intake, []
         self._guarded_iteration(new)
+        self._run_calls()
         return self._has_work()
 
     def __enter__(self) -> NativeScheduler:
@@ -225,13 +255,15 @@ class NativeScheduler:
                 self._warmup()
             while True:
                 with self._cond:
-                    while not self._closed and not self._intake and not self._has_work():
+                    while not self._closed and not self._intake and not self._calls and not self._has_work():
                         self._publish()
                         self._cond.wait()
                     if self._closed:
                         return
                     new, self._intake = self._intake, []
                 self._guarded_iteration(new)
+                if self._calls:
+                    self._run_calls()
         finally:
             self._shutdown()
 
@@ -329,6 +361,10 @@ class NativeScheduler:
         with self._cond:
             self._closed = True
             new, self._intake = self._intake, []
+            calls, self._calls = self._calls, []
+        for _, fut in calls:
+            if fut.set_running_or_notify_cancel():
+                fut.set_exception(EngineError("scheduler closed"))
         sched = self.scheduler
         sched.waiting.extend(new)
         for q in (sched.running, sched.preempted, sched.waiting):

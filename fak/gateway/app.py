@@ -17,6 +17,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response
 
 from fak.gateway import errors
+from fak.gateway.embeddings import router as embeddings_router
 from fak.gateway.errors import envelope
 from fak.gateway.metrics import Metrics
 from fak.gateway.openai_wire import router as openai_router
@@ -75,6 +76,7 @@ def create_app(boot: Callable[[], Any], model_name: str, *, api_key: str | None 
                              "sched": b.scheduler.stats().to_json() if b is not None else None})
 
     app.include_router(openai_router)
+    app.include_router(embeddings_router)
     return app
 
 

@@ -34,7 +34,7 @@ def served(request: Request) -> Any:
     return b
 
 
-def _check_model(request: Request, model: str | None) -> str:
+def check_model(request: Request, model: str | None) -> str:
     name = request.app.state.model_name
     if model is not None and model != name:
         raise APIError(404, f"model {model!r} is not served here (this server serves {name!r})",
@@ -182,7 +182,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Any
     from engine.errors import EngineError
 
     b = served(request)
-    name = _check_model(request, body.model)
+    name = check_model(request, body.model)
     messages = [_message(m.model_dump(exclude_none=True)) for m in body.messages]
     try:
         ids = b.tokenizer.encode_chat(messages)
@@ -254,7 +254,7 @@ def _message(m: dict[str, Any]) -> dict[str, Any]:
 @router.post("/v1/completions")
 async def completions(body: CompletionRequest, request: Request) -> Any:
     b = served(request)
-    name = _check_model(request, body.model)
+    name = check_model(request, body.model)
     if isinstance(body.prompt, str):
         ids = b.tokenizer.encode(body.prompt)
     else:
@@ -297,7 +297,7 @@ async def models(request: Request) -> dict[str, Any]:
 @router.post("/tokenize")
 async def tokenize(body: TokenizeRequest, request: Request) -> dict[str, Any]:
     b = served(request)
-    _check_model(request, body.model)
+    check_model(request, body.model)
     if (body.prompt is None) == (body.messages is None):
         raise APIError(400, "give exactly one of prompt or messages", param="prompt")
     if body.messages is not None:
@@ -318,7 +318,7 @@ async def tokenize(body: TokenizeRequest, request: Request) -> dict[str, Any]:
 @router.post("/detokenize")
 async def detokenize(body: DetokenizeRequest, request: Request) -> dict[str, Any]:
     b = served(request)
-    _check_model(request, body.model)
+    check_model(request, body.model)
     vocab = b.tokenizer.vocab_size
     bad = [t for t in body.tokens if not 0 <= t < vocab]
     if bad:

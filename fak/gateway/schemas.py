@@ -67,26 +67,35 @@ class ChatCompletionRequest(_Sampling):
     messages: list[ChatMessage] = Field(min_length=1)
     logprobs: Optional[bool] = None
     top_logprobs: Optional[int] = Field(None, ge=0, le=20)
-
-    def logprob_k(self) -> int | None:
-        """How many alternatives per token (None: no logprobs)."""
-        return (self.top_logprobs or 0) if self.logprobs else None
     max_completion_tokens: Optional[int] = Field(None, ge=1)
     response_format: Optional[dict[str, Any]] = None
     tools: Optional[list[dict[str, Any]]] = None
     tool_choice: Union[str, dict[str, Any], None] = None
     parallel_tool_calls: Optional[bool] = None
 
+    def logprob_k(self) -> int | None:
+        """How many alternatives per token (None: no logprobs)."""
+        return (self.top_logprobs or 0) if self.logprobs else None
+
 
 class CompletionRequest(_Sampling):
     prompt: Union[str, list[int]]
     logprobs: Optional[int] = Field(None, ge=0, le=20)
-
-    def logprob_k(self) -> int | None:
-        return self.logprobs
     echo: Optional[bool] = None
     best_of: Optional[int] = None
     suffix: Optional[str] = None
+
+    def logprob_k(self) -> int | None:
+        return self.logprobs
+
+
+class EmbeddingRequest(_Body):
+    # one text, several, one token-id list or several (OpenAI's four shapes)
+    input: Union[str, list[str], list[int], list[list[int]]]
+    model: Optional[str] = None
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: Optional[int] = Field(None, ge=1)
+    user: Optional[str] = None
 
 
 class TokenizeRequest(_Body):
