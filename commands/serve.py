@@ -28,10 +28,14 @@ def register(app: typer.Typer) -> None:
         preempt: Optional[str] = sched_flags.PREEMPT,
         victim: Optional[str] = sched_flags.VICTIM,
         live: bool = typer.Option(False, "--live", help="A live view of the engine in this terminal (stderr)."),
+        json_logs: bool = typer.Option(False, "--json-logs", help="Log one JSON object per line (with an access log)."),
     ) -> None:
         """Serve the model over HTTP: OpenAI chat/completions, /v1/models, /tokenize, /health, /metrics."""
         from fak.boot import SchedOptions, boot
         from fak.errors import FakError
+        from fak.gateway import logs
+
+        logs.setup(json_logs)
 
         if not 0 <= port <= 65535:
             raise FakError(f"--port {port}: expected 0..65535")
@@ -46,7 +50,7 @@ def register(app: typer.Typer) -> None:
             resolve_model(name)  # a bad model is one line before anything listens
         key = api_key or os.environ.get("FAK_API_KEY") or None
         if host not in ("127.0.0.1", "localhost", "::1") and not key:
-            print(f"fak serve: warning: listening on {host} without an API key (--api-key)", file=sys.stderr)
+            logs.SERVER.warning(f"fak serve: warning: listening on {host} without an API key (--api-key)")
         served = served_name or os.path.basename(name)
 
         def _boot() -> object:
@@ -54,11 +58,11 @@ def register(app: typer.Typer) -> None:
             if not b.text_ok:
                 b.close()
                 raise FakError(f"{name}: no tokenizer for text: fak serve needs one")
-            print(b.boot_line(), file=sys.stderr, flush=True)
+            logs.SERVER.info(b.boot_line(), extra={"model": name})
             return b
 
         if live and not sys.stderr.isatty():
-            print("fak serve: warning: --live needs a terminal on stderr; running without it", file=sys.stderr)
+            logs.SERVER.warning("fak serve: warning: --live needs a terminal on stderr; running without it")
             live = False
         run_server(_boot, served, host, port, key, cors_origin, max_queue, live)
 
@@ -86,29 +90,36 @@ def _live_view(app: object, url: str, stop: object) -> None:
 def run_server(boot: object, served: str, host: str, port: int, key: str | None, cors: list[str],
                max_queue: int, live: bool = False) -> None:
     import socket
+    import threading
 
     import uvicorn
 
+    from fak.errors import FakError
     from fak.gateway import create_app
+    from fak.gateway.logs import SERVER
 
-    app = create_app(boot, served, api_key=key, cors_origins=cors, max_queue=max_queue)  # type: ignore[arg-type]
+    holder: list[uvicorn.Server] = []
+
+    def boot_failed(message: str) -> None:  # the boot thread: stop listening; the error is raised below
+        if holder:
+            holder[0].should_exit = True
+
+    app = create_app(boot, served, api_key=key, cors_origins=cors, max_queue=max_queue,  # type: ignore[arg-type]
+                     on_boot_error=boot_failed)
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
     except OSError as exc:
-        from fak.errors import FakError
-
         raise FakError(f"cannot listen on {host}:{port} ({exc.strerror or exc})") from None
     bound = sock.getsockname()[1]
     shown = f"[{host}]" if ":" in host else host
-    print(f"listening on http://{shown}:{bound}", file=sys.stderr, flush=True)
-    import threading
-
+    SERVER.info(f"listening on http://{shown}:{bound}", extra={"url": f"http://{shown}:{bound}"})
     stop = threading.Event()
     if live:
         threading.Thread(target=_live_view, args=(app, f"http://{shown}:{bound}", stop), name="fak-live",
                          daemon=True).start()
+
     class Server(uvicorn.Server):
         def handle_exit(self, sig: int, frame: object) -> None:
             # SIGINT / SIGTERM: drain (bounded by timeout_graceful_shutdown), then exit 0; uvicorn
@@ -116,10 +127,15 @@ def run_server(boot: object, served: str, host: str, port: int, key: str | None,
             super().handle_exit(sig, frame)  # type: ignore[arg-type]
             self._captured_signals.clear()
 
-    config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=10, lifespan="off")
+    config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=10, lifespan="off", log_config=None)
     server = Server(config)
+    holder.append(server)
+    if app.state.boot_error:  # failed before the server existed
+        server.should_exit = True
     try:
         server.run(sockets=[sock])
+        if app.state.boot_error:
+            raise FakError(app.state.boot_error.removeprefix("boot failed: "))
     finally:
         stop.set()
         b = app.state.booted

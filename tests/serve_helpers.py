@@ -27,7 +27,7 @@ class Server:
             if not line:
                 raise RuntimeError(f"fak serve exited before listening: {''.join(self.lines)}")
             self.lines.append(line)
-            m = re.match(r"listening on (http://\S+)", line)
+            m = re.search(r"listening on (http://[^\s\"]+)", line)  # plain or --json-logs
             if m:
                 self.url = m.group(1)
                 break
@@ -64,3 +64,8 @@ class Server:
                 self.proc.kill()
                 self.proc.wait()
         return int(self.proc.returncode)
+
+    def rest_of_stderr(self) -> list[str]:
+        """After stop(): what the server wrote to stderr after its listening line."""
+        assert self.proc.stderr is not None and self.proc.poll() is not None
+        return self.proc.stderr.read().splitlines()

@@ -275,3 +275,51 @@ def test_embeddings_are_the_models_pooled_state(server: Server) -> None:
                         ({"input": "x", "encoding_format": "int8"}, "encoding_format")):
         r = httpx.post(server.url + "/v1/embeddings", json=body, timeout=30)
         assert r.status_code == 400 and r.json()["error"]["param"] == param, (body, r.text)
+
+
+def test_json_logs_every_line_parses_with_an_access_log() -> None:
+    s = Server("--gguf", "synthetic", "--json-logs")
+    try:
+        assert json.loads(s.lines[-1])["url"] == s.url  # the listening line itself is JSON
+        s.client().completions.create(model=MODEL, prompt="log me", max_tokens=2)
+        assert httpx.post(s.url + "/v1/completions", json={"prompt": "x", "bogus": 1}, timeout=10).status_code == 400
+    finally:
+        assert s.stop() == 0
+    records = [json.loads(line) for line in s.lines + s.rest_of_stderr() if line.strip()]  # each line parses
+    access = [r for r in records if r["logger"] == "fak.access"]
+    assert [(r["route"], r["status"]) for r in access if r["method"] == "POST"] == \
+        [("/v1/completions", 200), ("/v1/completions", 400)]
+    assert all(r["duration_ms"] >= 0 and r["client"].startswith("127.0.0.1:") for r in access)
+    assert any(r["logger"] == "fak.serve" and r["msg"].startswith("fak: synthetic") for r in records)  # boot line
+
+
+def test_a_model_that_fails_to_load_ends_the_server_with_one_line(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import subprocess
+    import sys
+
+    from engine.gguf.aliases import resolve_model
+
+    bad = tmp_path / "cut.gguf"
+    with open(resolve_model("gemma3-270m"), "rb") as f:
+        bad.write_bytes(f.read(1 << 20))  # the header parses, the metadata runs past the end
+    r = subprocess.run([sys.executable, "-m", "commands.main", "serve", "--gguf", str(bad), "--port", "0"],
+                       capture_output=True, text=True, timeout=120)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and lines[-1].startswith("fak: error: ") and "cut.gguf" in lines[-1], r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_kernel_counters_on_metrics() -> None:
+    from fastapi.testclient import TestClient
+
+    from fak.abi import ToolCall
+    from fak.gateway import create_app
+    from fak.kernel import Kernel
+    from fak.policy import coding_floor
+
+    kernel = Kernel.with_policy(coding_floor())
+    app = create_app(lambda: None, MODEL, background=False, kernel=kernel)
+    kernel.submit(ToolCall("tool", "Bash", args=b'{"command": "rm -rf ~"}'))
+    kernel.submit(ToolCall("tool", "Read", args=b'{"file_path": "README.md"}'))
+    text = TestClient(app).get("/metrics").text
+    assert "fak_kernel_submits_total 2.0" in text and "fak_kernel_denies_total 1.0" in text

@@ -16,7 +16,7 @@ from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response
 
-from fak.gateway import errors
+from fak.gateway import errors, logs
 from fak.gateway.embeddings import router as embeddings_router
 from fak.gateway.errors import envelope
 from fak.gateway.metrics import Metrics
@@ -26,21 +26,33 @@ PUBLIC = ("/health", "/v1/models")
 
 
 def create_app(boot: Callable[[], Any], model_name: str, *, api_key: str | None = None,
-               cors_origins: list[str] | None = None, max_queue: int = 0, background: bool = True) -> FastAPI:
+               cors_origins: list[str] | None = None, max_queue: int = 0, background: bool = True,
+               kernel: Any = None, on_boot_error: Callable[[str], None] | None = None) -> FastAPI:
+    """`kernel`: the fak.kernel.Kernel that adjudicates tool calls (default: the coding floor policy).
+    `on_boot_error(message)`: called from the boot thread when the model fails to load (serve exits)."""
     app = FastAPI(title="fak serve", version="1", docs_url=None, redoc_url=None)
     errors.install(app)
     st = app.state
     st.booted, st.boot_status, st.boot_error = None, "loading the model", None
     st.model_name, st.created, st.max_queue = model_name, int(time.time()), max_queue
-    st.metrics = Metrics(model_name, lambda: st.booted.scheduler.stats() if st.booted is not None else None)
+    if kernel is None:
+        from fak.kernel import Kernel
+        from fak.policy import coding_floor
+
+        kernel = Kernel.with_policy(coding_floor())
+    st.kernel = kernel
+    st.metrics = Metrics(model_name, lambda: st.booted.scheduler.stats() if st.booted is not None else None,
+                         kernel=lambda: st.kernel)
 
     def _boot() -> None:
         try:
             st.booted = boot()
             st.booted.scheduler.on_finish = st.metrics.finished
             st.boot_status = "ready"
-        except Exception as exc:  # reported by /health and the boot caller; the process decides to exit
+        except Exception as exc:  # reported by /health and to the caller, which decides to exit
             st.boot_error = st.boot_status = f"boot failed: {exc}"
+            if on_boot_error is not None:
+                on_boot_error(st.boot_error)
 
     if background:
         threading.Thread(target=_boot, name="fak-boot", daemon=True).start()
@@ -109,6 +121,7 @@ class _AuthAndCount:
         name = getattr(scope.get("route"), "path", "unmatched")
         self.metrics.http.labels(name, str(status[0])).inc()
         self.metrics.http_latency.labels(name).observe(time.perf_counter() - t0)
+        logs.access(scope, name, status[0], t0)
 
 
 def _authorized(headers: dict[str, str], key: str) -> bool:

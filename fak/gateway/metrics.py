@@ -1,5 +1,6 @@
 """/metrics: vLLM's request metrics under the `fak_` prefix (same names after it, a `model_name`
-label), the scheduler's `fak_sched_*` families, and per-route HTTP counts and latencies."""
+label), the scheduler's `fak_sched_*` families, the kernel's `fak_kernel_*` counters (tool calls
+submitted, denied, transformed, quarantined, dispatched) and per-route HTTP counts and latencies."""
 
 from __future__ import annotations
 
@@ -44,13 +45,37 @@ class _Gauges:
             yield g
 
 
+class _KernelCounters:
+    """The kernel's Counters (fak.kernel), read on scrape: one fak_kernel_<name>_total per field."""
+
+    DOCS = {"submits": "Tool calls submitted to the kernel", "engine_calls": "Tool calls dispatched to an engine",
+            "denies": "Tool calls denied", "transforms": "Tool calls whose arguments a policy rewrote",
+            "quarantines": "Tool results withheld (quarantined)", "result_denies": "Tool results denied"}
+
+    def __init__(self, kernel: Callable[[], Any]) -> None:
+        self._kernel = kernel
+
+    def describe(self) -> list[object]:
+        return []
+
+    def collect(self) -> Iterator[object]:
+        from prometheus_client.core import CounterMetricFamily
+
+        k = self._kernel()
+        if k is None:
+            return
+        for name, value in k.stats().items():
+            yield CounterMetricFamily(f"fak_kernel_{name}", self.DOCS.get(name, name), value=float(value))
+
+
 class Metrics:
-    def __init__(self, model: str, stats: Callable[[], Any]) -> None:
+    def __init__(self, model: str, stats: Callable[[], Any], kernel: Callable[[], Any] = lambda: None) -> None:
         from engine.sched.stats import SchedCollector
 
         self.model = model
         self.registry = CollectorRegistry()
         self.registry.register(_Gauges(stats, model))
+        self.registry.register(_KernelCounters(kernel))
         self.registry.register(SchedCollector(lambda: stats() or _empty()))
         r, m = self.registry, ["model_name"]
         self.prompt_tokens = Counter("fak_prompt_tokens", "Prompt tokens processed", m, registry=r)
