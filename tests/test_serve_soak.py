@@ -1,4 +1,4 @@
-"""A bounded soak of `fak serve` (synthetic model): 24 clients for ~10 s, a third hanging up mid-stream.
+"""A bounded soak of `fak serve` (synthetic model): 64 clients for 60 s, a third hanging up mid-stream.
 No 5xx, no lane or KV block left behind, RSS growth bounded."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 from serve_helpers import Server
 
 pytestmark = pytest.mark.serve
-CLIENTS, SECONDS = 24, 10.0
+CLIENTS, SECONDS = 64, 60.0  # the serve issue's figures; ~65 s of the CI budget
 
 
 def _rss_kib(pid: int) -> int:
@@ -43,9 +43,11 @@ def test_soak_no_5xx_no_leaks() -> None:
         statuses: list[int] = []
 
         async def run() -> None:
-            stop_at = time.monotonic() + SECONDS
+            stop_at = time.monotonic() + SECONDS / 2
             await asyncio.gather(*(_client(s.url, i, statuses, stop_at) for i in range(CLIENTS)))
 
+        asyncio.run(run())  # two halves: caches and arenas fill in the first; a leak keeps growing in the second
+        rss1 = _rss_kib(s.proc.pid)
         asyncio.run(run())
         assert len(statuses) >= CLIENTS and set(statuses) == {200}, sorted(set(statuses))
         deadline = time.monotonic() + 10
@@ -54,7 +56,9 @@ def test_soak_no_5xx_no_leaks() -> None:
         assert s.metric("fak_num_requests_running") == 0 and s.metric("fak_num_requests_waiting") == 0
         assert s.metric("fak_kv_cache_usage_perc") == 0.0  # every block back (prefix-cache blocks are free)
         assert s.metric('fak_sched_finished_total{reason="cancelled"}') >= 1  # the drops really cancelled lanes
-        grown = (_rss_kib(s.proc.pid) - rss0) / 1024
-        assert grown < 256, f"RSS grew by {grown:.0f} MiB"
+        rss2 = _rss_kib(s.proc.pid)  # measured: ~22 MiB in the first half, ~0.5 in the second
+        grown, second = (rss2 - rss0) / 1024, (rss2 - rss1) / 1024
+        print(f"soak: {len(statuses)} requests, RSS grew {grown:.1f} MiB ({second:.1f} in the second half)")
+        assert grown < 64 and second < 6, f"RSS grew by {grown:.0f} MiB, {second:.0f} of it in the second half"
     finally:
         assert s.stop() == 0
