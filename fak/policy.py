@@ -441,3 +441,12 @@ def coding_floor() -> Policy:
     """The default coding floor shipped inside the package (fak/policies/coding-floor.json)."""
     ref = resources.files("fak.policies").joinpath(FLOOR_NAME)
     return parse_policy(json.loads(ref.read_text(encoding="utf-8")), f"fak/policies/{FLOOR_NAME}")
+
+
+def serving_floor() -> Policy:
+    """The coding floor as fak serve applies it to a model's proposed calls: the request names the
+    tools it offers (the gateway refuses any other), so an offered tool is known (default allow);
+    every argument rule, self-modify guard and limit of the floor still applies."""
+    import dataclasses
+
+    return dataclasses.replace(coding_floor(), default="allow", _plans={})

@@ -86,6 +86,7 @@ class LaneResult:
     queue_s: float | None = None  # admit -> first scheduled (time spent waiting)
     itl_s: tuple[float, ...] = ()  # gaps between consecutive emitted tokens
     logprobs: tuple[TokenLogprob, ...] = ()  # one per token_ids entry, when the request asked
+    stop_string: str | None = None  # the stop string that ended it (finish reason stop), if one did
 
 
 def validate_request(r: Request, *, tokenizer: Any, vocab_size: int, context_length: int, kv_blocks: int | None,
@@ -125,11 +126,13 @@ class TextTracker:
         self.text = ""  # everything decoded so far
         self.emitted = 0  # chars of self.text already handed out
         self.stopped = False
+        self.matched: str | None = None  # the stop string found (the earliest; the first given on a tie)
 
     def _cut(self, final: bool) -> str:
-        hits = [i for i in (self.text.find(s) for s in self._stops) if i >= 0]
+        hits = [(i, k) for k, i in enumerate(self.text.find(s) for s in self._stops) if i >= 0]
         if hits:
-            self.text, self.stopped = self.text[: min(hits)], True
+            at, k = min(hits)
+            self.text, self.stopped, self.matched = self.text[:at], True, self._stops[k]
             end = len(self.text)
         elif final:
             end = len(self.text)
@@ -307,6 +310,7 @@ class Lane:
             queue_s=None if self.started_at is None else self.started_at - self.admitted_at,
             itl_s=tuple(b - a for a, b in zip(self.token_times, self.token_times[1:])),
             logprobs=tuple(self.handle.logprobs),
+            stop_string=self.text.matched if self.text is not None else None,
         )
 
 

@@ -18,7 +18,8 @@ from fastapi.responses import JSONResponse, Response
 
 from fak.gateway import errors, logs
 from fak.gateway.embeddings import router as embeddings_router
-from fak.gateway.errors import envelope
+from fak.gateway.anthropic_wire import router as anthropic_router
+from fak.gateway.errors import shaped
 from fak.gateway.metrics import Metrics
 from fak.gateway.openai_wire import router as openai_router
 
@@ -37,17 +38,20 @@ def create_app(boot: Callable[[], Any], model_name: str, *, api_key: str | None 
     st.model_name, st.created, st.max_queue = model_name, int(time.time()), max_queue
     if kernel is None:
         from fak.kernel import Kernel
-        from fak.policy import coding_floor
+        from fak.policy import serving_floor
 
-        kernel = Kernel.with_policy(coding_floor())
+        kernel = Kernel.with_policy(serving_floor())
     st.kernel = kernel
+    st.tool_parser = None  # a zero-argument factory of the model's tool-call parser, set at boot
     st.metrics = Metrics(model_name, lambda: st.booted.scheduler.stats() if st.booted is not None else None,
                          kernel=lambda: st.kernel)
 
     def _boot() -> None:
         try:
-            st.booted = boot()
-            st.booted.scheduler.on_finish = st.metrics.finished
+            booted = boot()
+            booted.scheduler.on_finish = st.metrics.finished
+            st.tool_parser = _parser_factory(booted)
+            st.booted = booted
             st.boot_status = "ready"
         except Exception as exc:  # reported by /health and to the caller, which decides to exit
             st.boot_error = st.boot_status = f"boot failed: {exc}"
@@ -89,7 +93,24 @@ def create_app(boot: Callable[[], Any], model_name: str, *, api_key: str | None 
 
     app.include_router(openai_router)
     app.include_router(embeddings_router)
+    app.include_router(anthropic_router)
     return app
+
+
+def _parser_factory(b: Any) -> Callable[[], Any]:
+    """The tool-call parser family of the served model, from its chat template and vocabulary."""
+    info = getattr(b.tokenizer, "info", None)
+    template = getattr(info, "chat_template", None)
+    arch = getattr(b.model.config, "arch", None)
+    token_id = getattr(b.tokenizer, "token_id", None)
+    has = (lambda text: token_id(text) is not None) if token_id is not None else None
+
+    def make() -> Any:
+        from fak.gateway.tool_parsers import parser_for
+
+        return parser_for(template, arch, has)
+
+    return make
 
 
 class _AuthAndCount:
@@ -112,8 +133,8 @@ class _AuthAndCount:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
         if (self.key and scope.get("method") != "OPTIONS" and scope.get("path") not in PUBLIC
                 and not _authorized(headers, self.key)):
-            resp = JSONResponse(envelope("invalid or missing API key (Authorization: Bearer KEY or X-Api-Key)",
-                                         "authentication_error", None, "invalid_api_key"),
+            resp = JSONResponse(shaped(scope.get("path", ""), "invalid or missing API key (Authorization: Bearer KEY "
+                                       "or X-Api-Key)", "authentication_error", None, "invalid_api_key"),
                                 status_code=401, headers={"WWW-Authenticate": "Bearer"})
             await resp(scope, receive, send_status)
         else:

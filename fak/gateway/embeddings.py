@@ -17,7 +17,7 @@ import numpy as np
 from fastapi import APIRouter, Request
 
 from fak.gateway.errors import APIError
-from fak.gateway.openai_wire import check_model, served
+from fak.gateway.generation import check_model, served
 from fak.gateway.schemas import EmbeddingRequest
 
 router = APIRouter()

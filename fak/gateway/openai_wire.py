@@ -7,7 +7,6 @@ handler through fak.gateway.bridge without blocking the event loop. A client tha
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 import uuid
@@ -17,71 +16,27 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from fak.gateway.bridge import Finished, Piece, cancel_all, merged
+from fak.gateway.bridge import cancel_all
 from fak.gateway.errors import APIError
+from fak.gateway.generation import (CallOut, Done, GenSpec, Out, admit, check_model, choice_events, collect, gates_for,
+                                    limits, served, usage_counts)
 from fak.gateway.schemas import ChatCompletionRequest, CompletionRequest, DetokenizeRequest, TokenizeRequest
+from fak.gateway.toolgate import EmittedCall
 
 router = APIRouter()
 FINISH = {"eos": "stop", "stop": "stop", "length": "length", "cancelled": "stop"}
 
 
-def served(request: Request) -> Any:
-    """The booted engine, or 503 while the model is still loading."""
-    b = request.app.state.booted
-    if b is None:
-        raise APIError(503, request.app.state.boot_status, type="service_unavailable", code="booting",
-                       headers={"Retry-After": "1"})
-    return b
-
-
-def check_model(request: Request, model: str | None) -> str:
-    name = request.app.state.model_name
-    if model is not None and model != name:
-        raise APIError(404, f"model {model!r} is not served here (this server serves {name!r})",
-                       type="not_found_error", param="model", code="model_not_found")
-    return name
-
-
-def _limits(b: Any, n_prompt: int, asked: int | None) -> int:
-    ctx = int(b.model.config.context_length)
-    if n_prompt == 0:
-        raise APIError(400, "the prompt encodes to no tokens", param="prompt")
-    new = asked if asked is not None else ctx - n_prompt
-    if n_prompt + new > ctx:
-        raise APIError(400, f"this model's context length is {ctx} tokens; the prompt has {n_prompt} and "
-                       f"max_tokens asks for {new} more", param="max_tokens", code="context_length_exceeded")
-    return new
-
-
-def _admit(request: Request, b: Any, ids: list[int], body: Any, new: int) -> list[Any]:
-    from engine.errors import EngineError
-    from engine.model.sampling import SamplingParams
-    from engine.sched.lane import Request as LaneRequest
-
+def _spec(b: Any, body: Any, new: int, grammar: Any = None) -> GenSpec:
     bad = body.unsupported()
     if bad is not None:
         raise APIError(400, f"{bad}: not supported yet (only its default is accepted)", param=bad,
                        code="unsupported_parameter")
-    limit = request.app.state.max_queue
-    if limit and b.scheduler.stats().waiting + body.n > limit:
-        raise APIError(429, f"the request queue is full ({limit} waiting); retry shortly", type="rate_limit_error",
-                       code="queue_full", headers={"Retry-After": "1"})
-    bias = _logit_bias(body.logit_bias, int(b.model.config.vocab_size))
-    handles = []
-    try:
-        for i in range(body.n):
-            seed = None if body.seed is None else body.seed + i
-            params = SamplingParams(temperature=body.temperature, top_k=body.top_k, top_p=body.top_p, seed=seed,
-                                    min_p=body.min_p, presence_penalty=body.presence_penalty,
-                                    frequency_penalty=body.frequency_penalty,
-                                    repetition_penalty=body.repetition_penalty, logit_bias=bias)
-            handles.append(b.scheduler.admit(LaneRequest(list(ids), max_new_tokens=new, stop_strings=body.stops(),
-                                                         sampling=params, request_id=f"{uuid.uuid4().hex[:12]}-{i}",
-                                                         logprobs=body.logprob_k())))
-    except EngineError as exc:
-        cancel_all(handles)
-        raise APIError(400, str(exc)) from None
-    return handles
+    return GenSpec(max_new=new, n=body.n, temperature=body.temperature, top_p=body.top_p, top_k=body.top_k,
+                   min_p=body.min_p, seed=body.seed, stops=body.stops(), presence_penalty=body.presence_penalty,
+                   frequency_penalty=body.frequency_penalty, repetition_penalty=body.repetition_penalty,
+                   logit_bias=_logit_bias(body.logit_bias, int(b.model.config.vocab_size)),
+                   logprobs=body.logprob_k(), grammar=grammar)
 
 
 def _logit_bias(given: dict[str, float] | None, vocab: int) -> dict[int, float] | None:
@@ -103,78 +58,80 @@ def _logit_bias(given: dict[str, float] | None, vocab: int) -> dict[int, float] 
 
 
 def _usage(results: list[Any]) -> dict[str, Any]:
-    prompt = results[0].prompt_tokens if results else 0
-    completion = sum(len(r.token_ids) for r in results)
-    cached = max((r.prefix_hit_tokens for r in results), default=0)
+    prompt, completion, cached = usage_counts(results)
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
             "prompt_tokens_details": {"cached_tokens": cached}}
 
 
-def _finish(r: Any) -> str:
-    if r.finish_reason.value == "error":
-        raise APIError(500, f"generation failed: {r.error}", type="server_error", code="engine_error")
-    return FINISH[r.finish_reason.value]
-
-
-async def _collect(request: Request, handles: list[Any]) -> list[Any]:
-    """Wait for every choice; a client that disconnects meanwhile cancels them."""
-    results: list[Any] = [None] * len(handles)
-
-    async def consume() -> None:
-        async for item in merged(handles):
-            if isinstance(item, Finished):
-                results[item.index] = item.result
-
-    task = asyncio.create_task(consume())
-    try:
-        while not task.done():
-            await asyncio.wait({task}, timeout=0.1)
-            if not task.done() and await request.is_disconnected():
-                cancel_all(handles)
-                task.cancel()
-                raise APIError(499, "client closed the request", code="client_closed")
-        task.result()
-    finally:
-        cancel_all(handles)
-    return results
+def _finish(done: Done) -> str:
+    return "tool_calls" if done.called else FINISH[done.result.finish_reason.value]
 
 
 def _sse(obj: dict[str, Any] | str) -> str:
-    return f"data: {obj if isinstance(obj, str) else json.dumps(obj, separators=(',', ':'))}\n\n"
+    return f"data: {obj if isinstance(obj, str) else json.dumps(obj, separators=(',', ':'), ensure_ascii=False)}\n\n"
 
 
-async def _stream(request: Request, handles: list[Any], body: Any, make: Any, role: bool) -> AsyncIterator[str]:
-    """SSE: one opening chunk per choice (chat: delta.role), text deltas, one finish chunk per choice,
-    the usage chunk when asked, then [DONE]. A disconnect lands in `finally` and cancels the lanes.
-    With logprobs every token gets a chunk (its text may be held back: part of a character or of a
-    possible stop string), carrying that token's entry."""
+def _tool_call_deltas(k: int, call: EmittedCall) -> list[dict[str, Any]]:
+    """A call as the stream carries it: the opening delta (index, id, type, name, empty arguments),
+    then its arguments (complete: the kernel adjudicated them before anything was sent)."""
+    return [{"index": k, "id": call.id, "type": "function", "function": {"name": call.name, "arguments": ""}},
+            {"index": k, "function": {"arguments": call.arguments}}]
+
+
+def _fak(done: Done | None) -> dict[str, Any]:
+    return {} if done is None or done.gate is None else {"fak": done.gate.fak_extension()}
+
+
+async def _stream(handles: list[Any], events: AsyncIterator[Out | CallOut | Done], body: Any, make: Any,
+                  chat: bool) -> AsyncIterator[str]:
+    """SSE: one opening chunk per choice (chat: delta.role), text deltas, tool calls once adjudicated,
+    one finish chunk per choice (with the `fak` extension when tools were on), the usage chunk when
+    asked, then [DONE]. A disconnect lands in `finally` and cancels the lanes. With logprobs every
+    token gets a chunk (its text may be held back: part of a character, of a possible stop string or
+    of a tool call), carrying that token's entry."""
     results: list[Any] = [None] * len(handles)
-    want_lp = body.logprob_k() is not None
-    seen = [0] * len(handles)
+    calls = [0] * len(handles)
     try:
-        if role:
+        if chat:
             for i in range(len(handles)):
-                yield _sse(make(i, "", None, True))
-        async for item in merged(handles):
-            if isinstance(item, Piece):
-                lps = None
-                if want_lp and item.token >= 0:
-                    lps = [handles[item.index].logprobs[seen[item.index]]]
-                    seen[item.index] += 1
-                if item.text or lps:
-                    yield _sse(make(item.index, item.text, None, False, lps))
+                yield _sse(make(i, {"role": "assistant", "content": ""}, None))
+        async for ev in events:
+            if isinstance(ev, Out):
+                yield _sse(make(ev.index, ({"content": ev.text} if ev.text else {}) if chat else ev.text, None,
+                                ev.logprobs or None))
+            elif isinstance(ev, CallOut):
+                for d in _tool_call_deltas(calls[ev.index], ev.call):
+                    yield _sse(make(ev.index, {"tool_calls": [d]}, None))
+                calls[ev.index] += 1
             else:
-                results[item.index] = item.result
-                if item.result.finish_reason.value == "error":
-                    yield _sse({"error": {"message": f"generation failed: {item.result.error}",
+                results[ev.index] = ev.result
+                if ev.failed:
+                    yield _sse({"error": {"message": f"generation failed: {ev.result.error}",
                                           "type": "server_error", "param": None, "code": "engine_error"}})
                     continue
-                yield _sse(make(item.index, "", _finish(item.result), False))
+                yield _sse(make(ev.index, {} if chat else "", _finish(ev)) | _fak(ev))
         if body.stream_options is not None and body.stream_options.include_usage:
-            yield _sse(make(None, "", None, False) | {"choices": [], "usage": _usage(results)})
+            yield _sse(make(None, "", None) | {"choices": [], "usage": _usage(results)})
         yield _sse("[DONE]")
     finally:
         cancel_all(handles)
+
+
+def _tools(body: ChatCompletionRequest) -> tuple[list[dict[str, Any]] | None, list[str]]:
+    """The tools for the template (None when there are none or tool_choice is "none") and their names."""
+    if not body.tools:
+        return None, []
+    names = [t.function.name for t in body.tools]
+    dup = next((n for n in names if names.count(n) > 1), None)
+    if dup is not None:
+        raise APIError(400, f"tools: the name {dup!r} is used twice", param="tools")
+    choice = body.tool_choice
+    if choice == "none":
+        return None, []
+    if choice in ("required",) or isinstance(choice, dict):
+        raise APIError(400, "tool_choice: forcing a call needs constrained decoding, not available yet",
+                       param="tool_choice", code="unsupported_parameter")
+    return [t.model_dump(exclude_none=True) for t in body.tools], names
 
 
 @router.post("/v1/chat/completions")
@@ -183,32 +140,47 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Any
 
     b = served(request)
     name = check_model(request, body.model)
+    tools, offered = _tools(body)
+    rf = body.response_format
+    if rf is not None and rf.get("type") != "text":
+        raise APIError(400, f"response_format: {rf.get('type')!r} needs constrained decoding, not available yet",
+                       param="response_format", code="unsupported_parameter")
     messages = [_message(m.model_dump(exclude_none=True)) for m in body.messages]
     try:
-        ids = b.tokenizer.encode_chat(messages)
+        ids = b.tokenizer.encode_chat(messages, tools=tools)
     except EngineError as exc:
         raise APIError(400, f"messages: {exc}", param="messages") from None
-    new = _limits(b, len(ids), body.max_completion_tokens or body.max_tokens)
-    handles = _admit(request, b, ids, body, new)
+    spec = _spec(b, body, limits(b, len(ids), body.max_completion_tokens or body.max_tokens))
+    handles = admit(request, b, ids, spec)
+    gates = gates_for(request, spec.n, offered, request.app.state.tool_parser)
+    events = choice_events(handles, gates, want_logprobs=spec.logprobs is not None)
     cid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
-
     tok = b.tokenizer
 
-    def chunk(i: int | None, text: str, finish: str | None, opening: bool, lps: Any = None) -> dict[str, Any]:
-        delta: dict[str, Any] = {"role": "assistant", "content": ""} if opening else ({"content": text} if text else {})
+    def chunk(i: int | None, delta: Any, finish: str | None, lps: Any = None) -> dict[str, Any]:
         lp = None if lps is None else {"content": [_chat_lp(tok, e) for e in lps]}
         choices = [] if i is None else [{"index": i, "delta": delta, "logprobs": lp, "finish_reason": finish}]
         return {"id": cid, "object": "chat.completion.chunk", "created": created, "model": name, "choices": choices}
 
     if body.stream:
-        return StreamingResponse(_stream(request, handles, body, chunk, role=True), media_type="text/event-stream")
-    results = await _collect(request, handles)
-    want = body.logprob_k() is not None
-    choices = [{"index": i, "message": {"role": "assistant", "content": r.text or ""},
-                "logprobs": {"content": [_chat_lp(tok, e) for e in r.logprobs]} if want else None,
-                "finish_reason": _finish(r)} for i, r in enumerate(results)]
-    return JSONResponse({"id": cid, "object": "chat.completion", "created": created, "model": name,
-                         "choices": choices, "usage": _usage(results)})
+        return StreamingResponse(_stream(handles, events, body, chunk, chat=True), media_type="text/event-stream")
+    got = await collect(request, events, spec.n, handles)
+    want = spec.logprobs is not None
+    choices = []
+    for i, c in enumerate(got):
+        assert c.done is not None
+        message: dict[str, Any] = {"role": "assistant", "content": c.text if c.text or not c.calls else None}
+        if c.calls:
+            message["tool_calls"] = [{"id": k.id, "type": "function",
+                                      "function": {"name": k.name, "arguments": k.arguments}} for k in c.calls]
+        choices.append({"index": i, "message": message,
+                        "logprobs": {"content": [_chat_lp(tok, e) for e in c.logprobs]} if want else None,
+                        "finish_reason": _finish(c.done)})
+    out = {"id": cid, "object": "chat.completion", "created": created, "model": name, "choices": choices,
+           "usage": _usage([c.done.result for c in got if c.done is not None])}
+    if gates:
+        out["fak"] = {"adjudications": [a for g in gates if g is not None for a in g.fak_extension()["adjudications"]]}
+    return JSONResponse(out)
 
 
 def _token(tok: Any, i: int) -> tuple[str, list[int]]:
@@ -236,7 +208,8 @@ def _completion_lp(tok: Any, entries: Any) -> dict[str, Any]:
 
 
 def _message(m: dict[str, Any]) -> dict[str, Any]:
-    """Content given as parts ([{"type": "text", "text": ...}]) joined to the string templates expect."""
+    """A message as chat templates expect it: content parts ([{"type": "text", ...}]) joined to a
+    string, tool-call arguments as objects (HF templates `tojson` them; OpenAI sends JSON text)."""
     content = m.get("content")
     if content is None:  # an assistant turn that only called tools: templates expect a string
         m["content"] = ""
@@ -248,6 +221,16 @@ def _message(m: dict[str, Any]) -> dict[str, Any]:
                                param="messages")
             texts.append(str(part.get("text", "")))
         m["content"] = "".join(texts)
+    for call in m.get("tool_calls") or []:
+        fn = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+            raise APIError(400, "messages: a tool_calls entry needs function.name", param="messages")
+        if isinstance(fn.get("arguments"), str):
+            try:
+                fn["arguments"] = json.loads(fn["arguments"] or "{}")
+            except ValueError:
+                raise APIError(400, f"messages: tool call {fn['name']!r}: arguments are not JSON",
+                               param="messages") from None
     return m
 
 
@@ -263,25 +246,25 @@ async def completions(body: CompletionRequest, request: Request) -> Any:
         if bad:
             raise APIError(400, f"prompt: token id {bad[0]} outside the vocabulary (0..{vocab - 1})", param="prompt")
         ids = list(body.prompt)
-    new = _limits(b, len(ids), body.max_tokens if "max_tokens" in body.model_fields_set else 16)
-    handles = _admit(request, b, ids, body, new)
+    spec = _spec(b, body, limits(b, len(ids), body.max_tokens if "max_tokens" in body.model_fields_set else 16))
+    handles = admit(request, b, ids, spec)
+    events = choice_events(handles, None, want_logprobs=spec.logprobs is not None)
     cid, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
-
     tok = b.tokenizer
 
-    def chunk(i: int | None, text: str, finish: str | None, opening: bool, lps: Any = None) -> dict[str, Any]:
+    def chunk(i: int | None, text: str, finish: str | None, lps: Any = None) -> dict[str, Any]:
         lp = None if lps is None else _completion_lp(tok, lps)
         choices = [] if i is None else [{"index": i, "text": text, "logprobs": lp, "finish_reason": finish}]
         return {"id": cid, "object": "text_completion", "created": created, "model": name, "choices": choices}
 
     if body.stream:
-        return StreamingResponse(_stream(request, handles, body, chunk, role=False), media_type="text/event-stream")
-    results = await _collect(request, handles)
-    want = body.logprob_k() is not None
-    choices = [{"index": i, "text": r.text or "", "logprobs": _completion_lp(tok, r.logprobs) if want else None,
-                "finish_reason": _finish(r)} for i, r in enumerate(results)]
+        return StreamingResponse(_stream(handles, events, body, chunk, chat=False), media_type="text/event-stream")
+    got = await collect(request, events, spec.n, handles)
+    want = spec.logprobs is not None
+    choices = [{"index": i, "text": c.text, "logprobs": _completion_lp(tok, c.logprobs) if want else None,
+                "finish_reason": _finish(c.done)} for i, c in enumerate(got) if c.done is not None]
     return JSONResponse({"id": cid, "object": "text_completion", "created": created, "model": name,
-                         "choices": choices, "usage": _usage(results)})
+                         "choices": choices, "usage": _usage([c.done.result for c in got if c.done is not None])})
 
 
 @router.get("/v1/models")

@@ -26,10 +26,25 @@ class StreamOptions(_Body):
     include_usage: bool = False
 
 
+class FunctionDef(_Body):
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:-]+$")
+    description: Optional[str] = None
+    parameters: Optional[dict[str, Any]] = None  # a JSON Schema for the arguments
+    strict: Optional[bool] = None
+
+
+class ToolDef(_Body):
+    type: Literal["function"]
+    function: FunctionDef
+
+
+class NamedToolChoice(_Body):
+    type: Literal["function"]
+    function: dict[str, str]
+
+
 # no-op values of the fields not implemented yet (a different value would change the output)
-_NOOP: dict[str, Any] = {"echo": (None, False),
-                         "best_of": (None, 1), "suffix": (None, ""), "response_format": (None,),
-                         "tools": (None, []), "tool_choice": (None, "none")}
+_NOOP: dict[str, Any] = {"echo": (None, False), "best_of": (None, 1), "suffix": (None, "")}
 
 
 class _Sampling(_Body):
@@ -69,8 +84,8 @@ class ChatCompletionRequest(_Sampling):
     top_logprobs: Optional[int] = Field(None, ge=0, le=20)
     max_completion_tokens: Optional[int] = Field(None, ge=1)
     response_format: Optional[dict[str, Any]] = None
-    tools: Optional[list[dict[str, Any]]] = None
-    tool_choice: Union[str, dict[str, Any], None] = None
+    tools: Optional[list[ToolDef]] = None
+    tool_choice: Union[Literal["none", "auto", "required"], NamedToolChoice, None] = None
     parallel_tool_calls: Optional[bool] = None
 
     def logprob_k(self) -> int | None:

@@ -1,0 +1,106 @@
+"""The kernel in the serving loop: tool calls the model proposes are parsed out of its text and
+adjudicated (Kernel.submit, journaled) BEFORE the client sees them.
+
+One ToolGate per choice. Text the parser releases passes straight on (it streams live); a call is
+held by the parser until it is complete, then submitted: ALLOW -> emitted as is, TRANSFORM ->
+emitted with the rewritten arguments, anything else (DENY, QUARANTINE, an unwitnessed
+REQUIRE_WITNESS, a malformed call, a tool the request did not offer) -> not emitted; the client gets
+a short in-band note instead (`[fak] refused Bash: POLICY_BLOCK (rm -rf ~)`). Every decision is kept
+as an Adjudication, which the wires report in their `fak` extension object.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from fak.abi import Reason, ToolCall, Verdict, VerdictKind
+
+
+@dataclass(frozen=True)
+class Adjudication:
+    """One decision, as the `fak` extension reports it."""
+
+    tool: str
+    args_sha256: str
+    verdict: str
+    reason: str
+    by: str
+    emitted: bool
+    detail: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class EmittedCall:
+    """A call the kernel let through: what the client receives (arguments: a JSON object's text)."""
+
+    id: str
+    name: str
+    arguments: str
+
+    @property
+    def input(self) -> dict[str, Any]:
+        return dict(json.loads(self.arguments))
+
+
+@dataclass
+class ToolGate:
+    parser: Any  # a fak.gateway.tool_parsers ToolParser (fresh per choice)
+    kernel: Any  # fak.kernel.Kernel
+    offered: frozenset[str]  # the tool names the request offered
+    trace_id: str = ""
+    id_prefix: str = "call_"
+    adjudications: list[Adjudication] = field(default_factory=list)
+    calls: list[EmittedCall] = field(default_factory=list)
+
+    def feed(self, delta: str) -> list[str | EmittedCall]:
+        return self._pass(self.parser.feed(delta))
+
+    def close(self) -> list[str | EmittedCall]:
+        return self._pass(self.parser.close())
+
+    def fak_extension(self) -> dict[str, Any]:
+        return {"adjudications": [a.to_json() for a in self.adjudications]}
+
+    def _pass(self, items: list[Any]) -> list[str | EmittedCall]:
+        out: list[str | EmittedCall] = []
+        for item in items:
+            if hasattr(item, "text") and not hasattr(item, "name"):
+                if item.text:
+                    out.append(item.text)
+                continue
+            emitted, note = self._adjudicate(item)
+            out.append(emitted if emitted is not None else note)
+        return out
+
+    def _adjudicate(self, parsed: Any) -> tuple[EmittedCall | None, str]:
+        name = parsed.name or "?"
+        args = (parsed.arguments or parsed.raw or "").encode()
+        call = ToolCall("tool", name, args=args, trace_id=self.trace_id, meta={"source": "model"})
+        if parsed.error is not None:
+            verdict = Verdict.deny(Reason.MALFORMED, "fak:parser", parsed.error)
+            if self.kernel.journal is not None:  # refused before the kernel: still journaled
+                self.kernel.journal.record(call, verdict)
+        elif name not in self.offered:
+            verdict = Verdict.deny(Reason.UNKNOWN_TOOL, "fak:gateway", f"{name!r} was not offered")
+            if self.kernel.journal is not None:
+                self.kernel.journal.record(call, verdict)
+        else:
+            decision = self.kernel.submit(call)
+            verdict, call = decision.verdict, decision.call
+        passes = verdict.kind in (VerdictKind.ALLOW, VerdictKind.TRANSFORM)
+        self.adjudications.append(Adjudication(name, hashlib.sha256(call.args).hexdigest(), verdict.kind.value,
+                                               verdict.reason.value, verdict.by, passes, verdict.detail))
+        if not passes:
+            why = f" ({verdict.detail})" if verdict.detail else ""
+            return None, f"[fak] refused {name}: {verdict.reason.value}{why}"
+        arguments = json.dumps(json.loads(call.args), ensure_ascii=False)  # TRANSFORM: the rewritten ones
+        emitted = EmittedCall(f"{self.id_prefix}{uuid.uuid4().hex[:24]}", name, arguments)
+        self.calls.append(emitted)
+        return emitted, ""
