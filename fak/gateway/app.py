@@ -19,6 +19,7 @@ from fastapi.responses import JSONResponse, Response
 from fak.gateway import errors, logs
 from fak.gateway.embeddings import router as embeddings_router
 from fak.gateway.anthropic_wire import router as anthropic_router
+from fak.gateway.responses_wire import router as responses_router
 from fak.gateway.errors import shaped
 from fak.gateway.metrics import Metrics
 from fak.gateway.openai_wire import router as openai_router
@@ -94,6 +95,7 @@ def create_app(boot: Callable[[], Any], model_name: str, *, api_key: str | None 
     app.include_router(openai_router)
     app.include_router(embeddings_router)
     app.include_router(anthropic_router)
+    app.include_router(responses_router)
     return app
 
 
