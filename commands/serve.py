@@ -29,6 +29,9 @@ def register(app: typer.Typer) -> None:
         victim: Optional[str] = sched_flags.VICTIM,
         live: bool = typer.Option(False, "--live", help="A live view of the engine in this terminal (stderr)."),
         json_logs: bool = typer.Option(False, "--json-logs", help="Log one JSON object per line (with an access log)."),
+        policy: Optional[str] = typer.Option(None, "--policy", help="Policy JSON for the tool calls the model proposes "
+                                             "(default: the coding floor, offered tools known)."),
+        journal: Optional[str] = typer.Option(None, "--journal", help="Append every decision to this hash-chained JSONL."),
     ) -> None:
         """Serve the model over HTTP: OpenAI chat/completions, /v1/models, /tokenize, /health, /metrics."""
         from fak.boot import SchedOptions, boot
@@ -52,6 +55,7 @@ def register(app: typer.Typer) -> None:
         if host not in ("127.0.0.1", "localhost", "::1") and not key:
             logs.SERVER.warning(f"fak serve: warning: listening on {host} without an API key (--api-key)")
         served = served_name or os.path.basename(name)
+        kernel = _kernel(policy, journal)
 
         def _boot() -> object:
             b = boot(name, resident=not plain, sched=sched, show=False)
@@ -64,7 +68,19 @@ def register(app: typer.Typer) -> None:
         if live and not sys.stderr.isatty():
             logs.SERVER.warning("fak serve: warning: --live needs a terminal on stderr; running without it")
             live = False
-        run_server(_boot, served, host, port, key, cors_origin, max_queue, live)
+        run_server(_boot, served, host, port, key, cors_origin, max_queue, live, kernel)
+
+
+def _kernel(policy: str | None, journal: str | None) -> object:
+    """The kernel that adjudicates the model's tool calls (bad files are one line before listening)."""
+    from fak.journal import Journal
+    from fak.kernel import Kernel
+    from fak.policy import load_policy, serving_floor
+
+    k = Kernel.with_policy(load_policy(policy) if policy else serving_floor())
+    if journal:
+        k.journal = Journal(journal)
+    return k
 
 
 def _live_view(app: object, url: str, stop: object) -> None:
@@ -88,7 +104,7 @@ def _live_view(app: object, url: str, stop: object) -> None:
 
 
 def run_server(boot: object, served: str, host: str, port: int, key: str | None, cors: list[str],
-               max_queue: int, live: bool = False) -> None:
+               max_queue: int, live: bool = False, kernel: object = None) -> None:
     import socket
     import threading
 
@@ -105,7 +121,7 @@ def run_server(boot: object, served: str, host: str, port: int, key: str | None,
             holder[0].should_exit = True
 
     app = create_app(boot, served, api_key=key, cors_origins=cors, max_queue=max_queue,  # type: ignore[arg-type]
-                     on_boot_error=boot_failed)
+                     on_boot_error=boot_failed, kernel=kernel)
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
@@ -141,3 +157,5 @@ def run_server(boot: object, served: str, host: str, port: int, key: str | None,
         b = app.state.booted
         if b is not None:
             b.close()
+        if getattr(kernel, "journal", None) is not None:
+            kernel.journal.close()  # type: ignore[attr-defined]

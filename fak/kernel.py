@@ -124,6 +124,14 @@ class Kernel:
             self.journal.record(call, v, phase="submit")
         return Decision(call, v)
 
+    def adjudicate(self, call: ToolCall) -> Decision:
+        """What submit would decide, as a dry run: no sequence number, no counters, no journal
+        (policy testers). A TRANSFORM's rewritten arguments are in the returned call."""
+        v, xform = self._fold(call)
+        if v.kind is not _DENY and xform is not None and v.allowed and xform.new_args is not None:
+            call = call.with_args(xform.new_args)
+        return Decision(call, v)
+
     def _fold(self, call: ToolCall) -> tuple[Verdict, Verdict | None]:
         """(final verdict, the first TRANSFORM seen or None)."""
         try:

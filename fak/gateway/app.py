@@ -19,6 +19,7 @@ from fastapi.responses import JSONResponse, Response
 from fak.gateway import errors, logs
 from fak.gateway.embeddings import router as embeddings_router
 from fak.gateway.anthropic_wire import router as anthropic_router
+from fak.gateway.fak_wire import router as fak_router
 from fak.gateway.responses_wire import router as responses_router
 from fak.gateway.errors import shaped
 from fak.gateway.metrics import Metrics
@@ -96,6 +97,7 @@ def create_app(boot: Callable[[], Any], model_name: str, *, api_key: str | None 
     app.include_router(embeddings_router)
     app.include_router(anthropic_router)
     app.include_router(responses_router)
+    app.include_router(fak_router)
     return app
 
 
