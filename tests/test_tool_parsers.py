@@ -15,7 +15,15 @@ from typing import Any
 import pytest
 
 from fak.gateway.tool_parsers import (
-    Call, GenericParser, HermesParser, Llama3JsonParser, MistralParser, Text, family_for, parse_all, parser_for,
+    Call,
+    GenericParser,
+    HermesParser,
+    Llama3JsonParser,
+    MistralParser,
+    Text,
+    family_for,
+    parse_all,
+    parser_for,
 )
 from fak.gateway.tool_parsers.base import merge
 
@@ -147,8 +155,8 @@ CASES: list[tuple[str, type, str, list[Any]]] = [
     # --- Mistral ---
     ("m_list_one", M, '[TOOL_CALLS] [{"name": "get_weather", "arguments": {"city": "Paris"}}]', [ok("get_weather", PARIS)]),
     ("m_list_two_ids", M,
-     '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}, "id": "a1B2c3D4e"}, '
-     '{"name": "get_time", "arguments": {"tz": "CET"}, "id": "Z9y8X7w6v"}]',
+     ('[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}, "id": "a1B2c3D4e"}, '
+      '{"name": "get_time", "arguments": {"tz": "CET"}, "id": "Z9y8X7w6v"}]'),
      [ok("get_weather", PARIS), ok("get_time", {"tz": "CET"})]),
     ("m_text_before", M, 'Sure, checking. [TOOL_CALLS] [{"name": "get_weather", "arguments": {"city": "Paris"}}]',
      ["Sure, checking. ", ok("get_weather", PARIS)]),

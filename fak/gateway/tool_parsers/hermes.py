@@ -17,7 +17,13 @@ from __future__ import annotations
 
 from fak.gateway.tool_parsers.base import Call, StreamParser
 from fak.gateway.tool_parsers.generic import TEXT, WAIT, BareReply
-from fak.gateway.tool_parsers.jsontext import Extent, held_suffix, is_partial, marked_call, skip_ws
+from fak.gateway.tool_parsers.jsontext import (
+    Extent,
+    held_suffix,
+    is_partial,
+    marked_call,
+    skip_ws,
+)
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 

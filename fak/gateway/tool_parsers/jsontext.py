@@ -83,7 +83,6 @@ class Extent:
         self.pos = start
         self.depth = 0
         self.in_string = False
-        self.stopped = False
         self.end: int | None = None  # once the value has closed
         self._outside = re.compile("[" + re.escape('"{}[]' + stops) + "]")
         self._stops = stops
@@ -112,7 +111,7 @@ class Extent:
                 return None
             c = m.group()
             if c in self._stops:
-                self.pos, self.stopped = m.start(), True
+                self.pos = m.start()
                 return m.start()
             self.pos = m.end()
             if c == '"':
@@ -127,7 +126,6 @@ class Extent:
 
     def skip(self) -> None:
         self.pos += 1
-        self.stopped = False
 
 
 def marked_call(text: str, raw: str) -> Call:

@@ -15,7 +15,14 @@ from __future__ import annotations
 
 from fak.gateway.tool_parsers.base import Call, StreamParser
 from fak.gateway.tool_parsers.jsontext import (
-    CALL_ATTEMPT, WS, Extent, bare_call, held_suffix, is_partial, marked_call, skip_ws,
+    CALL_ATTEMPT,
+    WS,
+    Extent,
+    bare_call,
+    held_suffix,
+    is_partial,
+    marked_call,
+    skip_ws,
 )
 
 TAG = "<|python_tag|>"

@@ -19,7 +19,14 @@ import re
 
 from fak.gateway.tool_parsers.base import Call, StreamParser
 from fak.gateway.tool_parsers.jsontext import (
-    Extent, call_from, decode_at, held_suffix, is_partial, loads_exact, marked_call, skip_ws,
+    Extent,
+    call_from,
+    decode_at,
+    held_suffix,
+    is_partial,
+    loads_exact,
+    marked_call,
+    skip_ws,
 )
 
 TAG, ARGS, CALL_ID = "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"
