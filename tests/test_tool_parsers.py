@@ -15,7 +15,15 @@ from typing import Any
 import pytest
 
 from fak.gateway.tool_parsers import (
-    Call, GenericParser, HermesParser, Llama3JsonParser, MistralParser, Text, family_for, parse_all, parser_for,
+    Call,
+    GenericParser,
+    HermesParser,
+    Llama3JsonParser,
+    MistralParser,
+    Text,
+    family_for,
+    parse_all,
+    parser_for,
 )
 from fak.gateway.tool_parsers.base import merge
 
@@ -147,8 +155,8 @@ CASES: list[tuple[str, type, str, list[Any]]] = [
     # --- Mistral ---
     ("m_list_one", M, '[TOOL_CALLS] [{"name": "get_weather", "arguments": {"city": "Paris"}}]', [ok("get_weather", PARIS)]),
     ("m_list_two_ids", M,
-     '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}, "id": "a1B2c3D4e"}, '
-     '{"name": "get_time", "arguments": {"tz": "CET"}, "id": "Z9y8X7w6v"}]',
+     ('[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}, "id": "a1B2c3D4e"}, '
+      '{"name": "get_time", "arguments": {"tz": "CET"}, "id": "Z9y8X7w6v"}]'),
      [ok("get_weather", PARIS), ok("get_time", {"tz": "CET"})]),
     ("m_text_before", M, 'Sure, checking. [TOOL_CALLS] [{"name": "get_weather", "arguments": {"city": "Paris"}}]',
      ["Sure, checking. ", ok("get_weather", PARIS)]),
@@ -273,6 +281,26 @@ def test_every_truncation_is_handled(name: str, cls: type, text: str, spec: list
                 else:
                     assert e.arguments == ""
         assert stream(cls, [text[: i // 2], text[i // 2: i]]) == events
+
+
+SOUP = ["<tool_call>", "</tool_call>", "<tool_", "<|python_tag|>", "<|py", "[TOOL_CALLS]", "[TOOL_", "[ARGS]", "[CALL_ID]",
+        "{", "}", "[", "]", '"', "\\", '\\"', ":", ",", ";", " ", "\n", "```", "```json\n", '"name"', '"arguments"',
+        '"parameters"', '"f"', "{}", "ab", "é", "🌧", "\\u00e9", "NaN", "1", "<", "`"]
+
+
+@pytest.mark.parametrize("cls", [H, L, M, G])
+def test_random_soup_of_markers_and_json_pieces(cls: type) -> None:
+    """Seeded random outputs built from markers, partial markers and JSON punctuation: any chunking agrees."""
+    rng = random.Random(14)
+    for _ in range(60):
+        text = "".join(rng.choice(SOUP) for _ in range(rng.randint(1, 25)))
+        whole = parse_all(cls(), text)
+        for e in whole:
+            if isinstance(e, Call) and e.error is None:
+                assert isinstance(json.loads(e.arguments), dict)
+        cuts = [list(text)] + [[text[:i], text[i:]] for i in sorted(rng.sample(range(len(text) + 1), min(8, len(text) + 1)))]
+        for chunks in cuts:
+            assert stream(cls, chunks) == whole, (text, chunks)
 
 
 def test_held_back_marker_prefix_is_released_when_it_cannot_be_one() -> None:

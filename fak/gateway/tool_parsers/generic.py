@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 
 from fak.gateway.tool_parsers.base import Call, StreamParser
-from fak.gateway.tool_parsers.jsontext import WS, Extent, skip_ws, to_call
+from fak.gateway.tool_parsers.jsontext import WS, Extent, bare_call, skip_ws
 
 _FENCE_OPEN = re.compile(r"```[ \t]*(?:json|JSON)?[ \t]*\r?\n")
 _FENCE_OPEN_PARTIAL = re.compile(r"`{1,3}|```[ \t]*(?:j(?:s(?:o(?:n)?)?)?|J(?:S(?:O(?:N)?)?)?)?[ \t]*\r?")
@@ -58,11 +58,11 @@ class BareReply:
         if end is None:
             if not final:
                 return WAIT
-            call = to_call(s[j:], s[i:].rstrip(WS), must=False)
+            call = bare_call(s[j:], s[i:].rstrip(WS))
             if call is None:
                 return TEXT
             return Call(call.name, "", call.raw, "unterminated: the JSON object is not closed at the end of output")
-        call = to_call(s[j:end], s[i:].rstrip(WS), must=False)
+        call = bare_call(s[j:end], s[i:].rstrip(WS))
         if call is None:
             return TEXT
         tail = _FENCE_TAIL if fenced else re.compile(r"[ \t\r\n]*")

@@ -17,7 +17,13 @@ from __future__ import annotations
 
 from fak.gateway.tool_parsers.base import Call, StreamParser
 from fak.gateway.tool_parsers.generic import TEXT, WAIT, BareReply
-from fak.gateway.tool_parsers.jsontext import Extent, held_suffix, is_partial, skip_ws, to_call
+from fak.gateway.tool_parsers.jsontext import (
+    Extent,
+    held_suffix,
+    is_partial,
+    marked_call,
+    skip_ws,
+)
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 
@@ -83,12 +89,11 @@ class HermesParser(StreamParser):
                 break
             if buf.startswith(CLOSE, at):
                 end = at + len(CLOSE)
-                self._call(to_call(buf[len(OPEN):at], buf[:end], must=True), end)  # type: ignore[arg-type]
+                self._call(marked_call(buf[len(OPEN):at], buf[:end]), end)
                 self._state = "gap"
                 return True
             if buf.startswith(OPEN, at):
-                call = to_call(buf[len(OPEN):at], buf[:at], must=True)
-                assert call is not None
+                call = marked_call(buf[len(OPEN):at], buf[:at])
                 self._call(Call(call.name, "", call.raw, "unterminated: a new <tool_call> began before </tool_call>"), at)
                 self._scan = None
                 return True
@@ -100,10 +105,9 @@ class HermesParser(StreamParser):
         cut = buf.find(CLOSE, len(OPEN))
         if cut >= 0:  # the end came inside a string; the first </tool_call> was meant to close it
             end = cut + len(CLOSE)
-            self._call(to_call(buf[len(OPEN):cut], buf[:end], must=True), end)  # type: ignore[arg-type]
+            self._call(marked_call(buf[len(OPEN):cut], buf[:end]), end)
             self._state = "gap"
             return True
-        call = to_call(buf[len(OPEN):], buf, must=True)
-        assert call is not None
+        call = marked_call(buf[len(OPEN):], buf)
         self._call(Call(call.name, "", buf, "unterminated: no </tool_call> before the end of output"), len(buf))
         return True

@@ -83,7 +83,6 @@ class Extent:
         self.pos = start
         self.depth = 0
         self.in_string = False
-        self.stopped = False
         self.end: int | None = None  # once the value has closed
         self._outside = re.compile("[" + re.escape('"{}[]' + stops) + "]")
         self._stops = stops
@@ -112,7 +111,7 @@ class Extent:
                 return None
             c = m.group()
             if c in self._stops:
-                self.pos, self.stopped = m.start(), True
+                self.pos = m.start()
                 return m.start()
             self.pos = m.end()
             if c == '"':
@@ -127,28 +126,33 @@ class Extent:
 
     def skip(self) -> None:
         self.pos += 1
-        self.stopped = False
 
 
-def to_call(text: str, raw: str, must: bool) -> Call | None:
-    """The JSON text of one call object as a Call; None if it is not a call at all (plain text).
-
-    must=True: the text sits behind a call marker, so anything but a well-formed call is a Call
-    with an error. must=False (bare JSON): only an object that looks like a call attempt (starts
-    with a "name"/"arguments"/"parameters" key, or has a "name") is a Call; other JSON is text.
-    """
+def marked_call(text: str, raw: str) -> Call:
+    """The JSON text behind a call marker as a Call: anything but a well-formed call has an error."""
     try:
         obj = loads_exact(text)
     except ValueError as e:
-        if must or CALL_ATTEMPT.match(text.strip(WS)):
-            m = _NAME.search(text)  # best effort, for the error report only
-            return Call(m.group(1) if m else "", "", raw, f"bad JSON: {e}")
-        return None
+        m = _NAME.search(text)  # best effort, for the error report only
+        return Call(m.group(1) if m else "", "", raw, f"bad JSON: {e}")
     if not isinstance(obj, dict):
-        return Call("", "", raw, f"not a JSON object but a {_kind(obj)}") if must else None
-    if not must and "name" not in obj and "arguments" not in obj and "parameters" not in obj:
-        return None
+        return Call("", "", raw, f"not a JSON object but a {_kind(obj)}")
     return call_from(obj.get("name"), obj.get("arguments", obj.get("parameters", {})), raw)
+
+
+def bare_call(text: str, raw: str) -> Call | None:
+    """Bare JSON text (no marker) as a Call, or None when it is not a call at all (plain text).
+
+    It is a call attempt when it starts with a "name"/"arguments"/"parameters" key or decodes to an
+    object with one of them; other JSON, and text that is not JSON, is text.
+    """
+    try:
+        obj = loads_exact(text)
+    except ValueError:
+        return marked_call(text, raw) if CALL_ATTEMPT.match(text.strip(WS)) else None
+    if not isinstance(obj, dict) or not {"name", "arguments", "parameters"} & obj.keys():
+        return None
+    return marked_call(text, raw)
 
 
 def call_from(name: Any, args: Any, raw: str) -> Call:

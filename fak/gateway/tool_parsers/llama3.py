@@ -15,7 +15,14 @@ from __future__ import annotations
 
 from fak.gateway.tool_parsers.base import Call, StreamParser
 from fak.gateway.tool_parsers.jsontext import (
-    CALL_ATTEMPT, WS, Extent, held_suffix, is_partial, skip_ws, to_call,
+    CALL_ATTEMPT,
+    WS,
+    Extent,
+    bare_call,
+    held_suffix,
+    is_partial,
+    marked_call,
+    skip_ws,
 )
 
 TAG = "<|python_tag|>"
@@ -117,12 +124,12 @@ class Llama3JsonParser(StreamParser):
             if not (self._must or CALL_ATTEMPT.match(buf, at)):
                 self._state = "text"
                 return True
-            call = to_call(buf[at:], buf[self._raw_at:], must=True)
-            assert call is not None
+            call = marked_call(buf[at:], buf[self._raw_at:])
             self._call(Call(call.name, "", call.raw, "unterminated: the JSON object is not closed at the end of output"),
                        len(buf))
             return True
-        call = to_call(buf[at:end], buf[self._raw_at:end], self._must)
+        text, raw = buf[at:end], buf[self._raw_at:end]
+        call = marked_call(text, raw) if self._must else bare_call(text, raw)
         if call is None:  # JSON, but not a call: text, and no more calls are looked for before a tag
             self._text(end)
             self._state = "text"

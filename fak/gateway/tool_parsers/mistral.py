@@ -19,7 +19,14 @@ import re
 
 from fak.gateway.tool_parsers.base import Call, StreamParser
 from fak.gateway.tool_parsers.jsontext import (
-    Extent, call_from, decode_at, held_suffix, is_partial, loads_exact, skip_ws, to_call,
+    Extent,
+    call_from,
+    decode_at,
+    held_suffix,
+    is_partial,
+    loads_exact,
+    marked_call,
+    skip_ws,
 )
 
 TAG, ARGS, CALL_ID = "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"
@@ -137,9 +144,7 @@ class MistralParser(StreamParser):
                            len(buf))
             return final
         if buf[at] == "{":
-            call = to_call(buf[at:end], buf[at:end], must=True)
-            assert call is not None
-            self._out.append(call)
+            self._out.append(marked_call(buf[at:end], buf[at:end]))
         else:
             self._out.extend(_list_calls(buf[:end], at))
         self._buf = buf[end:]
@@ -155,10 +160,11 @@ def _list_calls(s: str, at: int) -> list[Call]:
         return [Call("", "", s, f"bad JSON: {e}")]
     if not isinstance(items, list):  # cannot happen: it starts with '[' and decoded
         return [Call("", "", s, "not a JSON list")]
-    out, i = [], skip_ws(s, at + 1)
+    out: list[Call] = []
+    i = skip_ws(s, at + 1)
     for _ in items:  # walk again for each element's exact text (the decoder gives its end)
         _, end = decode_at(s, i)
-        out.append(to_call(s[i:end], s[i:end], must=True))
+        out.append(marked_call(s[i:end], s[i:end]))
         i = skip_ws(s, end)
         i = skip_ws(s, i + 1) if i < len(s) and s[i] == "," else i
-    return [c for c in out if c is not None]
+    return out
