@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from fak.abi import Reason, ToolCall, Verdict, VerdictKind
+from fak.gateway.tool_parsers import Call, Text, ToolParser
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,7 @@ class EmittedCall:
 
 @dataclass
 class ToolGate:
-    parser: Any  # a fak.gateway.tool_parsers ToolParser (fresh per choice)
+    parser: ToolParser  # fresh per choice
     kernel: Any  # fak.kernel.Kernel
     offered: frozenset[str]  # the tool names the request offered
     trace_id: str = ""
@@ -71,7 +72,7 @@ class ToolGate:
     def _pass(self, items: list[Any]) -> list[str | EmittedCall]:
         out: list[str | EmittedCall] = []
         for item in items:
-            if hasattr(item, "text") and not hasattr(item, "name"):
+            if isinstance(item, Text):
                 if item.text:
                     out.append(item.text)
                 continue
@@ -79,7 +80,7 @@ class ToolGate:
             out.append(emitted if emitted is not None else note)
         return out
 
-    def _adjudicate(self, parsed: Any) -> tuple[EmittedCall | None, str]:
+    def _adjudicate(self, parsed: Call) -> tuple[EmittedCall | None, str]:
         name = parsed.name or "?"
         args = (parsed.arguments or parsed.raw or "").encode()
         call = ToolCall("tool", name, args=args, trace_id=self.trace_id, meta={"source": "model"})
