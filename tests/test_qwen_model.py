@@ -205,15 +205,16 @@ def plain(qwen_path: Path):  # type: ignore[no-untyped-def]
 
 @pytest.mark.qwen
 def test_file_is_the_pinned_one_with_resident_quant_types(qwen_path: Path) -> None:
-    from gguf import GGUFReader
+    from engine.gguf import read_gguf  # gguf.GGUFReader agrees; it spends ~15 s parsing the vocabulary
 
     assert qwen_path.stat().st_size == QWEN25_CODER_05B.size
-    r = GGUFReader(qwen_path)
+    g = read_gguf(qwen_path)
     kinds: dict[str, int] = {}
-    for t in r.tensors:
-        kinds[t.tensor_type.name] = kinds.get(t.tensor_type.name, 0) + 1
+    for t in g.tensors.values():
+        kinds[t.qtype.name] = kinds.get(t.qtype.name, 0) + 1
     # Every one of them has a resident kernel (Q4_K, Q5_0, Q6_K, Q8_0; F32 norms and biases).
     assert kinds == {"F32": 121, "Q5_0": 133, "Q8_0": 13, "Q6_K": 12, "Q4_K": 12}, kinds
+    assert g.tensors["token_embd.weight"].qtype.name == "Q5_0" and g.tensors["output.weight"].qtype.name == "Q8_0"
 
 
 @pytest.mark.qwen
@@ -259,8 +260,8 @@ def test_matches_hf(hf, plain, chat_ids: list[list[int]], prompt: int) -> None: 
     figures = oracle_check(hf, plain, chat_ids[prompt])
     text = load_tokenizer(INSTRUCT_ALIAS).decode(figures["greedy"])  # type: ignore[arg-type]
     print(f"qwen prompt {prompt} ({len(chat_ids[prompt])} tokens): {figures} -> {text!r}")
-    if prompt == 1:
-        assert text.startswith("<tool_call>")
+    if prompt == 1:  # HF says the same: this 0.5B model answers a tool prompt in a ```json fence, not <tool_call>
+        assert '"get_weather"' in text
 
 
 @pytest.mark.qwen

@@ -37,7 +37,8 @@ class ChunkedModel:
     sha256: str
 
     def packages(self) -> str:
-        return " ".join(p.package for p in self.parts)
+        names = [p.package for p in self.parts]
+        return " ".join(names) if len(names) <= 2 else f"{names[0]} .. {names[-1]}"
 
 
 def locate_part(model: ChunkedModel, part: Part) -> Path:
