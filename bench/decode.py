@@ -1,6 +1,6 @@
-"""Decode / prefill speed of Gemma 3 270M (resident by default), the issue-5 figures.
+"""Decode / prefill speed of Gemma 3 270M (resident by default; --model for another), the issue-5 figures.
 
-    python bench/decode.py [--plain] [--runs 3] [--decode 128] [--prefill 512] [--lanes 1,4,16]
+    python bench/decode.py [--model ALIAS|PATH] [--plain] [--runs 3] [--decode 128] [--prefill 512] [--lanes 1,4,16]
 
 Prints single-lane decode tok/s (128 tokens after an 8-token prompt), prefill tok/s (512-token
 prompt), aggregate decode tok/s at 1/4/16 lanes (step_batch), bytes read per token and the
@@ -32,7 +32,7 @@ def decode_tps(model, n: int) -> float:  # type: ignore[no-untyped-def]
 
 
 def prefill_tps(model, n: int) -> float:  # type: ignore[no-untyped-def]
-    ids = [2] + list(np.random.default_rng(0).integers(1000, 200000, n - 1))
+    ids = [2] + list(np.random.default_rng(0).integers(1000, min(200000, model.config.vocab_size), n - 1))
     s = Session(model)
     t0 = time.perf_counter()
     s.prefill(ids)
@@ -63,6 +63,7 @@ def bytes_per_token(model) -> int:  # type: ignore[no-untyped-def]
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--model", default="gemma3-270m", help="alias or GGUF path (e.g. qwen2.5-coder-0.5b)")
     ap.add_argument("--plain", action="store_true", help="float32 weights instead of resident blocks")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--decode", type=int, default=128)
@@ -70,12 +71,12 @@ def main() -> None:
     ap.add_argument("--lanes", default="1,4,16")
     ap.add_argument("--batch-steps", type=int, default=32)
     a = ap.parse_args()
-    path = resolve_model("gemma3-270m")
+    path = resolve_model(a.model)
     model = load_model(str(path), resident=not a.plain, progress=False)
     decode_tps(model, 4)  # warm: kernels, pages of the mmap, KV pool
     mode = "plain" if a.plain else "resident"
     per_token = bytes_per_token(model)  # what the kernels really stream (Q5_0 is kept as Q8_0 blocks)
-    print(f"gemma3-270m {mode}, {numba.get_num_threads()} numba threads, {per_token / 2**20:.1f} MiB of weights read "
+    print(f"{a.model} {mode}, {numba.get_num_threads()} numba threads, {per_token / 2**20:.1f} MiB of weights read "
           f"per decode step")
 
     def med(fn, *args) -> float:  # type: ignore[no-untyped-def]

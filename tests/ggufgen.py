@@ -185,8 +185,8 @@ def ours_greedy(model, ids: list[int], n: int) -> list[int]:  # type: ignore[no-
     return out
 
 
-def oracle_check(hf, model, ids: list[int], n_greedy: int = 16) -> dict[str, float]:  # type: ignore[no-untyped-def]
-    """The issue's "Must show" numbers for one prompt; asserts them and returns the figures."""
+def oracle_check(hf, model, ids: list[int], n_greedy: int = 16) -> dict[str, object]:  # type: ignore[no-untyped-def]
+    """The issue's "Must show" numbers for one prompt; asserts them and returns the figures (and the greedy ids)."""
     import torch
 
     with torch.no_grad():
@@ -205,4 +205,5 @@ def oracle_check(hf, model, ids: list[int], n_greedy: int = 16) -> dict[str, flo
     assert last_diff <= 0.05, f"last-position max |logit diff| {last_diff}"
     a, b = hf_greedy(hf, ids, n_greedy), ours_greedy(model, ids, n_greedy)
     assert a == b, f"greedy tokens differ: hf {a} ours {b}"
-    return {"min_cos": min_cos, "last_logit_diff": last_diff}
+    return {"min_cos": min_cos, "last_logit_diff": last_diff, "max_logit_diff": float(np.abs(ref - logits).max()),
+            "greedy": a}

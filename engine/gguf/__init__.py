@@ -1,4 +1,5 @@
-"""The GGUF file format: header and tensor index (memory-mapped), ModelConfig from metadata, model aliases.
+"""The GGUF file format: header and tensor index (memory-mapped), ModelConfig from metadata, model aliases
+and the models shipped as PyPI chunk packages (packaged.py: located, assembled once, verified).
 
 Exports: read_gguf, read_metadata, GGUFFile, TensorInfo, ModelConfig, from_gguf_metadata, resolve_model.
 """

