@@ -43,7 +43,14 @@ def register(app: typer.Typer) -> None:
 def diagnose(gguf: str | None, prompt: str, top: int, membw: float | None, plan_only: bool,
              show: bool | None = None) -> dict[str, Any]:
     from engine.gguf.aliases import resolve_model
-    from engine.model.diag import kernel_checks, open_gguf, plan, rss_bytes, stream_read_gbps, top_logits
+    from engine.model.diag import (
+        kernel_checks,
+        open_gguf,
+        plan,
+        rss_bytes,
+        stream_read_gbps,
+        top_logits,
+    )
 
     path = resolve_model(gguf)
     g = open_gguf(path)

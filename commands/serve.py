@@ -22,6 +22,8 @@ def register(app: typer.Typer) -> None:
         cors_origin: list[str] = typer.Option([], "--cors-origin", help="Allow this browser origin (repeat)."),
         served_name: Optional[str] = typer.Option(None, "--served-model-name", help="Model name clients use."),
         max_queue: int = typer.Option(256, "--max-queue", help="Waiting requests before 429 (0: unbounded)."),
+        max_model_len: int = typer.Option(0, "--max-model-len", help="Context a request may use, prompt + output "
+                                          "(0: the model's)."),
         max_running: Optional[int] = sched_flags.MAX_RUNNING,
         kv_blocks: Optional[int] = sched_flags.KV_BLOCKS,
         block_tokens: Optional[int] = sched_flags.BLOCK_TOKENS,
@@ -42,6 +44,8 @@ def register(app: typer.Typer) -> None:
 
         if not 0 <= port <= 65535:
             raise FakError(f"--port {port}: expected 0..65535")
+        if max_model_len < 0:
+            raise FakError(f"--max-model-len {max_model_len}: expected a non-negative integer")
         if max_queue < 0:
             raise FakError(f"--max-queue {max_queue}: expected a non-negative integer")
         sched = SchedOptions.resolve(max_running=max_running, kv_blocks=kv_blocks, block_tokens=block_tokens,
@@ -68,7 +72,7 @@ def register(app: typer.Typer) -> None:
         if live and not sys.stderr.isatty():
             logs.SERVER.warning("fak serve: warning: --live needs a terminal on stderr; running without it")
             live = False
-        run_server(_boot, served, host, port, key, cors_origin, max_queue, live, kernel)
+        run_server(_boot, served, host, port, key, cors_origin, max_queue, live, kernel, max_model_len)
 
 
 def _kernel(policy: str | None, journal: str | None) -> object:
@@ -104,7 +108,7 @@ def _live_view(app: object, url: str, stop: object) -> None:
 
 
 def run_server(boot: object, served: str, host: str, port: int, key: str | None, cors: list[str],
-               max_queue: int, live: bool = False, kernel: object = None) -> None:
+               max_queue: int, live: bool = False, kernel: object = None, max_model_len: int = 0) -> None:
     import socket
     import threading
 
@@ -121,7 +125,7 @@ def run_server(boot: object, served: str, host: str, port: int, key: str | None,
             holder[0].should_exit = True
 
     app = create_app(boot, served, api_key=key, cors_origins=cors, max_queue=max_queue,  # type: ignore[arg-type]
-                     on_boot_error=boot_failed, kernel=kernel)
+                     on_boot_error=boot_failed, kernel=kernel, max_model_len=max_model_len)
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:

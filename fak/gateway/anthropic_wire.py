@@ -25,8 +25,20 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from fak.gateway.bridge import cancel_all
 from fak.gateway.errors import APIError
-from fak.gateway.generation import (CallOut, Done, GenSpec, Out, admit, check_model, choice_events, collect, gates_for,
-                                    limits, served, usage_counts)
+from fak.gateway.generation import (
+    CallOut,
+    Done,
+    GenSpec,
+    Out,
+    admit,
+    check_model,
+    choice_events,
+    collect,
+    gates_for,
+    limits,
+    served,
+    usage_counts,
+)
 
 router = APIRouter()
 STOP = {"eos": "end_turn", "stop": "end_turn", "length": "max_tokens", "cancelled": "end_turn"}
@@ -206,7 +218,7 @@ async def messages(body: MessagesRequest, request: Request) -> Any:
     b = served(request)
     name = check_model(request, body.model)
     ids, offered = _prompt(request, b, body)
-    spec = GenSpec(max_new=limits(b, len(ids), body.max_tokens), temperature=body.temperature,
+    spec = GenSpec(max_new=limits(request, b, len(ids), body.max_tokens), temperature=body.temperature,
                    top_p=body.top_p if body.top_p is not None else 1.0, top_k=body.top_k or 0,
                    stops=tuple(body.stop_sequences or ()))
     handles = admit(request, b, ids, spec)

@@ -17,20 +17,21 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response
 
 from fak.gateway import errors, logs
-from fak.gateway.embeddings import router as embeddings_router
 from fak.gateway.anthropic_wire import router as anthropic_router
-from fak.gateway.fak_wire import router as fak_router
-from fak.gateway.responses_wire import router as responses_router
+from fak.gateway.embeddings import router as embeddings_router
 from fak.gateway.errors import shaped
+from fak.gateway.fak_wire import router as fak_router
 from fak.gateway.metrics import Metrics
 from fak.gateway.openai_wire import router as openai_router
+from fak.gateway.responses_wire import router as responses_router
 
 PUBLIC = ("/health", "/v1/models")
 
 
 def create_app(boot: Callable[[], Any], model_name: str, *, api_key: str | None = None,
                cors_origins: list[str] | None = None, max_queue: int = 0, background: bool = True,
-               kernel: Any = None, on_boot_error: Callable[[str], None] | None = None) -> FastAPI:
+               kernel: Any = None, on_boot_error: Callable[[str], None] | None = None,
+               max_model_len: int = 0) -> FastAPI:
     """`kernel`: the fak.kernel.Kernel that adjudicates tool calls (default: the coding floor policy).
     `on_boot_error(message)`: called from the boot thread when the model fails to load (serve exits)."""
     app = FastAPI(title="fak serve", version="1", docs_url=None, redoc_url=None)
@@ -38,6 +39,7 @@ def create_app(boot: Callable[[], Any], model_name: str, *, api_key: str | None 
     st = app.state
     st.booted, st.boot_status, st.boot_error = None, "loading the model", None
     st.model_name, st.created, st.max_queue = model_name, int(time.time()), max_queue
+    st.max_model_len = max_model_len  # 0: the model's context
     if kernel is None:
         from fak.kernel import Kernel
         from fak.policy import serving_floor

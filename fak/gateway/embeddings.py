@@ -17,14 +17,14 @@ import numpy as np
 from fastapi import APIRouter, Request
 
 from fak.gateway.errors import APIError
-from fak.gateway.generation import check_model, served
+from fak.gateway.generation import check_model, context_len, served
 from fak.gateway.schemas import EmbeddingRequest
 
 router = APIRouter()
 MAX_INPUTS = 256  # per request (OpenAI allows 2048; each input here is a full forward on 2 cores)
 
 
-def _inputs(b: Any, given: Any) -> list[list[int]]:
+def _inputs(request: Request, b: Any, given: Any) -> list[list[int]]:
     """The request's inputs as token-id lists, each checked (empty, vocabulary, context)."""
     if isinstance(given, str) or (given and isinstance(given[0], int)):
         given = [given]
@@ -32,7 +32,7 @@ def _inputs(b: Any, given: Any) -> list[list[int]]:
         raise APIError(400, "input: empty list", param="input")
     if len(given) > MAX_INPUTS:
         raise APIError(400, f"input: {len(given)} inputs; at most {MAX_INPUTS} per request", param="input")
-    vocab, ctx = int(b.model.config.vocab_size), int(b.model.config.context_length)
+    vocab, ctx = int(b.model.config.vocab_size), context_len(request, b)
     out = []
     for i, item in enumerate(given):
         ids = b.tokenizer.encode(item) if isinstance(item, str) else list(item)
@@ -57,7 +57,7 @@ async def embeddings(body: EmbeddingRequest, request: Request) -> dict[str, Any]
     if body.dimensions is not None and body.dimensions != hidden:
         raise APIError(400, f"dimensions: this model's embeddings have {hidden}; truncation is not supported",
                        param="dimensions", code="unsupported_parameter")
-    inputs = _inputs(b, body.input)
+    inputs = _inputs(request, b, body.input)
     model = b.model
     vectors = await asyncio.wrap_future(b.scheduler.call(lambda: [model.embed(ids) for ids in inputs]))
     data = []

@@ -38,9 +38,16 @@ def check_model(request: Request, model: str | None) -> str:
     return name
 
 
-def limits(b: Any, n_prompt: int, asked: int | None, param: str = "max_tokens") -> int:
-    """New tokens allowed: `asked`, or the rest of the context; 400 when the prompt + asked overflow."""
+def context_len(request: Request, b: Any) -> int:
+    """The context a request may use: the model's, or less with `fak serve --max-model-len`."""
     ctx = int(b.model.config.context_length)
+    cap = request.app.state.max_model_len
+    return min(ctx, cap) if cap else ctx
+
+
+def limits(request: Request, b: Any, n_prompt: int, asked: int | None, param: str = "max_tokens") -> int:
+    """New tokens allowed: `asked`, or the rest of the context; 400 when the prompt + asked overflow."""
+    ctx = context_len(request, b)
     if n_prompt == 0:
         raise APIError(400, "the prompt encodes to no tokens", param="prompt")
     new = asked if asked is not None else ctx - n_prompt

@@ -18,9 +18,27 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from fak.gateway.bridge import cancel_all
 from fak.gateway.errors import APIError
-from fak.gateway.generation import (CallOut, Done, GenSpec, Out, admit, check_model, choice_events, collect, gates_for,
-                                    limits, served, usage_counts)
-from fak.gateway.schemas import ChatCompletionRequest, CompletionRequest, DetokenizeRequest, TokenizeRequest
+from fak.gateway.generation import (
+    CallOut,
+    Done,
+    GenSpec,
+    Out,
+    admit,
+    check_model,
+    choice_events,
+    collect,
+    context_len,
+    gates_for,
+    limits,
+    served,
+    usage_counts,
+)
+from fak.gateway.schemas import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    DetokenizeRequest,
+    TokenizeRequest,
+)
 from fak.gateway.toolgate import EmittedCall
 
 router = APIRouter()
@@ -150,7 +168,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Any
         ids = b.tokenizer.encode_chat(messages, tools=tools)
     except EngineError as exc:
         raise APIError(400, f"messages: {exc}", param="messages") from None
-    spec = _spec(b, body, limits(b, len(ids), body.max_completion_tokens or body.max_tokens))
+    spec = _spec(b, body, limits(request, b, len(ids), body.max_completion_tokens or body.max_tokens))
     handles = admit(request, b, ids, spec)
     gates = gates_for(request, spec.n, offered, request.app.state.tool_parser)
     events = choice_events(handles, gates, want_logprobs=spec.logprobs is not None)
@@ -246,7 +264,7 @@ async def completions(body: CompletionRequest, request: Request) -> Any:
         if bad:
             raise APIError(400, f"prompt: token id {bad[0]} outside the vocabulary (0..{vocab - 1})", param="prompt")
         ids = list(body.prompt)
-    spec = _spec(b, body, limits(b, len(ids), body.max_tokens if "max_tokens" in body.model_fields_set else 16))
+    spec = _spec(b, body, limits(request, b, len(ids), body.max_tokens if "max_tokens" in body.model_fields_set else 16))
     handles = admit(request, b, ids, spec)
     events = choice_events(handles, None, want_logprobs=spec.logprobs is not None)
     cid, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
@@ -273,7 +291,7 @@ async def models(request: Request) -> dict[str, Any]:
     entry = {"id": request.app.state.model_name, "object": "model", "created": request.app.state.created,
              "owned_by": "fak"}
     if b is not None:
-        entry["max_model_len"] = int(b.model.config.context_length)
+        entry["max_model_len"] = context_len(request, b)
     return {"object": "list", "data": [entry]}
 
 
@@ -292,7 +310,7 @@ async def tokenize(body: TokenizeRequest, request: Request) -> dict[str, Any]:
             raise APIError(400, f"messages: {exc}", param="messages") from None
     else:
         ids = b.tokenizer.encode(body.prompt, add_special=body.add_special)
-    out: dict[str, Any] = {"tokens": ids, "count": len(ids), "max_model_len": int(b.model.config.context_length)}
+    out: dict[str, Any] = {"tokens": ids, "count": len(ids), "max_model_len": context_len(request, b)}
     if body.with_pieces:
         out["pieces"] = [b.tokenizer.decode([i]) for i in ids]
     return out

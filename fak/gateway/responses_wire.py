@@ -23,8 +23,20 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from fak.gateway.bridge import cancel_all
 from fak.gateway.errors import APIError
-from fak.gateway.generation import (CallOut, Done, GenSpec, Out, admit, check_model, choice_events, collect, gates_for,
-                                    limits, served, usage_counts)
+from fak.gateway.generation import (
+    CallOut,
+    Done,
+    GenSpec,
+    Out,
+    admit,
+    check_model,
+    choice_events,
+    collect,
+    gates_for,
+    limits,
+    served,
+    usage_counts,
+)
 from fak.gateway.toolgate import EmittedCall
 
 router = APIRouter()
@@ -216,7 +228,7 @@ async def responses(body: ResponsesRequest, request: Request) -> Any:
         ids = b.tokenizer.encode_chat(to_chat(body), tools=tools)
     except EngineError as exc:
         raise APIError(400, f"input: {exc}", param="input") from None
-    spec = GenSpec(max_new=limits(b, len(ids), body.max_output_tokens, "max_output_tokens"),
+    spec = GenSpec(max_new=limits(request, b, len(ids), body.max_output_tokens, "max_output_tokens"),
                    temperature=body.temperature, top_p=body.top_p)
     handles = admit(request, b, ids, spec)
     gates = gates_for(request, 1, offered, request.app.state.tool_parser)
