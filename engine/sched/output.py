@@ -2,8 +2,10 @@
 
 After a prompt chunk: its full blocks join the prefix cache; the last chunk turns the lane to decoding
 and samples its first token (or, after a recompute readmission, starts replaying the generated ids).
-After a decode row: a replayed token's logits are dropped, otherwise a token is sampled. Every sampled
-token is checked against EOS, stop ids, stop strings and max_new_tokens, then streamed to the handle.
+After a decode row: a replayed token's logits are dropped, otherwise a token is sampled. A constrained
+lane (Request.grammar) first masks its row with its Matcher (-inf where the grammar forbids a token),
+and finishes with `stop` once its grammar is complete; an unconstrained lane's path is untouched. Every
+sampled token is checked against EOS, stop ids, stop strings and max_new_tokens, then streamed.
 Finishing frees the lane's blocks, takes it off the queues and resolves its handle.
 """
 

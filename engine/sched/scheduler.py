@@ -5,7 +5,8 @@ preempted lanes, promote waiting ones, plan the step (prefill chunks within a to
 per decoding lane) and meet the KV budget (evict reclaimable prefix blocks, defer newcomers, preempt
 victims); run the prefill chunks and the decode tokens in ONE forward (`forward_batch`: each weight read
 once per iteration for every lane); hand the logits to the OutputProcessor (engine/sched/output.py):
-sample, stream, finish. This file holds the public API, the loop thread and the model calls.
+mask (constrained lanes, engine/grammar), sample, stream, finish. This file holds the public API, the
+loop thread and the model calls.
 
 Numerics: a greedy lane's output never depends on its batch mates, on prefix hits or on preemption.
 Chunks end on absolute multiples of `prefill_chunk`; a full chunk runs alone through BLAS
@@ -27,7 +28,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from engine.errors import EngineError
-from engine.grammar import GrammarCompiler, Matcher, compiler_for
+from engine.grammar import GrammarCompiler, compiler_for
 from engine.model.kv import KVExhausted
 from engine.sched.lane import FinishReason, Handle, Lane, LaneState, Request, TextTracker, now, validate_request
 from engine.sched.prefix_cache import PrefixCache
@@ -146,7 +147,8 @@ class NativeScheduler:
     def admit(self, request: Request) -> Handle:
         """Queue a request (WAITING) and return its handle; raises EngineError on bad input or after close()."""
         ids = self._validate(request)
-        matcher = self._grammar_matcher(request) if request.grammar is not None else None
+        # a grammar compiles here, on the caller's thread: the loop never waits for it, a bad one is an EngineError
+        matcher = None if request.grammar is None else self.grammar_compiler().matcher(request.grammar)
         seq = next(self._seq)
         handle = Handle(request, request.request_id or f"req-{seq}", self._request_cancel)
         lane = Lane(request=request, seq=seq, prompt_ids=ids, handle=handle, admitted_at=now(), grammar=matcher)
@@ -200,11 +202,6 @@ class NativeScheduler:
         """Build the tokenizer's grammar tables now (~3 s for a 262k vocabulary, holding the GIL), instead
         of on the first constrained admit(). Idempotent."""
         self.grammar_compiler().warm()
-
-    def _grammar_matcher(self, request: Request) -> Matcher:
-        """Compiled on the caller's thread, so the loop never waits for a compile (and a bad schema is
-        an EngineError from admit)."""
-        return self.grammar_compiler().matcher(request.grammar)  # type: ignore[arg-type]
 
     def _request_cancel(self, handle: Handle) -> None:
         with self._cond:
