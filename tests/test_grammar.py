@@ -96,6 +96,17 @@ def test_spec_constructors_and_lark() -> None:
             bad()
 
 
+@pytest.mark.parametrize("lit", ['é ü\\ "q" \t\x01 {}', "/x/", "☃\n", "%json"])
+def test_literals_are_exact_whatever_they_hold(lit: str) -> None:
+    m = compiler_for(ByteTokenizer(), 256, ()).matcher(GrammarSpec.sequence(lit, GrammarSpec.regex("[0-9]"), lit))
+    text = lit.encode() + b"5" + lit.encode()
+    for i, b in enumerate(text):
+        z = np.zeros(256, np.float32)
+        assert m.mask(z) == (10 if i == len(lit.encode()) else 1) and np.isfinite(z[b])  # the literal's next byte
+        m.advance(b)
+    assert m.done
+
+
 def test_compiled_once_per_tokenizer_and_spec() -> None:
     tok = ByteTokenizer()
     c = compiler_for(tok, 256, ())
