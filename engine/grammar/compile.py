@@ -1,14 +1,17 @@
 """GrammarSpec -> llguidance grammar -> a Matcher per lane; one GrammarCompiler per tokenizer.
 
-Why llguidance (bench/grammar_libs.py, Gemma 3 vocabulary of 262,144 tokens, numpy float32 logits,
-three JSON schemas replayed token by token; see the report on branch `grammar` for the table):
-- llguidance 1.9: mask 36 µs median per token, consume 5 µs; matcher start 1-5 ms per request,
-  tokenizer setup ~3 s once; no torch; Lark CFGs with %json (prefix + schema + suffix), regex.
-- xgrammar 0.2.9: mask 7 µs median, but `import xgrammar` imports torch (its wheel requires torch,
-  triton and transformers): torch would become a runtime dependency. Not used.
-- outlines-core 0.2.14: mask 5 µs median, but 1-6 s to compile each new schema (an index over the
-  whole vocabulary, paid by the first request with that schema) and a p99 of 5-9 ms per token
-  (states that allow most of the vocabulary); regular languages only (no recursive JSON). Not used.
+Why llguidance (bench/grammar_libs.py on numpy float32 logits, three JSON schemas replayed token by
+token, 1780 tokens; per token the fastest of 5 replays of mask fill + consume, so load spikes of the
+shared 2-core box drop out; µs p50 / p99 / mean, Gemma 3's 262,144-token vocabulary, then Qwen2's 151,936):
+- llguidance 1.9.1:    35 / 112 / 38;  24 / 136 / 29. Tokenizer setup ~3 s once, matcher start 1-5 ms,
+  schema "compile" none (it is parsed at matcher start); no torch; Lark CFGs with %json (a literal
+  prefix + a JSON schema + a literal suffix), regex. The lowest per-token cost of what can be used.
+- xgrammar 0.2.9:      14 / 73 / 24;   7 / 54 / 14. Faster, but `import xgrammar` imports torch (its
+  wheel requires torch, triton and transformers, ~1.7 GB): torch would be a runtime dependency. Not used.
+- outlines-core 0.2.14: 6 / 832 / 161; 4 / 410 / 83. 1-6 s to compile each new schema (an index over
+  the whole vocabulary, paid by the first request with it), a mean 4x llguidance's (some states cost
+  0.4-0.85 ms per token), regular languages only (no recursive JSON). Not used.
+The mask is applied by engine/kernels/bitmask.py (~35 µs for 262k logits, in place), the same for all.
 
 The tokenizer-level build (LLTokenizer over every token's bytes) takes ~3 s for 262k tokens and holds
 the GIL meanwhile: it happens once per tokenizer, lazily on the first constrained admit, or up front
