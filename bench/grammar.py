@@ -12,9 +12,9 @@
    kernels warmed on its loop thread), greedy, `--new` tokens each, stop_on_eos off: free vs every lane
    under a grammar (any JSON object: this base model keeps adding keys, so lanes stay constrained for
    the whole run; lanes that end early are counted and said). Rate = tokens after each lane's first /
-   the span from the last first token to the last token. Each figure is its own process, free and
-   grammar in turn each round (numba's OpenMP team belongs to the thread that launches it: two
-   launching threads in one process slow each other); medians of the per-round ratios.
+   the span from the last first token to the last token. One process per level with one scheduler
+   (its loop thread is the only one running kernels), free and grammar runs in pairs, alternating
+   which goes first, so the shared box's load changes hit both; medians of the per-pair ratios.
 """
 
 from __future__ import annotations
@@ -87,8 +87,10 @@ def mask_cost(vocab: str, reps: int) -> dict[str, Any]:
             "fastest": (statistics.median(fastest), pct(fastest, 99), statistics.fmean(fastest))}
 
 
-def decode_rate(model_name: str, c: int, new: int, grammar: bool) -> dict[str, Any]:
-    """Decode tok/s of c requests admitted together (all free, or all under a grammar), in this process."""
+def decode_rates(model_name: str, c: int, new: int, rounds: int) -> dict[str, Any]:
+    """Decode tok/s of c requests admitted together, all free or all under a grammar, in this process:
+    one scheduler (its loop thread runs every kernel), a warm-up run of each, then `rounds` pairs in
+    alternating order (free first, then grammar first, ...), so a change in the box's load hits both."""
     from engine.grammar import GrammarSpec
     from engine.sched.lane import Request
     from fak.boot import SchedOptions, boot
@@ -96,33 +98,42 @@ def decode_rate(model_name: str, c: int, new: int, grammar: bool) -> dict[str, A
     b = boot(model_name, resident=True, sched=SchedOptions.resolve(env=False, max_running=c), show=False)
     sched, tok = b.scheduler, b.tokenizer
     prof = sched.profile
-    spec = GrammarSpec.json_object() if grammar else None
-    if grammar:
-        sched.warm_grammar()
+    sched.warm_grammar()
+    ids = [tok.encode_chat([{"role": "user", "content": ASK[i % len(ASK)] + " " * (i // len(ASK))}]) for i in range(c)]
+    out: dict[str, Any] = {"free": [], "grammar": [], "lengths": [], "reasons": [], "profile": {}}
+
+    def once(grammar: bool) -> float:
+        spec = GrammarSpec.json_object() if grammar else None
+        if prof is not None:
+            prof.reset()
+        hs = [sched.admit(Request(p, max_new_tokens=new, stop_on_eos=False, grammar=spec)) for p in ids]
+        res = [h.result() for h in hs]
+        first = max(h._lane.first_token_at for h in hs)  # type: ignore[attr-defined]
+        end = max(h._lane.admitted_at + r.latency_s for h, r in zip(hs, res))  # type: ignore[attr-defined]
+        if grammar:
+            out["lengths"] += [len(r.token_ids) for r in res]
+            out["reasons"] += [r.finish_reason.value for r in res]
+        if prof is not None:
+            out["profile"]["grammar" if grammar else "free"] = [[p.phase, p.ms_per_iteration, p.share]
+                                                               for p in prof.table()]
+        return sum(len(r.token_ids) - 1 for r in res) / (end - first)
+
     try:
-        rate, reasons, lengths = 0.0, [], []
-        for _ in range(2):  # the first touches the weights
-            if prof is not None:
-                prof.reset()
-            ids = [tok.encode_chat([{"role": "user", "content": ASK[i % len(ASK)] + " " * (i // len(ASK))}])
-                   for i in range(c)]
-            hs = [sched.admit(Request(p, max_new_tokens=new, stop_on_eos=False, grammar=spec)) for p in ids]
-            res = [h.result() for h in hs]
-            first = max(h._lane.first_token_at for h in hs)  # type: ignore[attr-defined]
-            end = max(h._lane.admitted_at + r.latency_s for h, r in zip(hs, res))  # type: ignore[attr-defined]
-            rate = sum(len(r.token_ids) - 1 for r in res) / (end - first)
-            reasons = [r.finish_reason.value for r in res]
-            lengths = [len(r.token_ids) for r in res]
+        once(False), once(True)  # warm-up: the first touches the weights, the first grammar compiles
+        out["lengths"], out["reasons"] = [], []
+        for r in range(rounds):
+            order = (False, True) if r % 2 == 0 else (True, False)
+            for g in order:
+                out["grammar" if g else "free"].append(once(g))
     finally:
         b.close()
-    table = [[p.phase, p.ms_per_iteration, p.share] for p in prof.table()] if prof is not None else []
-    return {"rate": rate, "reasons": reasons, "lengths": lengths, "profile": table}
+    return out
 
 
-def _worker(a: argparse.Namespace, c: int, grammar: bool, profile: bool = False) -> dict[str, Any]:
-    cmd = [sys.executable, __file__, "--worker", "grammar" if grammar else "free", "--model", a.model,
-           "--levels", str(c), "--new", str(a.new)]
-    env = os.environ | ({"FAK_SCHED_PROFILE": "1"} if profile else {})
+def _worker(a: argparse.Namespace, c: int) -> dict[str, Any]:
+    cmd = [sys.executable, __file__, "--worker", "--model", a.model, "--levels", str(c), "--new", str(a.new),
+           "--rounds", str(a.rounds)]
+    env = os.environ | ({"FAK_SCHED_PROFILE": "1"} if a.profile else {})
     p = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if p.returncode != 0:
         raise SystemExit(f"worker failed: {p.stderr.strip()[-2000:]}")
@@ -137,13 +148,13 @@ def main() -> None:
     ap.add_argument("--new", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--reps", type=int, default=5, help="replays of each schema instance for the mask cost")
-    ap.add_argument("--profile", action="store_true", help="also one profiled grammar run per level (mask ms/iteration)")
+    ap.add_argument("--profile", action="store_true", help="FAK_SCHED_PROFILE=1 in the runs: ms per iteration by phase")
     ap.add_argument("--skip-mask", action="store_true")
     ap.add_argument("--skip-decode", action="store_true")
-    ap.add_argument("--worker", choices=("free", "grammar"), help=argparse.SUPPRESS)
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.worker:
-        print(json.dumps(decode_rate(a.model, int(a.levels), a.new, a.worker == "grammar")))
+        print(json.dumps(decode_rates(a.model, int(a.levels), a.new, a.rounds)))
         return
     print(f"cpus {os.cpu_count()}, load avg {' '.join(f'{x:.1f}' for x in os.getloadavg())} (1/5/15 min)")
     if not a.skip_mask:
@@ -160,28 +171,25 @@ def main() -> None:
     if a.skip_decode:
         return
     print(f"\ndecode, {a.model} resident, {a.new} new tokens per lane, greedy; free vs json_object grammar on every "
-          f"lane; medians of {a.rounds} rounds (each figure its own process)")
-    print(f"{'c':>3} | {'free tok/s':>10} | {'grammar tok/s':>13} | ratio | rounds (grammar/free) | grammar lanes")
+          f"lane; one process per level, {a.rounds} free/grammar pairs in alternating order; medians")
+    print(f"{'c':>3} | {'free tok/s':>10} | {'grammar tok/s':>13} | ratio | pairs (grammar/free) | grammar lanes")
     profiles = {}
     for c in [int(x) for x in a.levels.split(",")]:
-        free, gram, notes = [], [], ""
-        for _ in range(a.rounds):
-            f = _worker(a, c, False)
-            g = _worker(a, c, True)
-            free.append(f["rate"])
-            gram.append(g["rate"])
-            early = [n for n in g["lengths"] if n < a.new]
-            notes = f"{len(early)} of {c} ended early ({sorted(set(g['reasons']))})" if early else "all constrained to the end"
-        ratios = [y / x for x, y in zip(free, gram)]
-        print(f"{c:>3} | {statistics.median(free):>10.1f} | {statistics.median(gram):>13.1f} | "
-              f"{statistics.median(ratios):>5.2f} | {' '.join(f'{r:.2f}' for r in ratios):>21} | {notes}", flush=True)
-        if a.profile:
-            profiles[c] = _worker(a, c, True, profile=True)["profile"]
-    if profiles:
-        print("\ngrammar run iteration profile (ms per iteration, share of the loop's wall time; FAK_SCHED_PROFILE=1)")
-        print(f"{'phase':>8} | " + " | ".join(f"{f'c={c}':>15}" for c in profiles))
-        for i, (phase, _, _) in enumerate(next(iter(profiles.values()))):
-            print(f"{phase:>8} | " + " | ".join(f"{t[i][1]:>7.3f} ({t[i][2]:>5.1%})" for t in profiles.values()))
+        r = _worker(a, c)
+        ratios = [g / f for f, g in zip(r["free"], r["grammar"])]
+        early = [n for n in r["lengths"] if n < a.new]
+        notes = (f"{len(early)} of {len(r['lengths'])} ended early ({sorted(set(r['reasons']))})" if early
+                 else "all constrained to the end")
+        print(f"{c:>3} | {statistics.median(r['free']):>10.1f} | {statistics.median(r['grammar']):>13.1f} | "
+              f"{statistics.median(ratios):>5.2f} | {' '.join(f'{x:.2f}' for x in ratios):>20} | {notes}", flush=True)
+        profiles[c] = r["profile"]
+    if a.profile:
+        print("\niteration profile of the last run of each kind (ms per iteration, share of the loop's wall time)")
+        cols = [(c, kind) for c in profiles for kind in ("free", "grammar")]
+        print(f"{'phase':>8} | " + " | ".join(f"{f'c={c} {kind}':>16}" for c, kind in cols))
+        for i, (phase, _, _) in enumerate(profiles[cols[0][0]]["free"]):
+            print(f"{phase:>8} | " + " | ".join(f"{profiles[c][k][i][1]:>8.3f} ({profiles[c][k][i][2]:>5.1%})"
+                                                 for c, k in cols))
     print(f"\nload avg at the end {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
 
 
