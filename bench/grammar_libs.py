@@ -1,5 +1,6 @@
 """Which grammar library for constrained decoding: xgrammar, llguidance and outlines-core on numpy logits.
 
+    pip install xgrammar outlines-core   # not dependencies of fak (llguidance is)
     python bench/grammar_libs.py [--vocab gemma3-270m,PATH.gguf] [--reps 5] [--libs llguidance,xgrammar,outlines]
 
 For each vocabulary (the GGUF's own tokenizer, engine/tokenizer) and each library: the tokenizer-level
