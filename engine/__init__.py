@@ -1,10 +1,12 @@
 """engine: the in-kernel model runtime, usable on its own (never imports fak/ or commands/).
 
-Packages, lower first: gguf, quant, kernels, model, tokenizer, sched (dist/ is next). This re-exports
-the public API: load_model, Session, step_batch, ModelConfig, sampling, load_tokenizer, NativeScheduler.
+Packages, lower first: gguf, quant, kernels, model, tokenizer, grammar, sched (dist/ is next). This
+re-exports the public API: load_model, Session, step_batch, ModelConfig, sampling, load_tokenizer,
+NativeScheduler, Request, GrammarSpec.
 """
 
 from engine.gguf.config import ModelConfig
+from engine.grammar.spec import GrammarSpec
 from engine.model.forward import Model
 from engine.model.loader import load_model
 from engine.model.sampling import Sampler, SamplingParams, greedy
@@ -17,6 +19,7 @@ from engine.tokenizer.tokenizer import ByteTokenizer, load_tokenizer
 __all__ = [
     "BatchSession",
     "ByteTokenizer",
+    "GrammarSpec",
     "Model",
     "ModelConfig",
     "NativeScheduler",

@@ -20,9 +20,10 @@ ALLOWED: dict[str, set[str]] = {
     "kernels": {"errors", "gguf", "quant"},
     "model": {"errors", "gguf", "quant", "kernels"},
     "tokenizer": {"errors", "gguf"},
-    "sched": {"errors", "gguf", "quant", "kernels", "model", "tokenizer"},
-    "dist": {"errors", "gguf", "quant", "kernels", "model", "tokenizer", "sched"},
-    "engine": {"errors", "gguf", "quant", "kernels", "model", "tokenizer", "sched", "dist"},
+    "grammar": {"errors", "gguf", "quant", "kernels", "tokenizer"},
+    "sched": {"errors", "gguf", "quant", "kernels", "model", "tokenizer", "grammar"},
+    "dist": {"errors", "gguf", "quant", "kernels", "model", "tokenizer", "grammar", "sched"},
+    "engine": {"errors", "gguf", "quant", "kernels", "model", "tokenizer", "grammar", "sched", "dist"},
 }
 TOP = ("engine", "fak", "commands")
 LAYER = {"engine": 0, "fak": 1, "commands": 2}  # the tree: commands -> fak -> engine

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from engine.errors import EngineError
+from engine.grammar.spec import GrammarSpec
 from engine.model.sampling import SamplingParams
 
 
@@ -59,6 +60,7 @@ class Request:
     stop_on_eos: bool = True  # stop on the tokenizer's / scheduler's eos ids
     request_id: str = ""
     logprobs: int | None = None  # None: off; k: each token's log-probability and the k most likely
+    grammar: GrammarSpec | None = None  # constrained decoding: the output must match it (engine/grammar)
 
 
 @dataclass(frozen=True)
@@ -281,6 +283,7 @@ class Lane:
     error: str | None = None
     text: TextTracker | None = None
     rng: np.random.Generator | None = None
+    grammar: Any = None  # engine.grammar.Matcher of a constrained request (its state after `generated`)
 
     def to(self, new: LaneState) -> None:
         if new not in TRANSITIONS[self.state]:

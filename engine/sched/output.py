@@ -2,8 +2,10 @@
 
 After a prompt chunk: its full blocks join the prefix cache; the last chunk turns the lane to decoding
 and samples its first token (or, after a recompute readmission, starts replaying the generated ids).
-After a decode row: a replayed token's logits are dropped, otherwise a token is sampled. Every sampled
-token is checked against EOS, stop ids, stop strings and max_new_tokens, then streamed to the handle.
+After a decode row: a replayed token's logits are dropped, otherwise a token is sampled. A constrained
+lane (Request.grammar) first masks its row with its Matcher (-inf where the grammar forbids a token),
+and finishes with `stop` once its grammar is complete; an unconstrained lane's path is untouched. Every
+sampled token is checked against EOS, stop ids, stop strings and max_new_tokens, then streamed.
 Finishing frees the lane's blocks, takes it off the queues and resolves its handle.
 """
 
@@ -54,10 +56,34 @@ class OutputProcessor:
             self._sample_and_emit(lane, row)
 
     def _sample_and_emit(self, lane: Lane, logits: np.ndarray) -> None:
+        k = lane.request.logprobs
+        if lane.grammar is not None:
+            self._constrained(lane, logits, k)
+            return
         token = sample(logits, lane.request.sampling, lane.rng, lane.generated, lane.prompt_ids)
         self.profile.mark("sample")
-        k = lane.request.logprobs
         self.emit(lane, token, None if k is None else token_logprob(logits, token, k))
+        self.profile.mark("emit")
+
+    def _constrained(self, lane: Lane, logits: np.ndarray, k: int | None) -> None:
+        """Mask what the grammar forbids (-inf, in place on this lane's row), sample, advance the grammar.
+        Logprobs stay those of the raw logits (a copy is kept only when they are asked for)."""
+        g = lane.grammar
+        raw = logits.copy() if k is not None else logits
+        allowed = g.mask(logits)
+        self.profile.mark("mask")
+        if allowed == 0:  # only the grammar's end is left (a vocabulary without EOS), or a dead end
+            if g.accepting:
+                self.finish(lane, FinishReason.STOP)
+            else:
+                self.finish(lane, FinishReason.ERROR, f"grammar allows no token: {g.error or 'dead end'}")
+            return
+        token = sample(logits, lane.request.sampling, lane.rng, lane.generated, lane.prompt_ids)
+        self.profile.mark("sample")
+        g.advance(token)
+        self.emit(lane, token, None if k is None else token_logprob(raw, token, k))
+        if g.done and lane.state is not LaneState.FINISHED:
+            self.finish(lane, FinishReason.STOP)  # complete, and nothing may follow
         self.profile.mark("emit")
 
     def emit(self, lane: Lane, token: int, logprob: TokenLogprob | None = None) -> None:

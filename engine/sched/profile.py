@@ -3,9 +3,9 @@
 Off by default (NativeScheduler(profile=True) or FAK_SCHED_PROFILE=1): then the loop calls the no-op
 `NO_PROFILE`, a method call per mark. Phases, in loop order:
   intake   new requests and cancels taken in          plan     admission, chunking, KV budget, batch
-  forward  the model (prefill chunks, decode rows)    sample   next-token choice per lane
-  emit     stop checks, detokenization, hand-off      prefix   prefix-cache upkeep
-  publish  the stats snapshot
+  forward  the model (prefill chunks, decode rows)    mask     grammar masks of constrained lanes
+  sample   next-token choice per lane                 emit     stop checks, detokenization, hand-off
+  prefix   prefix-cache upkeep                        publish  the stats snapshot
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-PHASES = ("intake", "plan", "forward", "sample", "emit", "prefix", "publish")
+PHASES = ("intake", "plan", "forward", "mask", "sample", "emit", "prefix", "publish")
 
 
 @dataclass(frozen=True)

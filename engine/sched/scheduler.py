@@ -5,7 +5,8 @@ preempted lanes, promote waiting ones, plan the step (prefill chunks within a to
 per decoding lane) and meet the KV budget (evict reclaimable prefix blocks, defer newcomers, preempt
 victims); run the prefill chunks and the decode tokens in ONE forward (`forward_batch`: each weight read
 once per iteration for every lane); hand the logits to the OutputProcessor (engine/sched/output.py):
-sample, stream, finish. This file holds the public API, the loop thread and the model calls.
+mask (constrained lanes, engine/grammar), sample, stream, finish. This file holds the public API, the
+loop thread and the model calls.
 
 Numerics: a greedy lane's output never depends on its batch mates, on prefix hits or on preemption.
 Chunks end on absolute multiples of `prefill_chunk`; a full chunk runs alone through BLAS
@@ -27,6 +28,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from engine.errors import EngineError
+from engine.grammar import GrammarCompiler, compiler_for
 from engine.model.kv import KVExhausted
 from engine.sched.lane import FinishReason, Handle, Lane, LaneState, Request, TextTracker, now, validate_request
 from engine.sched.prefix_cache import PrefixCache
@@ -145,9 +147,11 @@ class NativeScheduler:
     def admit(self, request: Request) -> Handle:
         """Queue a request (WAITING) and return its handle; raises EngineError on bad input or after close()."""
         ids = self._validate(request)
+        # a grammar compiles here, on the caller's thread: the loop never waits for it, a bad one is an EngineError
+        matcher = None if request.grammar is None else self.grammar_compiler().matcher(request.grammar)
         seq = next(self._seq)
         handle = Handle(request, request.request_id or f"req-{seq}", self._request_cancel)
-        lane = Lane(request=request, seq=seq, prompt_ids=ids, handle=handle, admitted_at=now())
+        lane = Lane(request=request, seq=seq, prompt_ids=ids, handle=handle, admitted_at=now(), grammar=matcher)
         if self.tokenizer is not None:
             lane.text = TextTracker(self.tokenizer, request.stop_strings)
         lane.rng = np.random.default_rng(request.sampling.seed if request.sampling.seed is not None else seq)
@@ -187,6 +191,17 @@ class NativeScheduler:
         return validate_request(r, tokenizer=self.tokenizer, vocab_size=int(self.model.config.vocab_size),
                                 context_length=int(getattr(self.model.config, "context_length", 0) or 0),
                                 kv_blocks=self.kv_blocks, block_tokens=self.pool.block_tokens)
+
+    def grammar_compiler(self) -> GrammarCompiler:
+        """The compiler of this scheduler's tokenizer (shared by schedulers over the same tokenizer)."""
+        if self.tokenizer is None:
+            raise EngineError("a grammar needs a tokenizer (pass tokenizer= to the scheduler)")
+        return compiler_for(self.tokenizer, int(self.model.config.vocab_size), tuple(sorted(self.eos_ids)))
+
+    def warm_grammar(self) -> None:
+        """Build the tokenizer's grammar tables now (~3 s for a 262k vocabulary, holding the GIL), instead
+        of on the first constrained admit(). Idempotent."""
+        self.grammar_compiler().warm()
 
     def _request_cancel(self, handle: Handle) -> None:
         with self._cond:
@@ -236,11 +251,13 @@ class NativeScheduler:
     def _warmup(self) -> None:
         import time
 
+        from engine.kernels.bitmask import warmup as warm_bitmask
         from engine.model.session import warmup
 
         t0 = time.perf_counter()
         try:
             warmup()
+            warm_bitmask()
         finally:
             self.warm_s = time.perf_counter() - t0
             self.warmed.set()
