@@ -323,3 +323,33 @@ def test_kernel_counters_on_metrics() -> None:
     kernel.submit(ToolCall("tool", "Read", args=b'{"file_path": "README.md"}'))
     text = TestClient(app).get("/metrics").text
     assert "fak_kernel_submits_total 2.0" in text and "fak_kernel_denies_total 1.0" in text
+
+
+def test_structured_output_and_forced_calls_on_every_wire(server: Server) -> None:
+    import anthropic
+    import jsonschema
+
+    c = server.client()
+    # bounded values: the random synthetic model would write an integer's digits until max_tokens
+    schema = {"type": "object", "properties": {"b": {"type": "boolean"}, "s": {"enum": ["a", "b"]}},
+              "required": ["b", "s"], "additionalProperties": False}
+    fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}
+    msgs = [{"role": "user", "content": "hi"}]  # byte vocabulary: a token a character, and up to 32 blanks a gap
+    r = c.chat.completions.create(model=MODEL, messages=msgs, response_format=fmt, temperature=0, max_tokens=600)  # type: ignore[arg-type]
+    jsonschema.validate(json.loads(r.choices[0].message.content), schema)  # the synthetic model only emits it forced
+    resp = c.responses.create(model=MODEL, input="hi", text={"format": {"type": "json_schema", "name": "x",  # type: ignore[typeddict-item]
+                                                                        "schema": schema}}, max_output_tokens=600)
+    jsonschema.validate(json.loads(resp.output_text), schema)
+    tool = {"type": "function", "function": {"name": "pick", "parameters": schema}}
+    forced = c.chat.completions.create(model=MODEL, messages=msgs, tools=[tool], tool_choice="required", temperature=0,  # type: ignore[list-item]
+                                       max_tokens=600)
+    call = forced.choices[0].message.tool_calls[0]
+    assert forced.choices[0].finish_reason == "tool_calls" and call.function.name == "pick"
+    jsonschema.validate(json.loads(call.function.arguments), schema)
+    # the kernel still decides: pick is offered, so the serving floor lets it through, and says so
+    assert forced.model_extra["fak"]["adjudications"][0]["verdict"] == "ALLOW"
+    a = anthropic.Anthropic(base_url=server.url, api_key="none", max_retries=0)
+    m = a.messages.create(model=MODEL, max_tokens=600, messages=msgs, extra_body={"temperature": 0},  # type: ignore[arg-type]
+                          tools=[{"name": "pick", "input_schema": schema}], tool_choice={"type": "any"})
+    assert m.stop_reason == "tool_use" and m.content[-1].name == "pick"
+    jsonschema.validate(m.content[-1].input, schema)

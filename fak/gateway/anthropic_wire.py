@@ -8,7 +8,8 @@ joined, `tool_use` blocks -> an assistant turn's `tool_calls`, `tool_result` blo
 Fields that do not change the output here (`metadata`, `cache_control` marks: the prefix cache
 reuses a repeated prefix by itself, `service_tier`, `speed`, `inference_geo`, `diagnostics`,
 `output_config.effort`: the model has no reasoning budget) are accepted; anything that would change
-the output and is not implemented (`container`, `thinking` enabled) is a 400 naming it. The current
+the output and is not implemented (`container`, `thinking` enabled) is a 400 naming it.
+`tool_choice` any / tool force a call (a grammar); `output_config.format` json_schema constrains the text. The current
 API has no `temperature`; older clients still send `temperature`, `top_p`, `top_k`, honoured here.
 """
 
@@ -25,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from fak.gateway.bridge import cancel_all
 from fak.gateway.errors import APIError
+from fak.gateway.structured import forced_call, json_format
 from fak.gateway.generation import (
     CallOut,
     Done,
@@ -153,21 +155,26 @@ def to_chat(body: MessagesRequest | CountTokensRequest) -> list[dict[str, Any]]:
     return out
 
 
-def _tools(body: MessagesRequest | CountTokensRequest) -> tuple[list[dict[str, Any]] | None, list[str]]:
+def _tools(request: Request, body: MessagesRequest | CountTokensRequest
+           ) -> tuple[list[dict[str, Any]] | None, list[str], Any]:
+    """The tools for the template, their names, and the grammar of a forced call ("any" / "tool")."""
     if not body.tools:
-        return None, []
+        return None, [], None
     choice = body.tool_choice
     if choice is not None and choice.type == "none":
-        return None, []
-    if choice is not None and choice.type in ("any", "tool"):
-        raise APIError(400, f"tool_choice: {choice.type!r} needs constrained decoding, not available yet",
-                       param="tool_choice")
+        return None, [], None
     names = [t.name for t in body.tools]
     dup = next((n for n in names if names.count(n) > 1), None)
     if dup is not None:
         raise APIError(400, f"tools: the name {dup!r} is used twice", param="tools")
+    grammar = None
+    if choice is not None and choice.type in ("any", "tool"):
+        if choice.type == "tool" and not choice.name:
+            raise APIError(400, "tool_choice: type 'tool' needs a name", param="tool_choice")
+        grammar = forced_call(request.app.state.tool_family, {t.name: t.input_schema for t in body.tools},
+                              choice.name if choice.type == "tool" else None)
     return [{"type": "function", "function": {"name": t.name, "description": t.description or "",
-                                              "parameters": t.input_schema}} for t in body.tools], names
+                                              "parameters": t.input_schema}} for t in body.tools], names, grammar
 
 
 def _check_thinking(thinking: dict[str, Any] | None) -> None:
@@ -176,20 +183,22 @@ def _check_thinking(thinking: dict[str, Any] | None) -> None:
                        param="thinking")
 
 
-def _prompt(request: Request, b: Any, body: MessagesRequest | CountTokensRequest) -> tuple[list[int], list[str]]:
+def _prompt(request: Request, b: Any, body: MessagesRequest | CountTokensRequest) -> tuple[list[int], list[str], Any]:
+    """The prompt ids, the offered tool names, and the grammar (forced call or output_config.format)."""
     from engine.errors import EngineError
 
     _check_thinking(body.thinking)
+    tools, offered, grammar = _tools(request, body)
     if isinstance(body, MessagesRequest):
         if body.container is not None:
             raise APIError(400, "container: code-execution containers are not available here", param="container")
-        fmt = (body.output_config or {}).get("format")
-        if fmt is not None:
-            raise APIError(400, "output_config.format: structured output needs constrained decoding, not available "
-                           "yet", param="output_config")
-    tools, offered = _tools(body)
+        fmt = json_format((body.output_config or {}).get("format"), "output_config.format")
+        if fmt is not None and grammar is not None:
+            raise APIError(400, "output_config.format: cannot be combined with a forced tool call",
+                           param="output_config")
+        grammar = grammar or fmt
     try:
-        return b.tokenizer.encode_chat(to_chat(body), tools=tools), offered
+        return b.tokenizer.encode_chat(to_chat(body), tools=tools), offered, grammar
     except EngineError as exc:
         raise APIError(400, f"messages: {exc}", param="messages") from None
 
@@ -217,12 +226,12 @@ def _fak(done: Done | None) -> dict[str, Any]:
 async def messages(body: MessagesRequest, request: Request) -> Any:
     b = served(request)
     name = check_model(request, body.model)
-    ids, offered = _prompt(request, b, body)
+    ids, offered, grammar = _prompt(request, b, body)
     spec = GenSpec(max_new=limits(request, b, len(ids), body.max_tokens), temperature=body.temperature,
                    top_p=body.top_p if body.top_p is not None else 1.0, top_k=body.top_k or 0,
-                   stops=tuple(body.stop_sequences or ()))
+                   stops=tuple(body.stop_sequences or ()), grammar=grammar, grammar_param="tools")
     handles = admit(request, b, ids, spec)
-    gates = gates_for(request, 1, offered, request.app.state.tool_parser, id_prefix="toolu_")
+    gates = gates_for(request, 1, offered, request.app.state.tool_family, id_prefix="toolu_")
     events = choice_events(handles, gates)
     mid = f"msg_{uuid.uuid4().hex[:24]}"
     if body.stream:
@@ -297,5 +306,5 @@ async def _stream(handles: list[Any], events: AsyncIterator[Out | CallOut | Done
 async def count_tokens(body: CountTokensRequest, request: Request) -> dict[str, int]:
     b = served(request)
     check_model(request, body.model)
-    ids, _ = _prompt(request, b, body)
+    ids, _, _ = _prompt(request, b, body)
     return {"input_tokens": len(ids)}

@@ -46,7 +46,7 @@ def create_app(boot: Callable[[], Any], model_name: str, *, api_key: str | None 
 
         kernel = Kernel.with_policy(serving_floor())
     st.kernel = kernel
-    st.tool_parser = None  # a zero-argument factory of the model's tool-call parser, set at boot
+    st.tool_family = None  # the model's tool-call parser class (a fresh parser per choice), set at boot
     st.metrics = Metrics(model_name, lambda: st.booted.scheduler.stats() if st.booted is not None else None,
                          kernel=lambda: st.kernel)
 
@@ -54,7 +54,9 @@ def create_app(boot: Callable[[], Any], model_name: str, *, api_key: str | None 
         try:
             booted = boot()
             booted.scheduler.on_finish = st.metrics.finished
-            st.tool_parser = _parser_factory(booted)
+            st.tool_family = _tool_family(booted)
+            if booted.scheduler.tokenizer is not None:
+                booted.scheduler.warm_grammar()  # ~3 s holding the GIL: now, not on the first constrained request
             st.booted = booted
             st.boot_status = "ready"
         except Exception as exc:  # reported by /health and to the caller, which decides to exit
@@ -103,20 +105,14 @@ def create_app(boot: Callable[[], Any], model_name: str, *, api_key: str | None 
     return app
 
 
-def _parser_factory(b: Any) -> Callable[[], Any]:
+def _tool_family(b: Any) -> type:
     """The tool-call parser family of the served model, from its chat template and vocabulary."""
+    from fak.gateway.tool_parsers import family_for
+
     info = getattr(b.tokenizer, "info", None)
-    template = getattr(info, "chat_template", None)
-    arch = getattr(b.model.config, "arch", None)
     token_id = getattr(b.tokenizer, "token_id", None)
     has = (lambda text: token_id(text) is not None) if token_id is not None else None
-
-    def make() -> Any:
-        from fak.gateway.tool_parsers import parser_for
-
-        return parser_for(template, arch, has)
-
-    return make
+    return family_for(getattr(info, "chat_template", None), getattr(b.model.config, "arch", None), has)
 
 
 class _AuthAndCount:

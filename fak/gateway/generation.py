@@ -74,7 +74,8 @@ class GenSpec:
     repetition_penalty: float = 1.0
     logit_bias: dict[int, float] | None = None
     logprobs: int | None = None  # alternatives per token; None: no logprobs
-    grammar: Any = None  # an engine grammar spec (structured output, forced tool calls) or None
+    grammar: Any = None  # an engine GrammarSpec (structured output, forced tool calls) or None
+    grammar_param: str | None = None  # the request field the grammar came from (names it in a 400)
 
 
 def admit(request: Request, b: Any, ids: list[int], spec: GenSpec) -> list[Any]:
@@ -101,7 +102,8 @@ def admit(request: Request, b: Any, ids: list[int], spec: GenSpec) -> list[Any]:
                                                          logprobs=spec.logprobs, **extra)))
     except EngineError as exc:
         cancel_all(handles)
-        raise APIError(400, str(exc)) from None
+        bad_grammar = spec.grammar is not None and str(exc).startswith("invalid grammar")
+        raise APIError(400, str(exc), param=spec.grammar_param if bad_grammar else None) from None
     return handles
 
 

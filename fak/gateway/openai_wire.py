@@ -33,19 +33,16 @@ from fak.gateway.generation import (
     served,
     usage_counts,
 )
-from fak.gateway.schemas import (
-    ChatCompletionRequest,
-    CompletionRequest,
-    DetokenizeRequest,
-    TokenizeRequest,
-)
+from fak.gateway.schemas import (ChatCompletionRequest, CompletionRequest, DetokenizeRequest, NamedToolChoice,
+                                 TokenizeRequest)
+from fak.gateway.structured import forced_call, json_format
 from fak.gateway.toolgate import EmittedCall
 
 router = APIRouter()
 FINISH = {"eos": "stop", "stop": "stop", "length": "length", "cancelled": "stop"}
 
 
-def _spec(b: Any, body: Any, new: int, grammar: Any = None) -> GenSpec:
+def _spec(b: Any, body: Any, new: int, grammar: Any = None, grammar_param: str | None = None) -> GenSpec:
     bad = body.unsupported()
     if bad is not None:
         raise APIError(400, f"{bad}: not supported yet (only its default is accepted)", param=bad,
@@ -54,7 +51,7 @@ def _spec(b: Any, body: Any, new: int, grammar: Any = None) -> GenSpec:
                    min_p=body.min_p, seed=body.seed, stops=body.stops(), presence_penalty=body.presence_penalty,
                    frequency_penalty=body.frequency_penalty, repetition_penalty=body.repetition_penalty,
                    logit_bias=_logit_bias(body.logit_bias, int(b.model.config.vocab_size)),
-                   logprobs=body.logprob_k(), grammar=grammar)
+                   logprobs=body.logprob_k(), grammar=grammar, grammar_param=grammar_param)
 
 
 def _logit_bias(given: dict[str, float] | None, vocab: int) -> dict[int, float] | None:
@@ -135,21 +132,29 @@ async def _stream(handles: list[Any], events: AsyncIterator[Out | CallOut | Done
         cancel_all(handles)
 
 
-def _tools(body: ChatCompletionRequest) -> tuple[list[dict[str, Any]] | None, list[str]]:
-    """The tools for the template (None when there are none or tool_choice is "none") and their names."""
+def _tools(request: Request, body: ChatCompletionRequest) -> tuple[list[dict[str, Any]] | None, list[str], Any]:
+    """The tools for the template (None when there are none or tool_choice is "none"), their names,
+    and the grammar of a forced call ("required" or a named function) or of response_format."""
+    fmt = json_format(body.response_format, "response_format")
     if not body.tools:
-        return None, []
+        if body.tool_choice not in (None, "none", "auto"):
+            raise APIError(400, "tool_choice: forcing a call needs tools", param="tool_choice")
+        return None, [], fmt
     names = [t.function.name for t in body.tools]
     dup = next((n for n in names if names.count(n) > 1), None)
     if dup is not None:
         raise APIError(400, f"tools: the name {dup!r} is used twice", param="tools")
     choice = body.tool_choice
     if choice == "none":
-        return None, []
-    if choice in ("required",) or isinstance(choice, dict):
-        raise APIError(400, "tool_choice: forcing a call needs constrained decoding, not available yet",
-                       param="tool_choice", code="unsupported_parameter")
-    return [t.model_dump(exclude_none=True) for t in body.tools], names
+        return None, [], fmt
+    grammar = fmt
+    if choice == "required" or isinstance(choice, NamedToolChoice):
+        if fmt is not None:
+            raise APIError(400, "response_format: cannot be combined with a forced tool call", param="response_format")
+        named = choice.function.get("name") if isinstance(choice, NamedToolChoice) else None
+        grammar = forced_call(request.app.state.tool_family, {t.function.name: t.function.parameters
+                                                              for t in body.tools}, named)
+    return [t.model_dump(exclude_none=True) for t in body.tools], names, grammar
 
 
 @router.post("/v1/chat/completions")
@@ -158,19 +163,16 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Any
 
     b = served(request)
     name = check_model(request, body.model)
-    tools, offered = _tools(body)
-    rf = body.response_format
-    if rf is not None and rf.get("type") != "text":
-        raise APIError(400, f"response_format: {rf.get('type')!r} needs constrained decoding, not available yet",
-                       param="response_format", code="unsupported_parameter")
+    tools, offered, grammar = _tools(request, body)
     messages = [_message(m.model_dump(exclude_none=True)) for m in body.messages]
     try:
         ids = b.tokenizer.encode_chat(messages, tools=tools)
     except EngineError as exc:
         raise APIError(400, f"messages: {exc}", param="messages") from None
-    spec = _spec(b, body, limits(request, b, len(ids), body.max_completion_tokens or body.max_tokens))
+    spec = _spec(b, body, limits(request, b, len(ids), body.max_completion_tokens or body.max_tokens), grammar,
+                 "tools" if grammar is not None and body.response_format is None else "response_format")
     handles = admit(request, b, ids, spec)
-    gates = gates_for(request, spec.n, offered, request.app.state.tool_parser)
+    gates = gates_for(request, spec.n, offered, request.app.state.tool_family)
     events = choice_events(handles, gates, want_logprobs=spec.logprobs is not None)
     cid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
     tok = b.tokenizer

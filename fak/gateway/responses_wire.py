@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from fak.gateway.bridge import cancel_all
 from fak.gateway.errors import APIError
+from fak.gateway.structured import forced_call, json_format
 from fak.gateway.generation import (
     CallOut,
     Done,
@@ -146,22 +147,30 @@ def to_chat(body: ResponsesRequest) -> list[dict[str, Any]]:
     return out
 
 
-def _tools(body: ResponsesRequest) -> tuple[list[dict[str, Any]] | None, list[str]]:
+def _tools(request: Request, body: ResponsesRequest) -> tuple[list[dict[str, Any]] | None, list[str], Any]:
+    """The tools for the template, their names, and the grammar of a forced call."""
     if not body.tools:
-        return None, []
+        return None, [], None
     for i, t in enumerate(body.tools):
         if t.type != "function" or not t.name:
             raise APIError(400, f"tools.{i}: only function tools with a name are supported (got {t.type!r})",
                            param="tools")
     if body.tool_choice == "none":
-        return None, []
-    if body.tool_choice == "required" or isinstance(body.tool_choice, dict):
-        raise APIError(400, "tool_choice: forcing a call needs constrained decoding, not available yet",
-                       param="tool_choice")
+        return None, [], None
+    grammar = None
+    choice = body.tool_choice
+    if choice == "required" or isinstance(choice, dict):
+        named = None
+        if isinstance(choice, dict):
+            if choice.get("type") != "function" or not isinstance(choice.get("name"), str):
+                raise APIError(400, "tool_choice: expected {\"type\": \"function\", \"name\": ...}",
+                               param="tool_choice")
+            named = choice["name"]
+        grammar = forced_call(request.app.state.tool_family, {str(t.name): t.parameters for t in body.tools}, named)
     names = [str(t.name) for t in body.tools]
     return [{"type": "function", "function": {"name": t.name, "description": t.description or "",
                                               "parameters": t.parameters or {"type": "object"}}}
-            for t in body.tools], names
+            for t in body.tools], names, grammar
 
 
 class _Resp:
@@ -219,19 +228,19 @@ async def responses(body: ResponsesRequest, request: Request) -> Any:
         raise APIError(400, f"{refused}: {_REFUSED[refused]}", param=refused, code="unsupported_parameter")
     if body.background:
         raise APIError(400, "background: not supported", param="background", code="unsupported_parameter")
-    fmt = ((body.text or {}).get("format") or {}).get("type", "text")
-    if fmt != "text":
-        raise APIError(400, f"text.format: {fmt!r} needs constrained decoding, not available yet", param="text",
-                       code="unsupported_parameter")
-    tools, offered = _tools(body)
+    fmt = json_format((body.text or {}).get("format"), "text")
+    tools, offered, grammar = _tools(request, body)
+    if fmt is not None and grammar is not None:
+        raise APIError(400, "text.format: cannot be combined with a forced tool call", param="text")
     try:
         ids = b.tokenizer.encode_chat(to_chat(body), tools=tools)
     except EngineError as exc:
         raise APIError(400, f"input: {exc}", param="input") from None
     spec = GenSpec(max_new=limits(request, b, len(ids), body.max_output_tokens, "max_output_tokens"),
-                   temperature=body.temperature, top_p=body.top_p)
+                   temperature=body.temperature, top_p=body.top_p, grammar=grammar or fmt,
+                   grammar_param="tools" if grammar is not None else "text")
     handles = admit(request, b, ids, spec)
-    gates = gates_for(request, 1, offered, request.app.state.tool_parser)
+    gates = gates_for(request, 1, offered, request.app.state.tool_family)
     events = choice_events(handles, gates)
     resp = _Resp(body, name)
     if body.stream:
