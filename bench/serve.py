@@ -76,14 +76,15 @@ def main() -> None:
     try:
         asyncio.run(level(url, a.model, 2, 4))  # first touch
         print(f"{'c':>3} | {'tok/s':>8} {'TTFT p50':>9} {'p99':>7} {'ITL p50':>8} {'p99':>7}" +
-              (" | peer tok/s  ratio" if a.peer else ""))
+              (" | peer tok/s TTFT p50 ITL p50  p99 | ratio" if a.peer else ""))
         for c in [int(x) for x in a.levels.split(",")]:
             tps, ttft, itl = asyncio.run(level(url, a.model, c, a.new))
             row = (f"{c:>3} | {tps:>8.1f} {pct(ttft, 50):>8.3f}s {pct(ttft, 99):>6.3f}s "
                    f"{1e3 * pct(itl, 50):>6.1f}ms {1e3 * pct(itl, 99):>5.1f}ms")
             if a.peer:
-                ptps, _, _ = asyncio.run(level(a.peer, a.model, c, a.new))
-                row += f" | {ptps:>10.1f} {tps / ptps:>6.2f}x"
+                ptps, pttft, pitl = asyncio.run(level(a.peer, a.model, c, a.new))
+                row += (f" | {ptps:>10.1f} {pct(pttft, 50):>7.3f}s {1e3 * pct(pitl, 50):>5.1f}ms "
+                        f"{1e3 * pct(pitl, 99):>5.1f}ms | {tps / ptps:>5.2f}x")
             print(row, flush=True)
     finally:
         if server is not None:
