@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from fak.gateway.tool_parsers.jsontext import held_suffix
+
 
 @dataclass(frozen=True)
 class Text:
@@ -108,6 +110,19 @@ class StreamParser:
         if n:
             self._out.append(Text(self._buf[:n]))
             self._buf = self._buf[n:]
+
+    def _text_before(self, marker: str, final: bool) -> tuple[bool, bool]:
+        """Release the text before `marker` (all of it but a tail that could still start the marker).
+        Returns (found: the buffer now starts with the marker, progressed)."""
+        i = self._buf.find(marker)
+        if i >= 0:
+            self._text(i)
+            return True, True
+        keep = 0 if final else held_suffix(self._buf, marker)
+        if keep == len(self._buf):
+            return False, False
+        self._text(len(self._buf) - keep)
+        return False, True
 
     def _call(self, call: Call, n: int) -> None:
         """The first n characters of the buffer were this call (or its syntax)."""

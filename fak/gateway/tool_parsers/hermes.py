@@ -19,7 +19,6 @@ from fak.gateway.tool_parsers.base import Call, StreamParser
 from fak.gateway.tool_parsers.generic import TEXT, WAIT, BareReply
 from fak.gateway.tool_parsers.jsontext import (
     Extent,
-    held_suffix,
     is_partial,
     marked_call,
     skip_ws,
@@ -52,16 +51,10 @@ class HermesParser(StreamParser):
         return True
 
     def _on_text(self, final: bool) -> bool:
-        i = self._buf.find(OPEN)
-        if i >= 0:
-            self._text(i)
+        found, progressed = self._text_before(OPEN, final)
+        if found:
             self._state, self._scan = "call", None
-            return True
-        keep = 0 if final else held_suffix(self._buf, OPEN)
-        if keep == len(self._buf):
-            return False
-        self._text(len(self._buf) - keep)
-        return True
+        return progressed
 
     def _on_gap(self, final: bool) -> bool:
         i = skip_ws(self._buf, 0)

@@ -19,7 +19,6 @@ from fak.gateway.tool_parsers.jsontext import (
     WS,
     Extent,
     bare_call,
-    held_suffix,
     is_partial,
     marked_call,
     skip_ws,
@@ -79,16 +78,10 @@ class Llama3JsonParser(StreamParser):
         return True
 
     def _on_text(self, final: bool) -> bool:
-        i = self._buf.find(TAG)
-        if i >= 0:
-            self._text(i)
+        found, progressed = self._text_before(TAG, final)
+        if found:
             self._state = "tag"
-            return True
-        keep = 0 if final else held_suffix(self._buf, TAG)
-        if keep == len(self._buf):
-            return False
-        self._text(len(self._buf) - keep)
-        return True
+        return progressed
 
     def _on_tag(self, final: bool) -> bool:
         i = skip_ws(self._buf, len(TAG))

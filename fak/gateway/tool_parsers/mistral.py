@@ -22,7 +22,6 @@ from fak.gateway.tool_parsers.jsontext import (
     Extent,
     call_from,
     decode_at,
-    held_suffix,
     is_partial,
     loads_exact,
     marked_call,
@@ -49,16 +48,10 @@ class MistralParser(StreamParser):
         return getattr(self, "_on_" + self._state)(final)
 
     def _on_text(self, final: bool) -> bool:
-        i = self._buf.find(TAG)
-        if i >= 0:
-            self._text(i)
+        found, progressed = self._text_before(TAG, final)
+        if found:
             self._state = "tag"
-            return True
-        keep = 0 if final else held_suffix(self._buf, TAG)
-        if keep == len(self._buf):
-            return False
-        self._text(len(self._buf) - keep)
-        return True
+        return progressed
 
     def _on_gap(self, final: bool) -> bool:
         i = skip_ws(self._buf, 0)
