@@ -10,8 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from fak.gateway.tool_parsers.jsontext import held_suffix
-
 
 @dataclass(frozen=True)
 class Text:
@@ -36,6 +34,17 @@ class Call:
 
 
 Event = Text | Call
+
+
+def held_suffix(s: str, *markers: str) -> int:
+    """Length of the longest suffix of s that is a proper prefix of a marker (it may still become one)."""
+    best = 0
+    for m in markers:
+        for k in range(min(len(s), len(m) - 1), best, -1):
+            if s.endswith(m[:k]):
+                best = k
+                break
+    return best
 
 
 class ToolParser(Protocol):

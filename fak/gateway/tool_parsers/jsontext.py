@@ -50,17 +50,6 @@ def skip_ws(s: str, i: int) -> int:
     return i
 
 
-def held_suffix(s: str, *markers: str) -> int:
-    """Length of the longest suffix of s that is a proper prefix of a marker (it may still become one)."""
-    best = 0
-    for m in markers:
-        for k in range(min(len(s), len(m) - 1), best, -1):
-            if s.endswith(m[:k]):
-                best = k
-                break
-    return best
-
-
 def is_partial(s: str, i: int, *markers: str) -> bool:
     """s[i:] is a proper prefix of one of the markers (more text may complete it)."""
     rest = s[i:]
