@@ -53,7 +53,9 @@ def test_input_items_with_function_calls_render(server: Server) -> None:
 
 def test_refused_fields_are_400s(server: Server) -> None:
     for extra, param in (({"previous_response_id": "resp_1"}, "previous_response_id"),
-                         ({"text": {"format": {"type": "json_object"}}}, "text"),
+                         ({"text": {"format": {"type": "xml"}}}, "text"),
+                         ({"text": {"format": {"type": "json_schema", "name": "x", "schema": {"type": "nonsense"}}}},
+                          "text"),
                          ({"bogus": 1}, "bogus"), ({"max_output_tokens": 10**7}, "max_output_tokens"),
                          ({"input": [{"type": "function_call", "call_id": "c", "name": "f", "arguments": "{"}]},
                           "input")):
