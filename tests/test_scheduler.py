@@ -8,9 +8,11 @@ import numpy as np
 import pytest
 from sched_helpers import model, rand_prompt, solo
 
+from engine import Session
+
 from engine.errors import EngineError
 from engine.sched.lane import FinishReason, Handle, Lane, LaneState, Request, TextTracker
-from engine.model.sampling import SamplingParams
+from engine.model.sampling import Sampler, SamplingParams, sample
 from engine.sched.scheduler import NativeScheduler
 
 
@@ -88,6 +90,39 @@ def test_seeded_sampling_does_not_depend_on_batch_mates() -> None:
         crowd = mine.result(timeout=60).token_ids
         [h.result(timeout=60) for h in others]
     assert alone == crowd and len(crowd) == 10
+
+
+def _sampled_solo(prompt: list[int], n: int, sp: SamplingParams, penalties: bool = False) -> list[int]:
+    """The request run alone on a plain Session, sampled step by step: with the engine's `Sampler`,
+    or (penalties) with `sample` given the generated ids and the prompt, as the scheduler must."""
+    s = Session(model())
+    logits = s.prefill(prompt)  # shorter than one prefill chunk: the scheduler's rows are these rows
+    sampler, rng, out = Sampler(sp), np.random.default_rng(sp.seed), []
+    while len(out) < n:
+        out.append(sample(logits, sp, rng, out, prompt) if penalties else sampler(logits))
+        logits = s.step(out[-1])
+    s.free()
+    return out
+
+
+def test_sampled_requests_follow_their_own_params_and_seed() -> None:
+    """A sampled lane is the Sampler's sequence for its seed (not greedy, not its neighbour's seed)."""
+    p = [9, 8, 7, 6, 5]
+    sps = {"a": SamplingParams(temperature=1.0, top_k=50, top_p=0.95, seed=123),
+           "b": SamplingParams(temperature=1.0, top_k=50, top_p=0.95, seed=124),
+           "hot": SamplingParams(temperature=3.0, seed=123),
+           "pen": SamplingParams(temperature=0.7, seed=5, repetition_penalty=1.5, presence_penalty=1.0,
+                                 frequency_penalty=0.5, logit_bias={p[0]: 2.0})}
+    with NativeScheduler(model(), numba_threads=1) as sched:
+        hs = {k: sched.admit(Request(p, max_new_tokens=16, sampling=sp)) for k, sp in sps.items()}
+        hs["greedy"] = sched.admit(Request(p, max_new_tokens=16))
+        got = {k: h.result(timeout=60).token_ids for k, h in hs.items()}
+    assert got["greedy"] == solo(p, 16)
+    for k, sp in sps.items():
+        assert got[k] == _sampled_solo(p, 16, sp, penalties=k == "pen"), k
+        assert got[k] != got["greedy"], k
+    assert got["a"] != got["b"]  # the seed matters
+    assert got["a"] != got["hot"]  # and so does the temperature (same seed)
 
 
 def test_cancel_frees_kv_between_steps() -> None:
