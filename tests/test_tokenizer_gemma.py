@@ -55,7 +55,10 @@ def _vector_texts() -> list[str]:
     from test_tokenizer_vocab import read_cases, vocab_dir
 
     spm = vocab_dir() / "ggml-vocab-llama-spm.gguf"
-    return [t for t, _ in read_cases(spm)] if spm.exists() else []
+    assert spm.exists(), f"{spm}: llama.cpp's SentencePiece test vectors are missing (set FAK_VOCAB_DIR)"
+    texts = [t for t, _ in read_cases(spm)]
+    assert len(texts) > 20
+    return texts
 
 
 @pytest.mark.oracle
