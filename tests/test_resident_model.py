@@ -9,6 +9,8 @@ import pytest
 from gguf import GGMLQuantizationType as QT
 from gguf.quants import dequantize, quantize
 
+from numba_threads import ParallelLaunches
+
 from engine import BatchSession, Session, load_model, synthetic_model
 from engine.model.forward import Model, Weights
 from engine.quant.quantize import quantize_q8_0
@@ -84,7 +86,8 @@ def test_tiny_quantized_resident_matches_plain() -> None:
 
 def test_tiny_resident_step_batch_is_serial_step_bit_for_bit() -> None:
     res, _ = _quantized_pair(seed=3)
-    prompts = [[1, 2, 3], [9, 8], [100, 101, 102, 103], [5]]
+    rng = np.random.default_rng(4)  # 80 lanes: a batch big enough for the parallel tile kernels
+    prompts = [[1, 2, 3], [9, 8], [100, 101, 102, 103], [5]] + [list(rng.integers(0, 255, 3)) for _ in range(76)]
     serial = []
     for p in prompts:
         s = Session(res)
@@ -93,7 +96,9 @@ def test_tiny_resident_step_batch_is_serial_step_bit_for_bit() -> None:
     sessions = [Session(res) for _ in prompts]
     for s, p in zip(sessions, prompts):
         s.prefill(p)
-    batched = BatchSession(sessions).step_batch([p[-1] + 1 for p in prompts])
+    with ParallelLaunches() as launches:
+        batched = BatchSession(sessions).step_batch([p[-1] + 1 for p in prompts])
+    launches.assert_multithreaded()
     for b, row in enumerate(serial):
         assert np.array_equal(batched[b], row)
 
