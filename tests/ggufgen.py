@@ -172,21 +172,50 @@ def hf_greedy(hf, ids: list[int], n: int) -> list[int]:  # type: ignore[no-untyp
     return out_ids
 
 
-def ours_greedy(model, ids: list[int], n: int) -> list[int]:  # type: ignore[no-untyped-def]
+def hf_decode_logits(hf, ids: list[int], n: int) -> tuple[list[int], np.ndarray]:  # type: ignore[no-untyped-def]
+    """HF's greedy tokens and the logits of the prompt's last position and each of the n decode steps
+    (HF's own KV cache: past_key_values), float32 [n + 1, vocab]."""
+    import torch
+
+    toks: list[int] = []
+    rows = []
+    with torch.no_grad():
+        out = hf(torch.tensor([ids]), use_cache=True)
+        for _ in range(n + 1):
+            rows.append(out.logits[0, -1].float().numpy())
+            if len(toks) == n:
+                break
+            toks.append(int(np.argmax(rows[-1])))
+            out = hf(torch.tensor([[toks[-1]]]), past_key_values=out.past_key_values, use_cache=True)
+    return toks, np.stack(rows)
+
+
+def ours_decode_logits(model, ids: list[int], toks: list[int]) -> np.ndarray:  # type: ignore[no-untyped-def]
+    """Our logits for the same positions: prefill, then decode steps fed `toks` (paged KV cache)."""
     from engine import Session
 
     s = Session(model)
-    logits = s.prefill(ids)
-    out: list[int] = []
-    for _ in range(n):
-        tok = int(np.argmax(logits))
-        out.append(tok)
-        logits = s.step(tok)
-    return out
+    rows = [s.prefill(ids).copy()]
+    for tok in toks:
+        rows.append(s.step(tok).copy())
+    s.free()
+    return np.stack(rows)
 
 
-def oracle_check(hf, model, ids: list[int], n_greedy: int = 16) -> dict[str, object]:  # type: ignore[no-untyped-def]
-    """The issue's "Must show" numbers for one prompt; asserts them and returns the figures (and the greedy ids)."""
+# float32 vs float32 on the tiny random models (measured, the four archs and PROMPTS of
+# test_oracle_tiny.py): max |logit diff| 3.4e-5 (gemma3; llama/qwen ~2e-6) over every prompt
+# position and decode step, hidden states per layer within 6.7e-6 relative (L2 of a row's
+# difference over the row's norm). The defaults are ~3x that.
+LOGIT_TOL = 1e-4
+REL_TOL = 2e-5
+
+
+def oracle_check(hf, model, ids: list[int], n_decode: int = 16, logit_tol: float = LOGIT_TOL,  # type: ignore[no-untyped-def]
+                 rel_tol: float = REL_TOL) -> dict[str, float]:
+    """Our engine against HF on one prompt: the residual stream after every layer (cosine >= 0.9999
+    and relative L2 error <= rel_tol at every position), the logits at every prompt position (same
+    argmax, max |diff| <= logit_tol), then n_decode greedy decode steps with each side's own KV cache
+    (same tokens, logits within logit_tol). Asserts them and returns the figures."""
     import torch
 
     with torch.no_grad():
@@ -194,16 +223,25 @@ def oracle_check(hf, model, ids: list[int], n_greedy: int = 16) -> dict[str, obj
     theirs = [h[0].float().numpy() for h in out.hidden_states]
     states, logits = model.hidden_states(ids)
     assert len(theirs) == len(states) == model.config.n_layers + 1
-    min_cos = 1.0
+    min_cos, max_rel = 1.0, 0.0
     for layer, (a, b) in enumerate(zip(theirs, states)):
         cos = (a * b).sum(-1) / (np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1))
         assert cos.min() >= 0.9999, f"layer {layer}: cosine {cos.min():.6f} at position {int(cos.argmin())}"
-        min_cos = min(min_cos, float(cos.min()))
+        rel = np.linalg.norm(a - b, axis=-1) / np.linalg.norm(a, axis=-1)
+        assert rel.max() <= rel_tol, f"layer {layer}: relative L2 error {rel.max():.2e} at position {int(rel.argmax())}"
+        min_cos, max_rel = min(min_cos, float(cos.min())), max(max_rel, float(rel.max()))
     ref = out.logits[0].float().numpy()
     assert np.array_equal(ref.argmax(-1), logits.argmax(-1)), "argmax differs at some prompt position"
-    last_diff = float(np.abs(ref[-1] - logits[-1]).max())
-    assert last_diff <= 0.05, f"last-position max |logit diff| {last_diff}"
-    a, b = hf_greedy(hf, ids, n_greedy), ours_greedy(model, ids, n_greedy)
-    assert a == b, f"greedy tokens differ: hf {a} ours {b}"
-    return {"min_cos": min_cos, "last_logit_diff": last_diff, "max_logit_diff": float(np.abs(ref - logits).max()),
-            "greedy": a}
+    diff = np.abs(ref - logits).max(-1)
+    assert diff.max() <= logit_tol, f"max |logit diff| {diff.max():.2e} at prompt position {int(diff.argmax())}"
+    figures = {"min_cos": min_cos, "max_rel_l2": max_rel, "prompt_logit_diff": float(diff.max())}
+    if n_decode:
+        toks, theirs_dec = hf_decode_logits(hf, ids, n_decode)
+        ours_dec = ours_decode_logits(model, ids, toks)
+        assert [int(t) for t in ours_dec[:-1].argmax(-1)] == toks, f"greedy tokens differ: hf {toks}"
+        dd = np.abs(theirs_dec - ours_dec).max(-1)
+        assert dd.max() <= logit_tol, f"max |logit diff| {dd.max():.2e} at decode step {int(dd.argmax())}"
+        figures["decode_logit_diff"] = float(dd.max())
+        figures["greedy"] = toks  # type: ignore[assignment]
+    figures["max_logit_diff"] = figures["prompt_logit_diff"]
+    return figures

@@ -5,17 +5,15 @@ from __future__ import annotations
 import dataclasses
 from functools import lru_cache
 
-import numba
 import numpy as np
 
 from engine import Session
 from engine.model.forward import Model
 from engine.model.synthetic import SYNTHETIC_CONFIG, synthetic_weights
 
-
-# The synthetic model's kernels are tiny: numba's parallel regions only add latency on a shared
-# 2-core box (ms per call under load). Threaded schedulers in these tests pass numba_threads=1 too.
-numba.set_num_threads(1)
+# numba keeps its default thread count here (it was set to 1 at import, for every test of the session):
+# the parallel kernels must run on several threads for the batch-invariance claims to be about threads
+# (tests/numba_threads.py checks that they did).
 
 
 @lru_cache(maxsize=1)

@@ -68,6 +68,7 @@ def test_tensor_views(tmp_path: Path) -> None:
     assert np.array_equal(g.tensors["a"].raw.view(np.float32), np.arange(64, dtype=np.float32).reshape(2, 32))
 
 
+@pytest.mark.gemma
 def test_gemma_tokenizer_keys_agree_with_the_full_read() -> None:
     from engine.gguf.aliases import resolve_model
 

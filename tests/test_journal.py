@@ -115,17 +115,28 @@ def test_kernel_journals_decisions(tmp_path: Path) -> None:
     assert verify(p).ok
 
 
-def test_verify_never_raises_on_garbage() -> None:
+def test_verify_never_raises_and_rejects_garbage(tmp_path: Path) -> None:
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
+    valid = _write(tmp_path / "j.jsonl", 2)
+
     @settings(max_examples=300, deadline=None, database=None)
     @given(st.binary(max_size=400))
-    def check(data: bytes) -> None:
+    def never_raises(data: bytes) -> None:
         rep = verify_bytes(data)
         assert rep.ok or rep.bad_line is not None
 
-    check()
+    # bytes that cannot begin a record (a torn last record begins with "{"), alone or after good records
+    @settings(max_examples=300, deadline=None, database=None)
+    @given(st.binary(min_size=1, max_size=400).filter(lambda d: not d.startswith(b"{")), st.booleans())
+    def rejected(garbage: bytes, after_records: bool) -> None:
+        rep = verify_bytes((valid if after_records else b"") + garbage)
+        assert not rep.ok, rep
+        assert (rep.bad_line, rep.records) == ((3, 2) if after_records else (1, 0)), rep
+
+    never_raises()
+    rejected()
 
 
 def test_write_failure_is_one_line_error(tmp_path: Path) -> None:

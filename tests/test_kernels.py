@@ -137,6 +137,7 @@ def test_bad_input_is_one_clear_error() -> None:
         w.matmul(np.zeros((1, 63), np.float32))
 
 
+@pytest.mark.gemma
 def test_real_gemma_tensors_match_reference() -> None:
     from engine.gguf.aliases import resolve_model
     from engine.gguf.reader import read_gguf

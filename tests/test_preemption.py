@@ -17,7 +17,7 @@ from engine.sched.scheduler import NativeScheduler
 def _run_pressure(mode: str, victim: str, prefix: bool = True) -> tuple[list, list, NativeScheduler]:
     rng = np.random.default_rng(11)
     prompts = [rand_prompt(rng, int(n)) for n in rng.integers(4, 40, size=8)]
-    sched = NativeScheduler(model(), numba_threads=1, max_running=6, kv_blocks=14, block_tokens=4, preempt=mode, victim=victim,
+    sched = NativeScheduler(model(), max_running=6, kv_blocks=14, block_tokens=4, preempt=mode, victim=victim,
                             prefill_chunk=16, thread=False, prefix_cache=prefix)
     hs = [sched.admit(Request(p, max_new_tokens=24)) for p in prompts]
     peak = 0
@@ -119,7 +119,7 @@ def test_victim_rules() -> None:
 
 def test_pinned_lane_is_not_preempted_under_pressure() -> None:
     rng = np.random.default_rng(5)
-    sched = NativeScheduler(model(), numba_threads=1, kv_blocks=10, block_tokens=4, preempt="swap", victim="most-recent",
+    sched = NativeScheduler(model(), kv_blocks=10, block_tokens=4, preempt="swap", victim="most-recent",
                             thread=False, prefix_cache=False)
     hs = [sched.admit(Request(rand_prompt(rng, 6), max_new_tokens=20)) for _ in range(3)]
     pinned = sched.admit(Request(rand_prompt(rng, 6), max_new_tokens=20, pin_ttl=3600.0))
@@ -130,7 +130,7 @@ def test_pinned_lane_is_not_preempted_under_pressure() -> None:
 
 
 def test_cancel_a_preempted_lane_drops_its_swap() -> None:
-    sched = NativeScheduler(model(), numba_threads=1, kv_blocks=6, block_tokens=4, preempt="swap", thread=False, prefix_cache=False)
+    sched = NativeScheduler(model(), kv_blocks=6, block_tokens=4, preempt="swap", thread=False, prefix_cache=False)
     a = sched.admit(Request(list(range(1, 9)), max_new_tokens=12))
     b = sched.admit(Request(list(range(9, 17)), max_new_tokens=12))
     while b.state is not LaneState.PREEMPTED and sched.step():

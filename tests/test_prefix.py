@@ -58,7 +58,7 @@ def test_shared_256_token_system_prompt_prefills_only_the_suffix() -> None:
     rng = np.random.default_rng(3)
     system = rand_prompt(rng, 256)
     q1, q2 = rand_prompt(rng, 21), rand_prompt(rng, 37)
-    with NativeScheduler(model(), numba_threads=1, prefill_chunk=64) as sched:
+    with NativeScheduler(model(), prefill_chunk=64) as sched:
         r1 = sched.admit(Request(system + q1, max_new_tokens=10)).result(timeout=60)
         before = sched.stats()
         r2 = sched.admit(Request(system + q2, max_new_tokens=10)).result(timeout=60)
@@ -66,7 +66,7 @@ def test_shared_256_token_system_prompt_prefills_only_the_suffix() -> None:
     assert r1.prefix_hit_tokens == 0 and r2.prefix_hit_tokens == 256
     assert after.prefill_tokens - before.prefill_tokens == len(q2)
     assert after.prefix_hit_tokens - before.prefix_hit_tokens == 256 and after.prefix_hits == 1
-    with NativeScheduler(model(), numba_threads=1, prefill_chunk=64, prefix_cache=False) as plain:
+    with NativeScheduler(model(), prefill_chunk=64, prefix_cache=False) as plain:
         p2 = plain.admit(Request(system + q2, max_new_tokens=10)).result(timeout=60)
     assert p2.prefix_hit_tokens == 0
     assert r2.token_ids == p2.token_ids == solo(system + q2, 10, 64)
@@ -75,7 +75,7 @@ def test_shared_256_token_system_prompt_prefills_only_the_suffix() -> None:
 
 def test_prompt_that_is_all_cached_still_prefills_its_last_token() -> None:
     p = list(range(1, 33))  # exactly two 16-token blocks
-    with NativeScheduler(model(), numba_threads=1, prefill_chunk=16) as sched:
+    with NativeScheduler(model(), prefill_chunk=16) as sched:
         a = sched.admit(Request(p, max_new_tokens=5)).result(timeout=60)
         b = sched.admit(Request(p, max_new_tokens=5)).result(timeout=60)
         st = sched.stats()
@@ -85,7 +85,7 @@ def test_prompt_that_is_all_cached_still_prefills_its_last_token() -> None:
 
 def test_cached_blocks_are_reclaimed_under_budget_no_leak() -> None:
     rng = np.random.default_rng(4)
-    with NativeScheduler(model(), numba_threads=1, kv_blocks=8, block_tokens=4, thread=False) as sched:
+    with NativeScheduler(model(), kv_blocks=8, block_tokens=4, thread=False) as sched:
         for _ in range(6):  # each leaves 3-4 cached blocks behind; the budget is 8
             p = rand_prompt(rng, 14)
             h = sched.admit(Request(p, max_new_tokens=6))
@@ -102,7 +102,7 @@ def test_cached_blocks_are_reclaimed_under_budget_no_leak() -> None:
 def test_concurrent_lanes_share_prefix_blocks() -> None:
     rng = np.random.default_rng(6)
     system = rand_prompt(rng, 64)
-    sched = NativeScheduler(model(), numba_threads=1, thread=False, prefill_chunk=64, max_running=1)
+    sched = NativeScheduler(model(), thread=False, prefill_chunk=64, max_running=1)
     first = sched.admit(Request(system + [1], max_new_tokens=40))
     while first.state.value != "decoding":
         sched.step()

@@ -22,13 +22,29 @@ def fak(*args: str) -> subprocess.CompletedProcess[str]:
                           timeout=300, env={**os.environ, "COLUMNS": "120"})
 
 
+def _tensor_types(path: Path) -> dict[str, int]:
+    """Tensors per type, as gguf-py's own reader counts them (independent of engine.gguf)."""
+    from collections import Counter
+
+    from gguf import GGUFReader
+
+    return dict(Counter(t.tensor_type.name for t in GGUFReader(path).tensors))
+
+
+# `max_abs_err` is the kernel (int16 activations) against float64 dequantize + matmul on N(0, 1) x,
+# seeded. Measured on Gemma 3 270M Q4_K_M: Q8_0 5.2e-5, Q6_K 6.4e-5, Q5_0 7.1e-5, Q4_K 2.1e-4;
+# the bounds are ~2.5x that.
+MAX_ABS_ERR = {"Q8_0": 1.5e-4, "Q6_K": 1.5e-4, "Q5_0": 2e-4, "Q4_K": 5e-4}
+
+
+@pytest.mark.gemma
 def test_plan_only_json_reads_the_header() -> None:
     r = fak("q4kdiag", "--gguf", "gemma3-270m", "--plan-only", "--json")
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert KEYS <= set(out)
     assert out["arch"] == "gemma3"
-    assert out["tensor_types"] == {"Q8_0": 10, "Q5_0": 81, "Q4_K": 27, "Q6_K": 9, "F32": 109}
+    assert out["tensor_types"] == _tensor_types(resolve_model("gemma3-270m"))
     assert out["file_bytes"] == os.path.getsize(resolve_model("gemma3-270m"))
     # resident = the bytes a resident load keeps (16-row tiles of the GGUF's bytes; Q4_K's scales
     # unpacked: 148 bytes per 256 values, not 144), read from the header alone, equal to what
@@ -39,6 +55,7 @@ def test_plan_only_json_reads_the_header() -> None:
     assert out["kernels"] == [] and out["top"] == []
 
 
+@pytest.mark.gemma
 def test_full_json_has_kernels_and_top_k() -> None:
     r = fak("q4kdiag", "--gguf", "gemma3-270m", "--prompt", "The capital of France is", "--top", "3",
             "--membw", "13.6", "--json")
@@ -47,7 +64,8 @@ def test_full_json_has_kernels_and_top_k() -> None:
     assert out["membw_gbps"] == 13.6
     assert {k["type"] for k in out["kernels"]} == {"Q8_0", "Q5_0", "Q4_K", "Q6_K"}
     for k in out["kernels"]:
-        assert 0 <= k["max_abs_err"] < 1e-3 and k["gbps"] > 0  # int16 activations: ~2e-4 on N(0, 1) x
+        assert 0 < k["max_abs_err"] <= MAX_ABS_ERR[k["type"]], k  # exactly 0: not the kernel being measured
+        assert k["gbps"] > 0
     assert out["prompt_ids"][0] == 2  # BOS
     assert len(out["top"]) == 3
     logits = [t["logit"] for t in out["top"]]
@@ -56,6 +74,7 @@ def test_full_json_has_kernels_and_top_k() -> None:
     assert out["rss_bytes"] > out["resident_bytes"] // 4
 
 
+@pytest.mark.gemma
 def test_rich_rendering_mentions_the_ceiling() -> None:
     r = fak("q4kdiag", "--plan-only", "--gguf", "gemma3-270m", "--membw", "10")
     assert r.returncode == 0, r.stderr

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
+
 from engine.gguf.aliases import resolve_model
 from engine.model.diag import measure_load_rss
 
 
+@pytest.mark.gemma
 def test_resident_load_adds_at_most_1_2x_file_size() -> None:
     path = resolve_model("gemma3-270m")
     res = measure_load_rss(path, resident=True)

@@ -9,6 +9,8 @@ import pytest
 from gguf import GGMLQuantizationType as QT
 from gguf.quants import dequantize, quantize
 
+from numba_threads import ParallelLaunches
+
 from engine import BatchSession, Session, load_model, synthetic_model
 from engine.model.forward import Model, Weights
 from engine.quant.quantize import quantize_q8_0
@@ -58,30 +60,34 @@ def _greedy(model: Model, ids: list[int], n: int = 16) -> tuple[list[int], np.nd
     return out, np.stack(rows)
 
 
-def _agree(res: Model, plain: Model, ids: list[int]) -> float:
+def _agree(res: Model, plain: Model, ids: list[int], prompt_tol: float, decode_tol: float) -> tuple[float, float]:
+    """max |logit diff| resident vs plain over every prompt position, and over 16 greedy decode steps."""
     _, lr = res.hidden_states(ids)
     _, lp = plain.hidden_states(ids)
     assert np.array_equal(lr.argmax(axis=1), lp.argmax(axis=1))  # same argmax at every position
-    diff = float(np.abs(lr - lp).max())  # every position, not only the last
-    assert diff <= 0.05
+    prompt = float(np.abs(lr - lp).max())  # every position, not only the last
+    assert prompt <= prompt_tol, f"prompt positions: max |logit diff| {prompt:.2e} > {prompt_tol}"
     gr, sr = _greedy(res, ids)
     gp, sp = _greedy(plain, ids)
     assert gr == gp
-    diff = max(diff, float(np.abs(sr - sp).max()))  # the decode steps' logits too
-    assert diff <= 0.05
-    return diff
+    decode = float(np.abs(sr - sp).max())  # the decode steps' logits (the GEMV kernels) too
+    assert decode <= decode_tol, f"decode steps: max |logit diff| {decode:.2e} > {decode_tol}"
+    return prompt, decode
 
 
 def test_tiny_quantized_resident_matches_plain() -> None:
     res, plain = _quantized_pair()
     assert isinstance(res.weights.layers[0].wq, QuantWeight)
+    # measured (seeds 0-3 of _quantized_pair, these prompts): at most 4.6e-4 over the prompt positions
+    # and the decode steps alike, with logits up to ~9; Q8_0/Q5_0 int8-activation dots vs float32
     for ids in ([1, 2, 3, 4, 5], [200, 17, 99, 3, 42, 8, 250, 1, 0, 64], [7]):
-        _agree(res, plain, ids)
+        _agree(res, plain, ids, prompt_tol=1e-3, decode_tol=1e-3)
 
 
 def test_tiny_resident_step_batch_is_serial_step_bit_for_bit() -> None:
     res, _ = _quantized_pair(seed=3)
-    prompts = [[1, 2, 3], [9, 8], [100, 101, 102, 103], [5]]
+    rng = np.random.default_rng(4)  # 80 lanes: a batch big enough for the parallel tile kernels
+    prompts = [[1, 2, 3], [9, 8], [100, 101, 102, 103], [5]] + [list(rng.integers(0, 255, 3)) for _ in range(76)]
     serial = []
     for p in prompts:
         s = Session(res)
@@ -90,7 +96,9 @@ def test_tiny_resident_step_batch_is_serial_step_bit_for_bit() -> None:
     sessions = [Session(res) for _ in prompts]
     for s, p in zip(sessions, prompts):
         s.prefill(p)
-    batched = BatchSession(sessions).step_batch([p[-1] + 1 for p in prompts])
+    with ParallelLaunches() as launches:
+        batched = BatchSession(sessions).step_batch([p[-1] + 1 for p in prompts])
+    launches.assert_multithreaded()
     for b, row in enumerate(serial):
         assert np.array_equal(batched[b], row)
 
@@ -104,5 +112,8 @@ def gemma_pair() -> tuple[Model, Model]:
 def test_gemma_resident_matches_plain(gemma_pair: tuple[Model, Model]) -> None:
     res, plain = gemma_pair
     assert isinstance(res.weights.token_embd, QuantWeight) and res.weights.output is res.weights.token_embd
-    diff = _agree(res, plain, PROMPT)
-    print(f"gemma resident vs plain: max |logit diff| over all prompt positions and 16 decode steps {diff:.2e}")
+    # measured on PROMPT: 0.0125 over the prompt positions (at position 2, whose logits reach 160; the
+    # others <= 0.0045) and 0.0027 over the 16 decode steps (logits ~15-22); the README's "within 0.002"
+    # is the typical decode step
+    prompt, decode = _agree(res, plain, PROMPT, prompt_tol=0.03, decode_tol=0.006)
+    print(f"gemma resident vs plain: max |logit diff| {prompt:.2e} over the prompt, {decode:.2e} over 16 decode steps")

@@ -9,6 +9,7 @@ import sys
 import numpy as np
 
 from engine import Session, synthetic_model
+from engine.model.sampling import Sampler, SamplingParams
 
 
 def fak(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -50,10 +51,34 @@ def test_system_prompt_goes_first() -> None:
     assert json.loads(r.stdout)["prompt_ids"] == list(b"Be brief.\n\nhi")
 
 
-def test_sampling_seed_reproducible() -> None:
-    a = fak("synthetic", "--ids", "1,2", "--max-tokens", "8", "--temp", "1.5", "--top-k", "50", "--seed", "3", "--json")
-    b = fak("synthetic", "--ids", "1,2", "--max-tokens", "8", "--temp", "1.5", "--top-k", "50", "--seed", "3", "--json")
-    assert json.loads(a.stdout)["generated_ids"] == json.loads(b.stdout)["generated_ids"]
+def _sampled(ids: list[int], n: int, sp: SamplingParams) -> list[int]:
+    """The engine's Sampler step by step on a plain Session: what `fak run --temp ... --seed ...` must print."""
+    m = synthetic_model()
+    m.prefill_blas = False  # a prompt shorter than a prefill chunk goes through the scheduler's row-stable rows
+    s, sampler, out = Session(m), Sampler(sp), []
+    logits = s.prefill(ids)
+    for _ in range(n):
+        out.append(sampler(logits))
+        logits = s.step(out[-1])
+    return out
+
+
+def test_sampling_follows_temperature_top_k_and_seed() -> None:
+    def run(*extra: str) -> list[int]:
+        r = fak("synthetic", "--ids", "1,2", "--max-tokens", "8", *extra, "--json")
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout)["generated_ids"]
+
+    a = run("--temp", "1.5", "--top-k", "50", "--seed", "3")
+    assert a == run("--temp", "1.5", "--top-k", "50", "--seed", "3")  # reproducible
+    assert a == _sampled([1, 2], 8, SamplingParams(temperature=1.5, top_k=50, seed=3))
+    b = run("--temp", "1.5", "--top-k", "50", "--seed", "4")
+    assert b == _sampled([1, 2], 8, SamplingParams(temperature=1.5, top_k=50, seed=4)) and b != a
+    c = run("--temp", "2", "--top-p", "0.8", "--seed", "3")  # the nucleus reaches the engine too
+    assert c == _sampled([1, 2], 8, SamplingParams(temperature=2.0, top_p=0.8, seed=3))
+    assert c != _sampled([1, 2], 8, SamplingParams(temperature=2.0, seed=3))
+    greedy = run("--seed", "3")  # --temp 0 (the default): the seed changes nothing
+    assert greedy == _greedy([1, 2], 8) and greedy not in (a, b, c)
 
 
 def test_repl_until_eof() -> None:

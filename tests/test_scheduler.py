@@ -6,21 +6,25 @@ import threading
 
 import numpy as np
 import pytest
+from numba_threads import ParallelLaunches
 from sched_helpers import model, rand_prompt, solo
+
+from engine import Session
 
 from engine.errors import EngineError
 from engine.sched.lane import FinishReason, Handle, Lane, LaneState, Request, TextTracker
-from engine.model.sampling import SamplingParams
+from engine.model.sampling import Sampler, SamplingParams, sample
 from engine.sched.scheduler import NativeScheduler
 
 
 def test_concurrent_greedy_outputs_equal_solo_and_stream_matches_result() -> None:
     rng = np.random.default_rng(0)
     prompts = [rand_prompt(rng, n) for n in (3, 17, 40, 9, 150, 1)]
-    with NativeScheduler(model(), numba_threads=1, prefill_chunk=32) as sched:
+    with ParallelLaunches() as launches, NativeScheduler(model(), prefill_chunk=32) as sched:
         handles = [sched.admit(Request(p, max_new_tokens=12)) for p in prompts]
         streamed = [list(h) for h in handles]
         results = [h.result(timeout=60) for h in handles]
+    launches.assert_multithreaded("fak-scheduler")  # the loop thread ran parallel kernels on >= 2 threads
     for p, s, r in zip(prompts, streamed, results):
         assert r.finish_reason is FinishReason.LENGTH
         assert r.token_ids == s == solo(p, 12, 32)
@@ -29,7 +33,7 @@ def test_concurrent_greedy_outputs_equal_solo_and_stream_matches_result() -> Non
 
 
 def test_max_running_bound_and_fifo_promotion() -> None:
-    sched = NativeScheduler(model(), numba_threads=1, max_running=2, thread=False, prefix_cache=False)
+    sched = NativeScheduler(model(), max_running=2, thread=False, prefix_cache=False)
     rng = np.random.default_rng(1)
     hs = [sched.admit(Request(rand_prompt(rng, 5), max_new_tokens=4)) for _ in range(5)]
     order: list[int] = []
@@ -45,7 +49,7 @@ def test_max_running_bound_and_fifo_promotion() -> None:
 
 
 def test_earliest_deadline_first_then_fifo() -> None:
-    sched = NativeScheduler(model(), numba_threads=1, max_running=1, thread=False)
+    sched = NativeScheduler(model(), max_running=1, thread=False)
     p = [1, 2, 3]
     h_none = sched.admit(Request(p, max_new_tokens=2))
     h_late = sched.admit(Request(p, max_new_tokens=2, deadline=20.0))
@@ -64,7 +68,7 @@ def test_stop_ids_eos_and_length() -> None:
     p = [5, 6, 7, 8]
     ref = solo(p, 12)
     i = next(k for k in range(2, 12) if ref[k] not in ref[:k])
-    with NativeScheduler(model(), numba_threads=1, eos_ids=(ref[i],)) as sched:
+    with NativeScheduler(model(), eos_ids=(ref[i],)) as sched:
         eos = sched.admit(Request(p, max_new_tokens=12))
         no_eos = sched.admit(Request(p, max_new_tokens=12, stop_on_eos=False))
         stop = sched.admit(Request(p, max_new_tokens=12, stop_on_eos=False, stop_ids=(ref[i],)))
@@ -79,19 +83,54 @@ def test_stop_ids_eos_and_length() -> None:
 def test_seeded_sampling_does_not_depend_on_batch_mates() -> None:
     sp = SamplingParams(temperature=0.8, top_k=40, top_p=0.9, seed=123)
     p = [9, 8, 7, 6, 5]
-    with NativeScheduler(model(), numba_threads=1) as sched:
+    with NativeScheduler(model()) as sched:
         alone = sched.admit(Request(p, max_new_tokens=10, sampling=sp)).result(timeout=60).token_ids
     rng = np.random.default_rng(2)
-    with NativeScheduler(model(), numba_threads=1) as sched:
-        others = [sched.admit(Request(rand_prompt(rng, 20), max_new_tokens=15)) for _ in range(3)]
+    # batch mates with long prompts: their full chunks run the parallel kernels
+    with ParallelLaunches() as launches, NativeScheduler(model()) as sched:
+        others = [sched.admit(Request(rand_prompt(rng, n), max_new_tokens=15)) for n in (20, 150, 200)]
         mine = sched.admit(Request(p, max_new_tokens=10, sampling=sp))
         crowd = mine.result(timeout=60).token_ids
         [h.result(timeout=60) for h in others]
     assert alone == crowd and len(crowd) == 10
+    launches.assert_multithreaded("fak-scheduler")
+
+
+def _sampled_solo(prompt: list[int], n: int, sp: SamplingParams, penalties: bool = False) -> list[int]:
+    """The request run alone on a plain Session, sampled step by step: with the engine's `Sampler`,
+    or (penalties) with `sample` given the generated ids and the prompt, as the scheduler must."""
+    s = Session(model())
+    logits = s.prefill(prompt)  # shorter than one prefill chunk: the scheduler's rows are these rows
+    sampler, rng, out = Sampler(sp), np.random.default_rng(sp.seed), []
+    while len(out) < n:
+        out.append(sample(logits, sp, rng, out, prompt) if penalties else sampler(logits))
+        logits = s.step(out[-1])
+    s.free()
+    return out
+
+
+def test_sampled_requests_follow_their_own_params_and_seed() -> None:
+    """A sampled lane is the Sampler's sequence for its seed (not greedy, not its neighbour's seed)."""
+    p = [9, 8, 7, 6, 5]
+    sps = {"a": SamplingParams(temperature=1.0, top_k=50, top_p=0.95, seed=123),
+           "b": SamplingParams(temperature=1.0, top_k=50, top_p=0.95, seed=124),
+           "hot": SamplingParams(temperature=3.0, seed=123),
+           "pen": SamplingParams(temperature=0.7, seed=5, repetition_penalty=1.5, presence_penalty=1.0,
+                                 frequency_penalty=0.5, logit_bias={p[0]: 2.0})}
+    with NativeScheduler(model()) as sched:
+        hs = {k: sched.admit(Request(p, max_new_tokens=16, sampling=sp)) for k, sp in sps.items()}
+        hs["greedy"] = sched.admit(Request(p, max_new_tokens=16))
+        got = {k: h.result(timeout=60).token_ids for k, h in hs.items()}
+    assert got["greedy"] == solo(p, 16)
+    for k, sp in sps.items():
+        assert got[k] == _sampled_solo(p, 16, sp, penalties=k == "pen"), k
+        assert got[k] != got["greedy"], k
+    assert got["a"] != got["b"]  # the seed matters
+    assert got["a"] != got["hot"]  # and so does the temperature (same seed)
 
 
 def test_cancel_frees_kv_between_steps() -> None:
-    sched = NativeScheduler(model(), numba_threads=1, thread=False, prefix_cache=False, kv_blocks=32)
+    sched = NativeScheduler(model(), thread=False, prefix_cache=False, kv_blocks=32)
     h = sched.admit(Request(list(range(40)), max_new_tokens=200))
     other = sched.admit(Request([1, 2], max_new_tokens=200))
     for _ in range(5):
@@ -109,7 +148,7 @@ def test_cancel_frees_kv_between_steps() -> None:
 
 
 def test_close_aborts_everything_joins_and_rejects_admits() -> None:
-    sched = NativeScheduler(model(), numba_threads=1, max_running=2, kv_blocks=16)
+    sched = NativeScheduler(model(), max_running=2, kv_blocks=16)
     hs = [sched.admit(Request(list(range(1, 30)), max_new_tokens=500)) for _ in range(5)]
     next(iter(hs[0]))  # the loop is running
     sched.close()
@@ -123,7 +162,7 @@ def test_close_aborts_everything_joins_and_rejects_admits() -> None:
 
 
 def test_lone_lane_that_cannot_fit_finishes_with_error_others_continue() -> None:
-    with NativeScheduler(model(), numba_threads=1, kv_blocks=3, block_tokens=4, max_running=1) as sched:
+    with NativeScheduler(model(), kv_blocks=3, block_tokens=4, max_running=1) as sched:
         big = sched.admit(Request([1, 2, 3], max_new_tokens=30))
         small = sched.admit(Request([4, 5], max_new_tokens=3))
         rb, rs = big.result(timeout=60), small.result(timeout=60)
@@ -145,7 +184,7 @@ def test_lone_lane_that_cannot_fit_finishes_with_error_others_continue() -> None
     ],
 )
 def test_bad_requests_are_one_clear_error(kwargs: dict, request_: Request, match: str) -> None:
-    with NativeScheduler(model(), numba_threads=1, **kwargs) as sched, pytest.raises(EngineError, match=match):
+    with NativeScheduler(model(), **kwargs) as sched, pytest.raises(EngineError, match=match):
         sched.admit(request_)
 
 
@@ -157,7 +196,7 @@ def test_bad_requests_are_one_clear_error(kwargs: dict, request_: Request, match
 )
 def test_bad_config(kwargs: dict, match: str) -> None:
     with pytest.raises(EngineError, match=match):
-        NativeScheduler(model(), numba_threads=1, **kwargs)
+        NativeScheduler(model(), **kwargs)
 
 
 def test_lane_state_machine_rejects_illegal_moves() -> None:
@@ -204,7 +243,7 @@ def test_stop_string_through_the_scheduler() -> None:
     text = "".join(chr(t) for t in ref)
     stop = text[4:6]
     cut = text.index(stop)
-    with NativeScheduler(model(), numba_threads=1, tokenizer=_Latin1()) as sched:
+    with NativeScheduler(model(), tokenizer=_Latin1()) as sched:
         h = sched.admit(Request(p, max_new_tokens=10, stop_strings=(stop,)))
         pieces = list(h.pieces(timeout=60))
         r = h.result(timeout=60)
@@ -237,7 +276,7 @@ def test_lanes_admitted_together_compute_a_shared_prompt_once() -> None:
     rng = np.random.default_rng(13)
     system = rand_prompt(rng, 64)
     prompts = [system + rand_prompt(rng, 6) for _ in range(4)]
-    with NativeScheduler(model(), numba_threads=1, thread=False) as sched:
+    with NativeScheduler(model(), thread=False) as sched:
         hs = [sched.admit(Request(p, max_new_tokens=5)) for p in prompts]
         while sched.step():
             pass
@@ -247,7 +286,7 @@ def test_lanes_admitted_together_compute_a_shared_prompt_once() -> None:
 
 
 def test_a_model_failure_fails_the_lanes_and_the_loop_keeps_serving(monkeypatch: pytest.MonkeyPatch) -> None:
-    sched = NativeScheduler(model(), numba_threads=1)
+    sched = NativeScheduler(model())
     real = sched._forward_batch
     calls = {"n": 0}
 

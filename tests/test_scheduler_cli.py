@@ -31,6 +31,51 @@ def test_flags_reach_the_engine_and_bad_values_are_one_line() -> None:
     assert bad.returncode == 2 and bad.stderr.strip() == "fak: error: --preempt 'drop': expected one of swap, recompute"
 
 
+@pytest.mark.parametrize("args, env, want", [
+    (["run", "--trace", "examples/trace.json", "--engine", "inkernel", "--max-running", "2", "--kv-blocks", "64",
+      "--block-tokens", "8", "--preempt", "recompute", "--victim", "cost-aware", "--json"], {},
+     (2, 64, 8, "recompute", "cost-aware")),
+    (["run", "--trace", "examples/trace.json", "--engine", "inkernel", "--max-running", "3", "--json"],
+     {"FAK_KV_BLOCKS": "40", "FAK_BLOCK_TOKENS": "4", "FAK_PREEMPT": "recompute", "FAK_VICTIM": "cost-aware"},
+     (3, 40, 4, "recompute", "cost-aware")),
+    (["run", "synthetic", "--ids", "1,2,3", "--max-tokens", "4", "--max-running", "1", "--kv-blocks", "9",
+      "--block-tokens", "4", "--preempt", "recompute", "--victim", "cost-aware", "--json"], {"FAK_PREEMPT": "swap"},
+     (1, 9, 4, "recompute", "cost-aware")),
+    (["run", "synthetic", "--ids", "1,2,3", "--max-tokens", "4", "--json"], {}, (0, None, 16, "swap", "most-recent")),
+], ids=["trace-flags", "trace-env", "model-flags", "model-defaults"])
+def test_the_scheduler_is_built_with_the_flags(args: list[str], env: dict[str, str], want: tuple,
+                                               monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """In process, so the scheduler the CLI built can be inspected: its policy, its pool, what it ran."""
+    import engine.sched.scheduler as S
+    from commands.main import main
+
+    built: list[S.NativeScheduler] = []
+
+    class Recording(S.NativeScheduler):
+        def __init__(self, *a: object, **kw: object) -> None:
+            super().__init__(*a, **kw)  # type: ignore[arg-type]
+            built.append(self)
+
+    monkeypatch.setattr(S, "NativeScheduler", Recording)
+    for var in SchedOptions.ENV.values():
+        monkeypatch.delenv(var, raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.chdir(REPO)
+    monkeypatch.setattr(sys, "argv", ["fak", *args])
+    with pytest.raises(SystemExit) as exit_:
+        main()
+    assert exit_.value.code == 0, capsys.readouterr().err
+    [sched] = built
+    got = (sched.max_running, sched.kv_blocks, sched.pool.block_tokens, sched.preempt_mode, sched.victim_rule)
+    assert got == want
+    st = sched.stats()  # published by the loop as it stopped
+    assert (st.max_running, st.max_blocks, st.preempt_mode, st.victim_rule) == (want[0], want[1], want[3], want[4])
+    assert st.finished.get("length", 0) >= 1 and (want[0] == 0 or st.max_running_observed <= want[0])
+    assert sched.pool.growable == (want[1] is None) and (want[1] is None or sched.pool.capacity == want[1])
+    json.loads(capsys.readouterr().out)
+
+
 def test_sched_options_flag_beats_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for var in ("FAK_MAX_RUNNING", "FAK_KV_BLOCKS", "FAK_BLOCK_TOKENS", "FAK_PREEMPT", "FAK_VICTIM"):
         monkeypatch.delenv(var, raising=False)

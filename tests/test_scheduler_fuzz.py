@@ -12,6 +12,7 @@ import random
 import time
 from collections import Counter
 
+from numba_threads import ParallelLaunches
 from sched_helpers import model, solo
 
 from engine.sched.lane import FinishReason, Handle, LaneState, Request
@@ -67,10 +68,19 @@ def _check_refcounts(s: NativeScheduler) -> None:
     assert s.pool.num_used == len(held)
 
 
-def _check_results(cfg: dict, reqs: list[Request], hs: list[Handle], tag: str) -> None:
+def _check_results(cfg: dict, reqs: list[Request], hs: list[Handle], tag: str, cancelled: set[int],
+                   closed_early: bool = False, exact: bool = True) -> None:
+    """`cancelled`: indices of the handles the schedule cancelled while unfinished. exact (synchronous:
+    a cancel takes effect at the next step): CANCELLED exactly for those. Threaded, a cancel may lose
+    the race against the lane's last token, and closing with work in flight cancels the rest."""
     bt = cfg["block_tokens"]
-    for req, h in zip(reqs, hs):
+    for i, (req, h) in enumerate(zip(reqs, hs)):
         res = h.result(0)
+        was_cancelled = res.finish_reason is FinishReason.CANCELLED
+        if exact:
+            assert was_cancelled == (i in cancelled), f"{tag}: request {i} {res.finish_reason} {req}"
+        elif was_cancelled:
+            assert i in cancelled or (closed_early and res.error == "scheduler closed"), f"{tag}: request {i} {req}"
         assert h.state is LaneState.FINISHED, tag
         ref = solo(list(req.prompt), req.max_new_tokens, cfg["prefill_chunk"])  # type: ignore[arg-type]
         assert res.token_ids == ref[: len(res.token_ids)], f"{tag}: {req}"
@@ -80,40 +90,53 @@ def _check_results(cfg: dict, reqs: list[Request], hs: list[Handle], tag: str) -
             assert "KV budget" in (res.error or ""), f"{tag}: {res.error}"
             assert cfg["kv_blocks"] * bt < len(req.prompt) + req.max_new_tokens, tag
         else:
-            assert res.finish_reason is FinishReason.CANCELLED, tag
+            assert was_cancelled, tag
+
+
+def _sync_schedule(seed: int) -> dict[str, int]:
+    """One random schedule stepped in this thread, checked throughout; its stats."""
+    r = random.Random(seed)
+    cfg = _config(r)
+    kv_tokens = cfg["kv_blocks"] * cfg["block_tokens"] if cfg["kv_blocks"] else None
+    reqs = _requests(r, kv_tokens)
+    s = NativeScheduler(model(), thread=False, **cfg)
+    hs: list[Handle] = []
+    cancelled: set[int] = set()
+    pending = list(reqs)
+    tag = f"seed {seed} {cfg}"
+    for _ in range(2000):
+        while pending and r.random() < 0.4:
+            hs.append(s.admit(pending.pop(0)))
+        if hs and r.random() < 0.05:
+            i = r.randrange(len(hs))
+            if not hs[i].done:
+                cancelled.add(i)
+            hs[i].cancel()
+        busy = s.step()
+        st = s.stats()
+        assert cfg["max_running"] == 0 or st.running <= cfg["max_running"], tag
+        assert cfg["kv_blocks"] is None or st.used_blocks <= cfg["kv_blocks"], tag
+        _check_refcounts(s)
+        if not busy and not pending:
+            break
+    assert not pending and all(h.done for h in hs), tag
+    st = s.stats()
+    s.close()
+    assert s.pool.num_used == 0, tag
+    assert cfg["max_running"] == 0 or st.max_running_observed <= cfg["max_running"], tag
+    _check_results(cfg, reqs, hs, tag, cancelled)
+    return {"swap": st.preemptions_swap, "recompute": st.preemptions_recompute,
+            "hit_tokens": st.prefix_hit_tokens, **st.finished}
 
 
 def test_fuzz_synchronous_schedules() -> None:
     totals: Counter[str] = Counter()
-    for seed in range(SYNC_SCHEDULES):
-        r = random.Random(seed)
-        cfg = _config(r)
-        kv_tokens = cfg["kv_blocks"] * cfg["block_tokens"] if cfg["kv_blocks"] else None
-        reqs = _requests(r, kv_tokens)
-        s = NativeScheduler(model(), thread=False, **cfg)
-        hs: list[Handle] = []
-        pending = list(reqs)
-        tag = f"seed {seed} {cfg}"
-        for _ in range(2000):
-            while pending and r.random() < 0.4:
-                hs.append(s.admit(pending.pop(0)))
-            if hs and r.random() < 0.05:
-                r.choice(hs).cancel()
-            busy = s.step()
-            st = s.stats()
-            assert cfg["max_running"] == 0 or st.running <= cfg["max_running"], tag
-            assert cfg["kv_blocks"] is None or st.used_blocks <= cfg["kv_blocks"], tag
-            _check_refcounts(s)
-            if not busy and not pending:
-                break
-        assert not pending and all(h.done for h in hs), tag
-        st = s.stats()
-        s.close()
-        assert s.pool.num_used == 0, tag
-        assert cfg["max_running"] == 0 or st.max_running_observed <= cfg["max_running"], tag
-        _check_results(cfg, reqs, hs, tag)
-        totals.update({"swap": st.preemptions_swap, "recompute": st.preemptions_recompute,
-                       "hit_tokens": st.prefix_hit_tokens, **st.finished})
+    with ParallelLaunches() as launches:  # the first 20 schedules (the recorder costs ~1 us a launch)
+        for seed in range(20):
+            totals.update(_sync_schedule(seed))
+    launches.assert_multithreaded("MainThread")  # the kernels ran on several threads
+    for seed in range(20, SYNC_SCHEDULES):
+        totals.update(_sync_schedule(seed))
     print(dict(totals))
     # the schedules really exercised the machinery
     assert totals["swap"] > 30 and totals["recompute"] > 30 and totals["hit_tokens"] > 500, totals
@@ -121,25 +144,35 @@ def test_fuzz_synchronous_schedules() -> None:
 
 
 def test_fuzz_threaded_schedules() -> None:
-    for seed in range(THREADED_SCHEDULES):
-        r = random.Random(10_000 + seed)
-        cfg = _config(r)
-        kv_tokens = cfg["kv_blocks"] * cfg["block_tokens"] if cfg["kv_blocks"] else None
-        reqs = _requests(r, kv_tokens)
-        s = NativeScheduler(model(), numba_threads=1, **cfg)
-        hs = []
-        for req in reqs:
-            hs.append(s.admit(req))
-            if r.random() < 0.3:
-                time.sleep(r.uniform(0, 0.003))
-            if r.random() < 0.1:
-                r.choice(hs).cancel()
-        if r.random() < 0.3:  # close with work in flight: everything still ends terminal
-            s.close()
-        for h in hs:
-            h.result(timeout=60)
-        st = s.stats()
+    with ParallelLaunches() as launches:
+        for seed in range(THREADED_SCHEDULES):
+            _threaded_schedule(seed)
+    launches.assert_multithreaded("fak-scheduler")
+
+
+def _threaded_schedule(seed: int) -> None:
+    r = random.Random(10_000 + seed)
+    cfg = _config(r)
+    kv_tokens = cfg["kv_blocks"] * cfg["block_tokens"] if cfg["kv_blocks"] else None
+    reqs = _requests(r, kv_tokens)
+    s = NativeScheduler(model(), **cfg)
+    hs = []
+    cancelled: set[int] = set()
+    for req in reqs:
+        hs.append(s.admit(req))
+        if r.random() < 0.3:
+            time.sleep(r.uniform(0, 0.003))
+        if r.random() < 0.1:
+            i = r.randrange(len(hs))
+            cancelled.add(i)
+            hs[i].cancel()
+    closed_early = r.random() < 0.3
+    if closed_early:  # close with work in flight: everything still ends terminal
         s.close()
-        assert s.pool.num_used == 0
-        assert cfg["max_running"] == 0 or st.max_running_observed <= cfg["max_running"]
-        _check_results(cfg, reqs, hs, f"threaded seed {seed} {cfg}")
+    for h in hs:
+        h.result(timeout=60)
+    st = s.stats()
+    s.close()
+    assert s.pool.num_used == 0
+    assert cfg["max_running"] == 0 or st.max_running_observed <= cfg["max_running"]
+    _check_results(cfg, reqs, hs, f"threaded seed {seed} {cfg}", cancelled, closed_early, exact=False)

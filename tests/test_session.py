@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from numba_threads import ParallelLaunches
 
 from engine import BatchSession, Session, step_batch, synthetic_model
 from engine.errors import EngineError
@@ -45,6 +46,25 @@ def test_step_batch_bit_identical_to_serial_steps(model) -> None:  # type: ignor
             assert np.array_equal(logits[lane], serial[lane][1][i]), f"lane {lane} step {i}"
         toks = [int(np.argmax(r)) for r in logits]
     assert [s.length for s in sessions] == [len(p) + n for p in PROMPTS]
+
+
+def test_a_wide_step_batch_runs_the_parallel_kernels_and_equals_serial_steps(model) -> None:  # type: ignore[no-untyped-def]
+    """80 lanes: the batched weight products are big enough for the parallel kernels (on >= 2 threads),
+    a lone step runs the serial twins; each lane's logits must still be the same bits."""
+    rng = np.random.default_rng(5)
+    prompts = [[int(t) for t in rng.integers(0, 256, 1 + i % 7)] for i in range(80)]
+    serial = []
+    for p in prompts:
+        s = Session(model)
+        s.prefill(p)
+        serial.append(s.step(p[0]))
+    sessions = [Session(model) for _ in prompts]
+    for s, p in zip(sessions, prompts):
+        s.prefill(p)
+    with ParallelLaunches() as launches:
+        batched = step_batch(sessions, [p[0] for p in prompts])
+    launches.assert_multithreaded()
+    assert all(np.array_equal(batched[b], row) for b, row in enumerate(serial))
 
 
 def test_step_batch_changing_set(model) -> None:  # type: ignore[no-untyped-def]

@@ -255,3 +255,84 @@ def test_huge_string_length_is_one_error(tmp_path: Path) -> None:
     p.write_bytes(data.replace(field, (2**63 - 1).to_bytes(8, "little") + b"llama", 1))
     with pytest.raises(EngineError, match="huge.gguf: truncated or corrupt GGUF metadata"):
         load_tokenizer(p, use_cache=False)
+
+
+# -- the on-disk tokenizer cache (engine/tokenizer/cache.py) -------------------------------------
+def _no_gguf_vocab(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """Make the GGUF vocabulary reader fail: a load that still works read the cache entry instead."""
+    import engine.tokenizer.tokenizer as T
+
+    calls: list[Path] = []
+
+    def refuse(path: Path) -> VocabMeta:
+        calls.append(Path(path))
+        raise EngineError("test: the warm path must not read the GGUF vocabulary")
+
+    monkeypatch.setattr(T, "read_vocab", refuse)
+    return calls
+
+
+def _cached_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str) -> Path:
+    monkeypatch.setenv("FAK_TOKENIZER_CACHE", str(tmp_path / "cache"))
+    src = tmp_path / name
+    src.write_bytes((vocab_dir() / name).read_bytes())
+    return src
+
+
+@pytest.mark.parametrize("name", ["ggml-vocab-llama-spm.gguf", "ggml-vocab-qwen2.gguf"])
+def test_cache_warm_load_reads_the_entry_not_the_gguf(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      name: str) -> None:
+    import engine.tokenizer.tokenizer as T
+
+    src = _cached_copy(tmp_path, monkeypatch, name)
+    cold = T.load_gguf_tokenizer(src)
+    text = "Hello world, <|im_start|> 1234 naïve"
+    want = (cold.encode(text), cold.decode(cold.encode(text)), cold.bos_id, cold.eos_ids, cold.vocab_size)
+    T.clear_memo()
+    calls = _no_gguf_vocab(monkeypatch)
+    warm = T.load_gguf_tokenizer(src)
+    assert warm is not cold
+    assert (warm.encode(text), warm.decode(warm.encode(text)), warm.bos_id, warm.eos_ids, warm.vocab_size) == want
+    assert calls == []
+
+
+@pytest.mark.parametrize("part", ["meta.json", "vocab.json", "merges.npy"])
+def test_cache_damaged_entry_is_rebuilt_rewritten_and_then_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                 part: str) -> None:
+    import engine.tokenizer.cache as C
+    import engine.tokenizer.tokenizer as T
+
+    src = _cached_copy(tmp_path, monkeypatch, "ggml-vocab-llama-spm.gguf")
+    key = C.gguf_identity(src)
+    first = T.load_gguf_tokenizer(src).encode("Hello world")
+    entry = C.entry_paths(key)
+    entry[part].write_text("{not json")
+    T.clear_memo()
+    assert T.load_gguf_tokenizer(src).encode("Hello world") == first  # rebuilt from the GGUF
+    doc = C.load_meta(key)  # ... and rewritten: the entry parses again
+    assert doc is not None
+    tokens, _, plan = C.load_vocab_and_plan(key, doc)
+    assert len(tokens) == 32000 and plan.kind == "llama"
+    T.clear_memo()
+    calls = _no_gguf_vocab(monkeypatch)
+    assert T.load_gguf_tokenizer(src).encode("Hello world") == first  # and the next load reads it
+    assert calls == []
+
+
+def test_cache_key_follows_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import engine.tokenizer.cache as C
+
+    src = _cached_copy(tmp_path, monkeypatch, "ggml-vocab-llama-spm.gguf")
+    orig = src.stat()
+    key1 = C.gguf_identity(src)
+    os.utime(src, ns=(1_000_000_000, 1_000_000_000))
+    assert C.gguf_identity(src) != key1  # mtime is part of the identity
+    os.utime(src, ns=(orig.st_atime_ns, orig.st_mtime_ns))
+    assert C.gguf_identity(src) == key1
+    with open(src, "r+b") as f:  # same size and mtime, other bytes in the header
+        f.seek(100)
+        b = f.read(1)
+        f.seek(100)
+        f.write(bytes([b[0] ^ 1]))
+    os.utime(src, ns=(orig.st_atime_ns, orig.st_mtime_ns))
+    assert C.gguf_identity(src) != key1

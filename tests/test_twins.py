@@ -2,10 +2,13 @@
 one runs depends on the batch size: so for step_batch to stay bit-identical to serial steps, a
 twin must give exactly the parallel kernel's bits, row for row. Checked here for every kernel that
 goes through `launch`, at several widths (with reassociating fast-math sums, rmsnorm and attention
-did differ: their sums are now written in a fixed order)."""
+did differ: their sums are now written in a fixed order). The parallel kernel runs on the
+default team (checked: >= 2 threads, else the comparison says nothing about threads) and on one thread:
+the bits must not depend on the thread count either."""
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 import pytest
 
@@ -19,22 +22,41 @@ from engine.kernels.attention import RaggedRows, _paged_attention, batched_atten
 from engine.model.linear import _rows_kernel
 from engine.kernels.parallel import serial_twin
 from tests.test_kernels import TYPES, random_blocks
+from numba_threads import team_size
 
 RNG = np.random.default_rng(11)
 
 
+@pytest.fixture(autouse=True)
+def _several_threads() -> None:
+    assert numba.get_num_threads() >= 2 and team_size() >= 2, (
+        f"numba runs {numba.get_num_threads()} thread(s) here: the parallel kernels would not split their loops")
+
+
+def _arrays(args: tuple) -> list[np.ndarray]:  # type: ignore[type-arg]
+    return [x for x in args if isinstance(x, np.ndarray)]
+
+
 def _both(kernel, make_args) -> tuple[list[np.ndarray], list[np.ndarray]]:  # type: ignore[no-untyped-def]
-    """Run kernel and its twin on identical fresh arguments; return their outputs."""
+    """Run kernel (on the default team of threads) and its twin on identical fresh arguments."""
     a, b = make_args(), make_args()
     kernel(*a)
     serial_twin(kernel)(*b)
-    return [x for x in a if isinstance(x, np.ndarray)], [x for x in b if isinstance(x, np.ndarray)]
+    return _arrays(a), _arrays(b)
 
 
 def _assert_same(kernel, make_args) -> None:  # type: ignore[no-untyped-def]
     got, want = _both(kernel, make_args)
-    for g, w in zip(got, want):
-        assert np.array_equal(g, w, equal_nan=True)
+    one = make_args()
+    threads = numba.get_num_threads()
+    numba.set_num_threads(1)
+    try:
+        kernel(*one)
+    finally:
+        numba.set_num_threads(threads)
+    for g, w, o in zip(got, want, _arrays(one)):
+        assert np.array_equal(g, w, equal_nan=True)  # parallel kernel == serial twin
+        assert np.array_equal(g, o, equal_nan=True)  # on a team of threads == on one thread
 
 
 @pytest.mark.parametrize("rows,width", [(1, 640), (17, 640), (3, 1024), (5, 2048), (2, 256), (9, 100)])
