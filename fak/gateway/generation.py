@@ -79,7 +79,8 @@ class GenSpec:
 
 
 def admit(request: Request, b: Any, ids: list[int], spec: GenSpec) -> list[Any]:
-    """Queue one scheduler request per choice (choice i samples with seed + i); 429 when the queue is full."""
+    """Queue one scheduler request per choice (choice i samples with seed + i, taken mod 2**64: OpenAI
+    accepts any integer, numpy's generators only non-negative ones); 429 when the queue is full."""
     from engine.errors import EngineError
     from engine.model.sampling import SamplingParams
     from engine.sched.lane import Request as LaneRequest
@@ -92,7 +93,7 @@ def admit(request: Request, b: Any, ids: list[int], spec: GenSpec) -> list[Any]:
     try:
         for i in range(spec.n):
             params = SamplingParams(temperature=spec.temperature, top_k=spec.top_k, top_p=spec.top_p,
-                                    seed=None if spec.seed is None else spec.seed + i, min_p=spec.min_p,
+                                    seed=None if spec.seed is None else (spec.seed + i) % 2**64, min_p=spec.min_p,
                                     presence_penalty=spec.presence_penalty, frequency_penalty=spec.frequency_penalty,
                                     repetition_penalty=spec.repetition_penalty, logit_bias=spec.logit_bias)
             extra = {} if spec.grammar is None else {"grammar": spec.grammar}
