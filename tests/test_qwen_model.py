@@ -237,8 +237,9 @@ def test_resident_matches_plain(plain, chat_ids: list[list[int]]) -> None:  # ty
     from test_resident_model import _agree
 
     res = load_model(INSTRUCT_ALIAS, resident=True, progress=False)
-    diff = _agree(res, plain, chat_ids[0])
-    print(f"qwen resident vs plain: max |logit diff| over all prompt positions and 16 decode steps {diff:.2e}")
+    # measured 1.7e-3 at most over the prompt positions and the 16 decode steps: bounds ~3x that
+    prompt, decode = _agree(res, plain, chat_ids[0], prompt_tol=5e-3, decode_tol=5e-3)
+    print(f"qwen resident vs plain: max |logit diff| prompt {prompt:.2e}, 16 decode steps {decode:.2e}")
 
 
 @pytest.fixture(scope="module")

@@ -295,6 +295,7 @@ def test_json_logs_every_line_parses_with_an_access_log() -> None:
     assert any(r["logger"] == "fak.serve" and r["msg"].startswith("fak: synthetic") for r in records)  # boot line
 
 
+@pytest.mark.gemma  # a cut copy of its file
 def test_a_model_that_fails_to_load_ends_the_server_with_one_line(tmp_path) -> None:  # type: ignore[no-untyped-def]
     import subprocess
     import sys
