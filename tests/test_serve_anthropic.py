@@ -90,6 +90,8 @@ def test_errors_in_anthropic_shape(server: Server) -> None:
                          "thinking": {"type": "enabled", "budget_tokens": 1024}}, "thinking"),
                        ({"model": MODEL, "max_tokens": 4, "messages": [{"role": "user", "content": "x"}],
                          "container": "c1"}, "container"),
+                       ({"model": MODEL, "max_tokens": 4, "messages": [{"role": "user", "content": "x"}],
+                         "tools": [{"name": "f", "input_schema": {"type": "object"}}] * 2}, "used twice"),
                        ({"model": MODEL, "max_tokens": 10**7, "messages": [{"role": "user", "content": "x"}]},
                         "context length")):
         r = httpx.post(server.url + "/v1/messages", json=body, timeout=10)

@@ -38,7 +38,9 @@ from fak.gateway.generation import (
     collect,
     gates_for,
     limits,
+    offered_names,
     served,
+    text_parts,
     usage_counts,
 )
 
@@ -104,24 +106,11 @@ class CountTokensRequest(_Body):
     thinking: Optional[dict[str, Any]] = None
 
 
-def _text_of(blocks: Any, where: str) -> str:
-    """A string, or text blocks joined (the only block type allowed in `where`)."""
-    if isinstance(blocks, str):
-        return blocks
-    parts = []
-    for b in blocks or []:
-        if not isinstance(b, dict) or b.get("type") != "text" or not isinstance(b.get("text"), str):
-            kind = b.get("type") if isinstance(b, dict) else type(b).__name__
-            raise APIError(400, f"{where}: block type {kind!r} is not supported here (text only)", param=where)
-        parts.append(b["text"])
-    return "".join(parts)
-
-
 def to_chat(body: MessagesRequest | CountTokensRequest) -> list[dict[str, Any]]:
     """Anthropic messages as chat-template messages (OpenAI's roles and tool_calls)."""
     out: list[dict[str, Any]] = []
     if body.system:
-        out.append({"role": "system", "content": _text_of(body.system, "system")})
+        out.append({"role": "system", "content": text_parts(body.system, "system", "system")})
     for i, m in enumerate(body.messages):
         where = f"messages.{i}.content"
         if isinstance(m.content, str):
@@ -139,7 +128,7 @@ def to_chat(body: MessagesRequest | CountTokensRequest) -> list[dict[str, Any]]:
                 calls.append({"id": str(block.get("id", "")), "type": "function",
                               "function": {"name": block["name"], "arguments": block.get("input", {})}})
             elif kind == "tool_result" and m.role == "user":
-                content = _text_of(block.get("content", ""), where)
+                content = text_parts(block.get("content", ""), where, where)
                 if block.get("is_error"):
                     content = f"[error] {content}"
                 out.append({"role": "tool", "tool_call_id": str(block.get("tool_use_id", "")), "content": content})
@@ -163,10 +152,7 @@ def _tools(request: Request, body: MessagesRequest | CountTokensRequest
     choice = body.tool_choice
     if choice is not None and choice.type == "none":
         return None, [], None
-    names = [t.name for t in body.tools]
-    dup = next((n for n in names if names.count(n) > 1), None)
-    if dup is not None:
-        raise APIError(400, f"tools: the name {dup!r} is used twice", param="tools")
+    names = offered_names([t.name for t in body.tools])
     grammar = None
     if choice is not None and choice.type in ("any", "tool"):
         if choice.type == "tool" and not choice.name:
@@ -218,10 +204,6 @@ def _stop(done: Done) -> tuple[str, str | None]:
     return STOP[done.result.finish_reason.value], None
 
 
-def _fak(done: Done | None) -> dict[str, Any]:
-    return {} if done is None or done.gate is None else {"fak": done.gate.fak_extension()}
-
-
 @router.post("/v1/messages")
 async def messages(body: MessagesRequest, request: Request) -> Any:
     b = served(request)
@@ -243,7 +225,7 @@ async def messages(body: MessagesRequest, request: Request) -> Any:
     reason, seq = _stop(got.done)
     return JSONResponse({"id": mid, "type": "message", "role": "assistant", "model": name, "content": content,
                          "stop_reason": reason, "stop_sequence": seq, "usage": _usage(got.done.result)}
-                        | _fak(got.done))
+                        | got.done.fak())
 
 
 def _event(kind: str, data: dict[str, Any]) -> str:
@@ -296,7 +278,7 @@ async def _stream(handles: list[Any], events: AsyncIterator[Out | CallOut | Done
                                                "usage": {"output_tokens": u["output_tokens"],
                                                          "input_tokens": u["input_tokens"],
                                                          "cache_read_input_tokens": u["cache_read_input_tokens"]}}
-                             | _fak(ev))
+                             | ev.fak())
                 yield _event("message_stop", {})
     finally:
         cancel_all(handles)

@@ -45,6 +45,28 @@ def context_len(request: Request, b: Any) -> int:
     return min(ctx, cap) if cap else ctx
 
 
+def text_parts(content: Any, where: str, param: str, kinds: tuple[str, ...] = ("text",)) -> str:
+    """A string, or a list of text parts ({"type": one of `kinds`, "text": str}) joined; any other part
+    is a 400 naming where it is (the wires take text only)."""
+    if isinstance(content, str):
+        return content
+    texts = []
+    for part in content or []:
+        if not isinstance(part, dict) or part.get("type") not in kinds or not isinstance(part.get("text"), str):
+            kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+            raise APIError(400, f"{where}: part type {kind!r} is not supported here (text only)", param=param)
+        texts.append(part["text"])
+    return "".join(texts)
+
+
+def offered_names(names: list[str], param: str = "tools") -> list[str]:
+    """The tool names a request offers, each once (a 400 names the first repeated one)."""
+    dup = next((n for n in names if names.count(n) > 1), None)
+    if dup is not None:
+        raise APIError(400, f"{param}: the name {dup!r} is used twice", param=param)
+    return names
+
+
 def limits(request: Request, b: Any, n_prompt: int, asked: int | None, param: str = "max_tokens") -> int:
     """New tokens allowed: `asked`, or the rest of the context; 400 when the prompt + asked overflow."""
     ctx = context_len(request, b)
@@ -139,6 +161,10 @@ class Done:
     @property
     def called(self) -> bool:
         return self.gate is not None and bool(self.gate.calls)
+
+    def fak(self) -> dict[str, Any]:
+        """The `fak` extension object of this choice (empty when tools were off), to merge into a body."""
+        return {} if self.gate is None else {"fak": self.gate.fak_extension()}
 
 
 async def choice_events(handles: list[Any], gates: list[ToolGate | None] | None = None,

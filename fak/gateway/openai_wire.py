@@ -30,7 +30,9 @@ from fak.gateway.generation import (
     context_len,
     gates_for,
     limits,
+    offered_names,
     served,
+    text_parts,
     usage_counts,
 )
 from fak.gateway.schemas import (ChatCompletionRequest, CompletionRequest, DetokenizeRequest, NamedToolChoice,
@@ -93,10 +95,6 @@ def _tool_call_deltas(k: int, call: EmittedCall) -> list[dict[str, Any]]:
             {"index": k, "function": {"arguments": call.arguments}}]
 
 
-def _fak(done: Done | None) -> dict[str, Any]:
-    return {} if done is None or done.gate is None else {"fak": done.gate.fak_extension()}
-
-
 async def _stream(handles: list[Any], events: AsyncIterator[Out | CallOut | Done], body: Any, make: Any,
                   chat: bool) -> AsyncIterator[str]:
     """SSE: one opening chunk per choice (chat: delta.role), text deltas, tool calls once adjudicated,
@@ -124,7 +122,7 @@ async def _stream(handles: list[Any], events: AsyncIterator[Out | CallOut | Done
                     yield _sse({"error": {"message": f"generation failed: {ev.result.error}",
                                           "type": "server_error", "param": None, "code": "engine_error"}})
                     continue
-                yield _sse(make(ev.index, {} if chat else "", _finish(ev)) | _fak(ev))
+                yield _sse(make(ev.index, {} if chat else "", _finish(ev)) | ev.fak())
         if body.stream_options is not None and body.stream_options.include_usage:
             yield _sse(make(None, "", None) | {"choices": [], "usage": _usage(results)})
         yield _sse("[DONE]")
@@ -140,10 +138,7 @@ def _tools(request: Request, body: ChatCompletionRequest) -> tuple[list[dict[str
         if body.tool_choice not in (None, "none", "auto"):
             raise APIError(400, "tool_choice: forcing a call needs tools", param="tool_choice")
         return None, [], fmt
-    names = [t.function.name for t in body.tools]
-    dup = next((n for n in names if names.count(n) > 1), None)
-    if dup is not None:
-        raise APIError(400, f"tools: the name {dup!r} is used twice", param="tools")
+    names = offered_names([t.function.name for t in body.tools])
     choice = body.tool_choice
     if choice == "none":
         return None, [], fmt
@@ -234,13 +229,7 @@ def _message(m: dict[str, Any]) -> dict[str, Any]:
     if content is None:  # an assistant turn that only called tools: templates expect a string
         m["content"] = ""
     elif isinstance(content, list):
-        texts = []
-        for part in content:
-            if part.get("type") != "text":
-                raise APIError(400, f"messages: content part type {part.get('type')!r} is not supported (text only)",
-                               param="messages")
-            texts.append(str(part.get("text", "")))
-        m["content"] = "".join(texts)
+        m["content"] = text_parts(content, "messages", "messages")
     for call in m.get("tool_calls") or []:
         fn = call.get("function") if isinstance(call, dict) else None
         if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):

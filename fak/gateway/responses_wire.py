@@ -35,7 +35,9 @@ from fak.gateway.generation import (
     collect,
     gates_for,
     limits,
+    offered_names,
     served,
+    text_parts,
     usage_counts,
 )
 from fak.gateway.toolgate import EmittedCall
@@ -97,16 +99,7 @@ _REFUSED = {"previous_response_id": "this server is stateless: send the whole in
             "max_tool_calls": "not supported yet", "top_logprobs": "not supported yet on this wire"}
 
 
-def _parts_text(content: Any, where: str) -> str:
-    if isinstance(content, str):
-        return content
-    texts = []
-    for part in content or []:
-        if not isinstance(part, dict) or part.get("type") not in ("input_text", "output_text", "text"):
-            kind = part.get("type") if isinstance(part, dict) else type(part).__name__
-            raise APIError(400, f"{where}: content part type {kind!r} is not supported (text only)", param="input")
-        texts.append(str(part.get("text", "")))
-    return "".join(texts)
+_TEXT_KINDS = ("input_text", "output_text", "text")
 
 
 def to_chat(body: ResponsesRequest) -> list[dict[str, Any]]:
@@ -124,7 +117,7 @@ def to_chat(body: ResponsesRequest) -> list[dict[str, Any]]:
             if role not in ("user", "system", "developer", "assistant"):
                 raise APIError(400, f"{where}.role: expected user, system, developer or assistant", param="input")
             out.append({"role": "system" if role == "developer" else role,
-                        "content": _parts_text(item.get("content"), where)})
+                        "content": text_parts(item.get("content"), where, "input", _TEXT_KINDS)})
         elif kind == "function_call":
             try:
                 args = json.loads(item.get("arguments") or "{}")
@@ -139,7 +132,7 @@ def to_chat(body: ResponsesRequest) -> list[dict[str, Any]]:
         elif kind == "function_call_output":
             output = item.get("output", "")
             out.append({"role": "tool", "tool_call_id": str(item.get("call_id", "")),
-                        "content": output if isinstance(output, str) else _parts_text(output, where)})
+                        "content": output if isinstance(output, str) else text_parts(output, where, "input", _TEXT_KINDS)})
         elif kind == "reasoning":
             continue  # an earlier turn's reasoning summary: not part of the prompt
         else:
@@ -157,6 +150,7 @@ def _tools(request: Request, body: ResponsesRequest) -> tuple[list[dict[str, Any
                            param="tools")
     if body.tool_choice == "none":
         return None, [], None
+    names = offered_names([str(t.name) for t in body.tools])
     grammar = None
     choice = body.tool_choice
     if choice == "required" or isinstance(choice, dict):
@@ -167,7 +161,6 @@ def _tools(request: Request, body: ResponsesRequest) -> tuple[list[dict[str, Any
                                param="tool_choice")
             named = choice["name"]
         grammar = forced_call(request.app.state.tool_family, {str(t.name): t.parameters for t in body.tools}, named)
-    names = [str(t.name) for t in body.tools]
     return [{"type": "function", "function": {"name": t.name, "description": t.description or "",
                                               "parameters": t.parameters or {"type": "object"}}}
             for t in body.tools], names, grammar

@@ -84,17 +84,16 @@ class ToolGate:
         name = parsed.name or "?"
         args = (parsed.arguments or parsed.raw or "").encode()
         call = ToolCall("tool", name, args=args, trace_id=self.trace_id, meta={"source": "model"})
+        verdict: Verdict | None = None  # refused before the kernel, or None: the kernel decides
         if parsed.error is not None:
             verdict = Verdict.deny(Reason.MALFORMED, "fak:parser", parsed.error)
-            if self.kernel.journal is not None:  # refused before the kernel: still journaled
-                self.kernel.journal.record(call, verdict)
         elif name not in self.offered:
             verdict = Verdict.deny(Reason.UNKNOWN_TOOL, "fak:gateway", f"{name!r} was not offered")
-            if self.kernel.journal is not None:
-                self.kernel.journal.record(call, verdict)
-        else:
+        if verdict is None:
             decision = self.kernel.submit(call)
             verdict, call = decision.verdict, decision.call
+        elif self.kernel.journal is not None:  # refused before the kernel: still journaled
+            self.kernel.journal.record(call, verdict)
         passes = verdict.kind in (VerdictKind.ALLOW, VerdictKind.TRANSFORM)
         self.adjudications.append(Adjudication(name, hashlib.sha256(call.args).hexdigest(), verdict.kind.value,
                                                verdict.reason.value, verdict.by, passes, verdict.detail))
