@@ -1,11 +1,116 @@
-"""`fak guard`: not landed yet (its module keeps the subcommand's name for when its issue lands)."""
+"""`fak guard -- AGENT ARGS...`: run a coding agent with every tool call its model proposes judged by
+the kernel (fak/guard)."""
 
 from __future__ import annotations
 
-import typer
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Optional
 
-from commands.notlanded import register_placeholder
+import typer
 
 
 def register(app: typer.Typer) -> None:
-    register_placeholder(app, "guard")
+    @app.command("guard", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+    def guard(
+        ctx: typer.Context,
+        upstream: Optional[str] = typer.Option(None, "--upstream", help="Provider or OpenAI-compatible server the "
+                                               "agent's requests go to (default: the provider's public API, or the "
+                                               "agent's ANTHROPIC_BASE_URL / OPENAI_BASE_URL)."),
+        gguf: Optional[str] = typer.Option(None, "--gguf", help="Answer with the in-kernel model instead (no network)."),
+        provider: Optional[str] = typer.Option(None, "--provider", help="anthropic | openai | responses (default: "
+                                               "from the agent's name: claude -> anthropic, codex -> responses, "
+                                               "aider/opencode -> openai, else anthropic)."),
+        policy: Optional[str] = typer.Option(None, "--policy", help="Policy JSON (default: the coding floor)."),
+        journal: Optional[str] = typer.Option(None, "--journal", help="Journal file (default .fak/guard/<time>-<pid>.jsonl)."),
+        no_journal: bool = typer.Option(False, "--no-journal", help="Keep no journal."),
+        env: list[str] = typer.Option([], "--env", help="Also set this variable to the gateway's URL in the agent's "
+                                      "environment (repeat)."),
+        quiet: bool = typer.Option(False, "--quiet", help="No banner and no summary."),
+        json_summary: bool = typer.Option(False, "--json", help="The summary as one JSON line on stderr."),
+        plain: bool = typer.Option(False, "--plain", help="With --gguf: float32 weights."),
+    ) -> None:
+        """Run AGENT (after --) against a private gateway that adjudicates every tool call it is offered."""
+        from fak.errors import FakError
+        from fak.guard import agents, child
+        from fak.guard.gateway import Gateway
+        from fak.guard.state import Guard
+        from fak.guard.summary import show
+
+        argv = list(ctx.args)
+        if not argv:
+            raise FakError("fak guard: expected the agent's command after --, e.g. fak guard -- claude")
+        if upstream and gguf:
+            raise FakError("fak guard: --upstream and --gguf exclude each other (a provider, or the in-kernel model)")
+        if journal and no_journal:
+            raise FakError("fak guard: --journal and --no-journal exclude each other")
+        for name in env:
+            if not name.isidentifier():
+                raise FakError(f"--env {name!r}: expected an environment variable name")
+        prov = agents.provider_for(argv, provider)
+        kernel = _kernel(policy)
+        jpath = None if no_journal else journal or str(Path(".fak/guard") / f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.jsonl")
+        if jpath:
+            from fak.journal import Journal
+
+            Path(jpath).parent.mkdir(parents=True, exist_ok=True)
+            kernel.journal = Journal(jpath)
+        g = Guard(kernel)
+        child.block_signals()  # before any thread: signals go to the forwarding thread only
+        failed: list[str] = []
+        if gguf:
+            from engine.gguf.aliases import resolve_model
+
+            from fak.boot import boot
+            from fak.guard.proxy import inkernel_app
+
+            resolve_model(gguf)  # a bad model is one line before anything starts
+
+            def _boot() -> object:
+                b = boot(gguf, resident=not plain, show=False)
+                if not b.text_ok:
+                    b.close()
+                    raise FakError(f"{gguf}: no tokenizer for text: fak guard needs one")
+                return b
+
+            app = inkernel_app(_boot, os.path.basename(gguf), g, on_boot_error=failed.append)
+            target = f"in-kernel {gguf}"
+        else:
+            from fak.guard.proxy import proxy_app
+
+            up = upstream or agents.default_upstream(prov, dict(os.environ))
+            if not up.startswith(("http://", "https://")):
+                raise FakError(f"--upstream {up!r}: expected an http:// or https:// URL")
+            app = proxy_app(up, g)
+            target = up
+        gw = Gateway(app)
+        try:
+            gw.start(failed=lambda: failed[0].removeprefix("boot failed: ") if failed else None)
+            launch = agents.launch(argv, prov, gw.url, dict(os.environ), extra_vars=env, local_model=bool(gguf))
+            if not quiet:
+                wire = {"anthropic": "Anthropic Messages", "openai": "OpenAI Chat", "responses": "OpenAI Responses"}[prov]
+                policy_name = getattr(kernel.chain[0], "name", "policy")
+                sys.stderr.write(f"fak guard: {os.path.basename(argv[0])} · {wire} via {gw.url} → {target} · policy "
+                                 f"{policy_name} · journal {jpath or 'off'}\n")
+                sys.stderr.flush()
+            rc = child.run(launch.argv, launch.env)
+        finally:
+            gw.stop()
+            booted = getattr(getattr(app, "app", None), "state", None)
+            b = getattr(booted, "booted", None)
+            if b is not None:
+                b.close()
+            if kernel.journal is not None:
+                kernel.journal.close()
+        if not quiet:
+            show(g.tally, agent=os.path.basename(argv[0]), exit_code=rc, journal=jpath, json_line=json_summary)
+        raise typer.Exit(rc)
+
+
+def _kernel(policy: str | None) -> object:
+    from fak.kernel import Kernel
+    from fak.policy import coding_floor, load_policy
+
+    return Kernel.with_policy(load_policy(policy) if policy else coding_floor())

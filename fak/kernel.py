@@ -233,6 +233,20 @@ class Kernel:
         self.counters.quarantines += 1
         return _quarantined(res, rv)
 
+    def admit(self, call: ToolCall, res: Result) -> Verdict:
+        """The result admitters on a result the kernel did not produce itself (an agent ran the call
+        and sends its output back): counted, and journaled unless ALLOW, like a reaped result."""
+        rv = self._admit(call, res)
+        if rv.kind is VerdictKind.ALLOW:
+            return rv
+        if self.journal is not None:
+            self.journal.record(call, rv, phase="result")
+        if rv.kind is _DENY:
+            self.counters.result_denies += 1
+        else:
+            self.counters.quarantines += 1
+        return rv
+
     def _admit(self, call: ToolCall, res: Result) -> Verdict:
         best = Verdict.allow("kernel")
         for adm in self.admitters:

@@ -32,7 +32,7 @@ def served(request: Request) -> Any:
 
 def check_model(request: Request, model: str | None) -> str:
     name = request.app.state.model_name
-    if model is not None and model != name:
+    if model is not None and model != name and not getattr(request.app.state, "any_model", False):
         raise APIError(404, f"model {model!r} is not served here (this server serves {name!r})",
                        type="not_found_error", param="model", code="model_not_found")
     return name
@@ -264,5 +264,6 @@ def gates_for(request: Request, n: int, tools: list[str] | None, parser: Callabl
         return None
     kernel = request.app.state.kernel
     trace = uuid.uuid4().hex[:16]
-    return [ToolGate(parser(), kernel, frozenset(tools), trace_id=f"{trace}-{i}", id_prefix=id_prefix)
+    hook = getattr(request.app.state, "on_decision", None)
+    return [ToolGate(parser(), kernel, frozenset(tools), trace_id=f"{trace}-{i}", id_prefix=id_prefix, on_decision=hook)
             for i in range(n)]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -35,6 +36,11 @@ class Adjudication:
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
+
+    def note(self) -> str:
+        """The in-band note that replaces a refused call: the agent shows it, the model reads it next turn."""
+        why = f" ({self.detail})" if self.detail else ""
+        return f"[fak] refused {self.tool}: {self.reason}{why}. Do not propose it again."
 
 
 @dataclass(frozen=True)
@@ -59,6 +65,7 @@ class ToolGate:
     id_prefix: str = "call_"
     adjudications: list[Adjudication] = field(default_factory=list)
     calls: list[EmittedCall] = field(default_factory=list)
+    on_decision: Callable[[Adjudication], None] | None = None  # fak guard tallies the decisions
 
     def feed(self, delta: str) -> list[str | EmittedCall]:
         return self._pass(self.parser.feed(delta))
@@ -83,24 +90,38 @@ class ToolGate:
     def _adjudicate(self, parsed: Call) -> tuple[EmittedCall | None, str]:
         name = parsed.name or "?"
         args = (parsed.arguments or parsed.raw or "").encode()
-        call = ToolCall("tool", name, args=args, trace_id=self.trace_id, meta={"source": "model"})
-        verdict: Verdict | None = None  # refused before the kernel, or None: the kernel decides
-        if parsed.error is not None:
-            verdict = Verdict.deny(Reason.MALFORMED, "fak:parser", parsed.error)
-        elif name not in self.offered:
-            verdict = Verdict.deny(Reason.UNKNOWN_TOOL, "fak:gateway", f"{name!r} was not offered")
-        if verdict is None:
-            decision = self.kernel.submit(call)
-            verdict, call = decision.verdict, decision.call
-        elif self.kernel.journal is not None:  # refused before the kernel: still journaled
-            self.kernel.journal.record(call, verdict)
-        passes = verdict.kind in (VerdictKind.ALLOW, VerdictKind.TRANSFORM)
-        self.adjudications.append(Adjudication(name, hashlib.sha256(call.args).hexdigest(), verdict.kind.value,
-                                               verdict.reason.value, verdict.by, passes, verdict.detail))
-        if not passes:
-            why = f" ({verdict.detail})" if verdict.detail else ""
-            return None, f"[fak] refused {name}: {verdict.reason.value}{why}"
-        arguments = json.dumps(json.loads(call.args), ensure_ascii=False)  # TRANSFORM: the rewritten ones
-        emitted = EmittedCall(f"{self.id_prefix}{uuid.uuid4().hex[:24]}", name, arguments)
+        adj, out = decide(self.kernel, name, args, self.offered, self.trace_id, error=parsed.error, source="model")
+        self.adjudications.append(adj)
+        if self.on_decision is not None:
+            self.on_decision(adj)
+        if out is None:
+            return None, adj.note()
+        emitted = EmittedCall(f"{self.id_prefix}{uuid.uuid4().hex[:24]}", name, out)
         self.calls.append(emitted)
         return emitted, ""
+
+
+def decide(kernel: Any, name: str, args: bytes, offered: frozenset[str] | None, trace_id: str = "", *,
+           error: str | None = None, source: str = "model") -> tuple[Adjudication, str | None]:
+    """One proposed call through the kernel, failing closed: (the decision, the arguments to emit as
+    JSON object text, or None when refused). `error`: the call did not parse (DENY MALFORMED); a name
+    not in `offered` (None: no check) is DENY UNKNOWN_TOOL; a kernel that raises refuses the call."""
+    call = ToolCall("tool", name, args=args, trace_id=trace_id, meta={"source": source})
+    verdict: Verdict | None = None  # refused before the kernel, or None: the kernel decides
+    if error is not None:
+        verdict = Verdict.deny(Reason.MALFORMED, "fak:parser", error)
+    elif offered is not None and name not in offered:
+        verdict = Verdict.deny(Reason.UNKNOWN_TOOL, "fak:gateway", f"{name!r} was not offered")
+    try:
+        if verdict is None:
+            decision = kernel.submit(call)
+            verdict, call = decision.verdict, decision.call
+        elif kernel.journal is not None:  # refused before the kernel: still journaled
+            kernel.journal.record(call, verdict)
+        out = json.dumps(json.loads(call.args), ensure_ascii=False) if verdict.allowed else None
+    except Exception as exc:  # the kernel or its journal failed: nothing unjudged gets through
+        verdict, out = Verdict.deny(Reason.DEFAULT_DENY, "fak:gateway", f"kernel error: {type(exc).__name__}: {exc}"), None
+    passes = out is not None and verdict.kind in (VerdictKind.ALLOW, VerdictKind.TRANSFORM)
+    adj = Adjudication(name, hashlib.sha256(call.args).hexdigest(), verdict.kind.value, verdict.reason.value,
+                       verdict.by, passes, verdict.detail)
+    return adj, out if passes else None

@@ -1,0 +1,52 @@
+"""The guard's gateway in this process: uvicorn on a thread, on 127.0.0.1 at a port the OS picks,
+started before the agent and stopped after it."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from typing import Any
+
+import httpx
+
+from fak.errors import FakError
+from fak.guard.proxy import HEALTH
+
+
+class Gateway:
+    def __init__(self, app: Any) -> None:
+        import uvicorn
+
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        # no access log: request lines are the agent's business, and headers carry its credentials
+        config = uvicorn.Config(app, log_level="error", access_log=False, lifespan="off", log_config=None,
+                                timeout_graceful_shutdown=3)
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, name="fak-guard-gateway",
+                                       daemon=True)
+
+    def start(self, *, timeout: float = 300.0, failed: Any = None) -> None:
+        """Serve, and wait until the health route answers 200 (the in-kernel model may still be loading)."""
+        self.thread.start()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            err = failed() if failed is not None else None
+            if err:
+                raise FakError(err)
+            if not self.thread.is_alive():
+                raise FakError("the guard's gateway stopped before it was ready")
+            try:
+                if httpx.get(self.url + HEALTH, timeout=2.0).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.05)
+        raise FakError(f"the guard's gateway was not ready after {timeout:.0f} s")
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
