@@ -49,6 +49,10 @@ def register(app: typer.Typer) -> None:
         for name in env:
             if not name.isidentifier():
                 raise FakError(f"--env {name!r}: expected an environment variable name")
+        import shutil
+
+        if shutil.which(argv[0]) is None:
+            raise FakError(f"{argv[0]}: command not found")
         prov = agents.provider_for(argv, provider)
         kernel = _kernel(policy)
         jpath = None if no_journal else journal or str(Path(".fak/guard") / f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.jsonl")

@@ -113,7 +113,8 @@ class Guard:
         if v.kind is VerdictKind.ALLOW:
             return Admitted(v, text)
         what = "quarantined" if v.kind is VerdictKind.QUARANTINE else "withheld"
-        why = f" ({v.detail})" if v.detail else ""
+        # a quarantine's detail quotes the matched text: the injection itself, not for the model's eyes
+        why = f" ({v.detail})" if v.detail and v.kind is not VerdictKind.QUARANTINE else ""
         note = (f"[fak] {what} the result of {tool or 'the tool'}: {v.reason.value}{why}. "
                 f"{len(text.encode())} bytes not shown to the model.")
         return Admitted(v, note)
