@@ -33,21 +33,22 @@ def sh(command: str) -> str:
     return out or f"(exit {p.returncode})"
 
 
-def anthropic_agent(prompt: str, model: str, stream: bool, turns: int) -> None:
+def anthropic_agent(prompt: str, model: str, stream: bool, turns: int, opts: dict[str, Any]) -> None:
     import anthropic
 
     client = anthropic.Anthropic()
+    opts = {"extra_body": opts} if opts else {}  # this SDK has no temperature argument; the wire has the field
     tools = [{"name": "Bash", "description": "Run a shell command.", "input_schema": SCHEMA}]
     messages: list[dict[str, Any]] = [{"role": "user", "content": prompt}]
     for _ in range(turns):
         if stream:
-            with client.messages.stream(model=model, max_tokens=256, tools=tools, messages=messages) as s:
+            with client.messages.stream(model=model, max_tokens=256, tools=tools, messages=messages, **opts) as s:
                 for text in s.text_stream:
                     print(text, end="", flush=True)
                 msg = s.get_final_message()
             print(flush=True)
         else:
-            msg = client.messages.create(model=model, max_tokens=256, tools=tools, messages=messages)
+            msg = client.messages.create(model=model, max_tokens=256, tools=tools, messages=messages, **opts)
             print("".join(b.text for b in msg.content if b.type == "text"), flush=True)
         messages.append({"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in msg.content]})
         uses = [b for b in msg.content if b.type == "tool_use"]
@@ -57,7 +58,7 @@ def anthropic_agent(prompt: str, model: str, stream: bool, turns: int) -> None:
             {"type": "tool_result", "tool_use_id": u.id, "content": sh(str(u.input.get("command", "")))} for u in uses]})
 
 
-def chat_agent(prompt: str, model: str, stream: bool, turns: int) -> None:
+def chat_agent(prompt: str, model: str, stream: bool, turns: int, opts: dict[str, Any]) -> None:
     import openai
 
     client = openai.OpenAI()
@@ -68,7 +69,7 @@ def chat_agent(prompt: str, model: str, stream: bool, turns: int) -> None:
         calls: dict[int, dict[str, str]] = {}
         text = ""
         if stream:
-            for chunk in client.chat.completions.create(model=model, messages=messages, tools=tools, stream=True):
+            for chunk in client.chat.completions.create(model=model, messages=messages, tools=tools, stream=True, **opts):
                 if not chunk.choices:
                     continue
                 d = chunk.choices[0].delta
@@ -82,7 +83,7 @@ def chat_agent(prompt: str, model: str, stream: bool, turns: int) -> None:
                     c["arguments"] += (tc.function.arguments if tc.function else None) or ""
             print(flush=True)
         else:
-            m = client.chat.completions.create(model=model, messages=messages, tools=tools).choices[0].message
+            m = client.chat.completions.create(model=model, messages=messages, tools=tools, **opts).choices[0].message
             text = m.content or ""
             print(text, flush=True)
             for i, tc in enumerate(m.tool_calls or []):
@@ -97,7 +98,7 @@ def chat_agent(prompt: str, model: str, stream: bool, turns: int) -> None:
                              "content": sh(str(json.loads(c["arguments"] or "{}").get("command", "")))})
 
 
-def responses_agent(prompt: str, model: str, stream: bool, turns: int) -> None:
+def responses_agent(prompt: str, model: str, stream: bool, turns: int, opts: dict[str, Any]) -> None:
     import openai
 
     client = openai.OpenAI()
@@ -106,14 +107,14 @@ def responses_agent(prompt: str, model: str, stream: bool, turns: int) -> None:
     items: list[Any] = [{"role": "user", "content": prompt}]
     for _ in range(turns):
         if stream:
-            with client.responses.stream(model=model, input=items, tools=tools) as s:
+            with client.responses.stream(model=model, input=items, tools=tools, **opts) as s:
                 for ev in s:
                     if ev.type == "response.output_text.delta":
                         print(ev.delta, end="", flush=True)
                 resp = s.get_final_response()
             print(flush=True)
         else:
-            resp = client.responses.create(model=model, input=items, tools=tools)
+            resp = client.responses.create(model=model, input=items, tools=tools, **opts)
             print(resp.output_text, flush=True)
         calls = [it for it in resp.output if it.type == "function_call"]
         items += [it.model_dump(exclude_none=True) for it in resp.output]
@@ -130,6 +131,7 @@ def main() -> int:
     ap.add_argument("--model", default=None)
     ap.add_argument("--no-stream", action="store_true")
     ap.add_argument("--max-turns", type=int, default=4)
+    ap.add_argument("--temperature", type=float, default=None)
     ap.add_argument("--exit-code", type=int, default=0, help="exit with this code when done (tests)")
     ap.add_argument("prompt")
     a = ap.parse_args()
@@ -138,7 +140,7 @@ def main() -> int:
         return 2
     model = a.model or ("claude-sonnet-4-5" if a.wire == "anthropic" else "gpt-5-codex")
     {"anthropic": anthropic_agent, "chat": chat_agent, "responses": responses_agent}[a.wire](
-        a.prompt, model, not a.no_stream, a.max_turns)
+        a.prompt, model, not a.no_stream, a.max_turns, {} if a.temperature is None else {"temperature": a.temperature})
     return a.exit_code
 
 
