@@ -85,6 +85,7 @@ open("ready", "w").write(json.dumps({k: v for k, v in os.environ.items() if "URL
 deadline = time.time() + 30
 while not got and time.time() < deadline:
     time.sleep(0.05)
+time.sleep(0.5)  # a second copy of the signal would arrive by now
 open("got", "w").write(",".join(got))
 sys.exit(7)
 """
@@ -113,6 +114,50 @@ def test_sigint_reaches_the_agent_and_the_summary_still_prints(tmp_path: Path) -
     # the child had the gateway's URL; the guard set it in the child's environment only
     assert seen["ANTHROPIC_BASE_URL"].startswith("http://127.0.0.1:") and seen["MY_AGENT_URL"] == seen["ANTHROPIC_BASE_URL"]
     assert "ANTHROPIC_BASE_URL" not in os.environ and "MY_AGENT_URL" not in env
+
+
+def test_ctrl_c_at_the_terminal_reaches_the_agent_once(tmp_path: Path) -> None:
+    """Ctrl-C in a terminal signals the whole foreground group (fak and the agent): fak must not send
+    the agent a second SIGINT (Claude Code exits on the second one)."""
+    import fcntl
+    import pty
+    import termios
+
+    sb, env = sandbox(tmp_path)
+    (sb / "agent.py").write_text(AGENT_WAITS)
+    master, slave = pty.openpty()
+
+    def controlling_tty() -> None:  # a new session whose controlling terminal is the pty
+        os.setsid()
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    with FakeUpstream() as up:
+        p = subprocess.Popen([sys.executable, "-m", "commands.main", "guard", "--upstream", up.url, "--no-journal",
+                              "--", sys.executable, "agent.py"], cwd=sb, env=env, stdin=slave, stdout=slave,
+                             stderr=slave, preexec_fn=controlling_tty)
+        os.close(slave)
+        try:
+            deadline = time.time() + 60
+            while not (sb / "ready").exists() and time.time() < deadline:
+                time.sleep(0.05)
+            time.sleep(0.2)
+            os.write(master, b"\x03")  # the terminal's interrupt character
+            p.wait(timeout=60)
+        finally:
+            p.kill()
+            out = b""
+            while True:
+                try:
+                    chunk = os.read(master, 65536)
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                out += chunk
+            os.close(master)
+    assert p.returncode == 7, out.decode(errors="replace")
+    assert (sb / "got").read_text() == "INT"
+    assert b"exited 7" in out
 
 
 def test_launch_sets_the_childs_environment_only() -> None:
