@@ -32,7 +32,7 @@ def _unblock() -> None:  # in the child, between fork and exec: the agent gets t
 def run(argv: list[str], env: dict[str, str]) -> int:
     """Run the agent to completion; its exit code (128+N if killed by signal N)."""
     try:
-        # restore_signals=False: Python resets SIGPIPE and friends itself; the sigmask is ours to undo
+        # Popen restores the signal dispositions Python changed (SIGPIPE...); the mask is ours to undo
         proc = subprocess.Popen(argv, env=env, preexec_fn=_unblock)  # noqa: PLW1509 (only a sigmask call)
     except FileNotFoundError:
         raise FakError(f"{argv[0]}: command not found") from None
