@@ -75,6 +75,7 @@ class ArgRule:
     replace: str = "[REDACTED]"  # transforms only
     verdict: Verdict | None = None  # the prebuilt DENY of an arg rule (set by Policy)
     normalize: bool = False  # also match the shell normal form of the text (fak.shellnorm)
+    needles: tuple[str, ...] | None = None  # witness rules: literals every match contains (set by Policy)
 
 
 @dataclass(slots=True)
@@ -127,7 +128,12 @@ def _matches(rule: ArgRule, call: ToolCall) -> bool:
     text = call.args_text if rule.field is None else _field_value(call.args_obj, rule.field)
     if text is None:
         return False
-    return rule.regex.search(text) is not None or (rule.normalize and rule.regex.search(shell_normalize(text)) is not None)
+    texts = (text,)
+    if rule.normalize:
+        norm = shell_normalize(text)
+        texts = (text,) if norm == text else (text, norm)
+    ns = rule.needles
+    return any((ns is None or any(n in t for n in ns)) and rule.regex.search(t) is not None for t in texts)
 
 
 @dataclass
@@ -152,9 +158,28 @@ class Policy:
 
     def __post_init__(self) -> None:
         self.by = f"policy:{self.name}"
-        # Literals every protected path contains: most paths are cleared by one scan, without the globs.
-        ns = needles(self.self_modify.pattern) if self.self_modify is not None else None
-        self._sm_trigger = re.compile("|".join(map(re.escape, minimal(ns)))) if ns else None
+        # Most paths are cleared without the globs: a glob that starts with a literal can only match a
+        # path with that prefix (one str.startswith); the others by literals every match contains.
+        self._sm_prefixes: tuple[str, ...] = ()
+        self._sm_trigger: re.Pattern[str] | None = None
+        self._sm_any = False  # some glob has neither: always run the globs
+        if self.self_modify is not None:
+            floating = []
+            for g in self.self_modify_globs:
+                g = os.path.expanduser(g)
+                lit = re.split(r"[*?\[]", g, maxsplit=1)[0]
+                if lit:
+                    self._sm_prefixes += (lit,)
+                else:
+                    floating.append(g)
+            ns = needles("|".join(fnmatch.translate(g) for g in floating)) if floating else None
+            if (floating and ns is None) or not self.self_modify_globs:  # (a Policy built without its globs)
+                self._sm_any = True
+            elif ns:
+                self._sm_trigger = re.compile("|".join(map(re.escape, minimal(ns))))
+        for r in self.require_witness:
+            ns = needles(r.regex.pattern) if r.regex is not None else None
+            r.needles = tuple(minimal(ns)) if ns else None
         for r in self.arg_rules:  # verdicts are immutable values: build each rule's DENY once
             r.verdict = Verdict.deny(r.reason, self.by, r.detail or f"arg rule {r.id}")
         self._allow_v = Verdict.allow(self.by)
@@ -278,7 +303,7 @@ class Policy:
                     cwd = str(call.meta.get("cwd") or os.getcwd())
                 p = cwd + "/" + p
             p = os.path.normpath(p)
-            if (trigger is None or trigger.search(p) is not None) and self.self_modify.match(p):
+            if (self._sm_any or p.startswith(self._sm_prefixes) or (trigger is not None and trigger.search(p) is not None)) and self.self_modify.match(p):
                 return t
         return None
 

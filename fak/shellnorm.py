@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 
-_TRIGGERS = ("'", '"', "\\", "$", "`", "{", "/")
+_TRIGGERS = re.compile(r"['\"\\$`{/]")
 _ANSI_C = re.compile(r"\$'((?:[^'\\]|\\.)*)'", re.S)
 _ESC = re.compile(r"\\(x[0-9a-fA-F]{1,2}|u[0-9a-fA-F]{4}|[0-7]{1,3}|.)", re.S)
 _SIMPLE = {"n": "\n", "t": "\t", "r": "\r", "a": "\a", "b": "\b", "e": "\x1b", "f": "\f", "v": "\v"}
@@ -64,7 +64,7 @@ def _printed(m: re.Match[str]) -> str:
 
 
 def shell_normalize(text: str) -> str:
-    if not any(c in text for c in _TRIGGERS):
+    if _TRIGGERS.search(text) is None:
         return text
     s = text.replace("\\\n", "")
     if "$'" in s:

@@ -161,6 +161,16 @@ def test_shell_normalize_returns_untriggered_text_itself() -> None:
     assert shell_normalize(s) is s
 
 
+def test_self_modify_prefix_and_floating_globs() -> None:
+    base = {"version": "fak-policy/v1", "allow": ["Write"], "write_tools": {"Write": ["file_path"]}}
+    pol = parse_policy({**base, "self_modify": ["/srv/keep/*", "*.lock"]})
+    assert pol(call("Write", {"file_path": "/srv/keep/a"})).reason is Reason.SELF_MODIFY  # by its literal prefix
+    assert pol(call("Write", {"file_path": "src/x.lock"})).reason is Reason.SELF_MODIFY  # by a needle
+    assert pol(call("Write", {"file_path": "/srv/other/a"})).kind is VerdictKind.ALLOW
+    every = parse_policy({**base, "self_modify": ["*"]})  # no prefix, no needle: the globs always run
+    assert every(call("Write", {"file_path": "a.txt"})).reason is Reason.SELF_MODIFY
+
+
 def test_default_modes() -> None:
     assert parse_policy({**SMALL, "default": "defer"})(call("Other")).kind is VerdictKind.DEFER
     assert parse_policy({**SMALL, "default": "allow"})(call("Other")).kind is VerdictKind.ALLOW
