@@ -10,8 +10,9 @@ raw text and this form, and denies if either matches). In order:
   3. trivial command substitutions are replaced by what they print: `$(echo rm)`, `` `printf %s rm` ``
      (escapes decoded), `$(which rm)`, `$(command -v rm)` -> `rm`;
   4. `${IFS}`, `$IFS` -> a space; `$@`, `$*`, `${@}`, `$1`..`$9` (usually empty) -> nothing;
-  5. variables assigned a literal in the same text (`c=rm; $c -rf ~`, `env X=rm sh -c '$X ...'`) are
-     substituted, quotes of the value removed (last assignment wins);
+  5. variables assigned a literal or another variable in the same text (`c=rm; $c -rf ~`,
+     `X=$HOME; rm -rf $X`, `env X=rm sh -c '$X ...'`) are substituted, quotes of the value removed
+     (last assignment wins, one pass);
   6. a word that is a brace list `{rm,-rf,~}` becomes its words;
   7. backslash escapes `\\r` -> `r`; quote characters are dropped (`r''m`, `"r"m`, `'rm'` -> `rm`);
   8. absolute paths to binaries lose their directory (`/usr/bin/rm`, `/bin/sh`, `/opt/x/sbin/y` ->
@@ -33,7 +34,7 @@ _PRINT_SUB = re.compile(r"\$\(\s*(echo|printf)((?:\s[^()`$;&|<>]*)?)\)|`\s*(echo
 _WHICH_SUB = re.compile(r"\$\(\s*(?:which|command\s+-v|type\s+-P)\s+([\w.+-]+)\s*\)|`\s*(?:which|command\s+-v|type\s+-P)\s+([\w.+-]+)\s*`")
 _IFS = re.compile(r"\$\{IFS\}|\$IFS\b")
 _POSITIONAL = re.compile(r"\$\{[@*]\}|\$[@*1-9]")
-_ASSIGN = re.compile(r"(?<![^\s;&|(`])([A-Za-z_]\w*)=('[^']*'|\"[^\"`$\\]*\"|[^\s;&|()<>'\"`$\\]*)(?=[\s;&|)]|$)")
+_ASSIGN = re.compile(r"(?<![^\s;&|(`])([A-Za-z_]\w*)=('[^']*'|\"[^\"`$\\]*\"|\"?\$\{?\w+\}?\"?|[^\s;&|()<>'\"`$\\]*)(?=[\s;&|)]|$)")
 _VAR = re.compile(r"\$\{([A-Za-z_]\w*)\}|\$([A-Za-z_]\w*)")
 _BRACE = re.compile(r"(?<![^\s;&|(`])\{([^{}\s,]*(?:,[^{}\s,]*)+)\}(?=[\s;&|)]|$)")
 _BACKSLASH = re.compile(r"\\(.)", re.S)

@@ -136,6 +136,8 @@ SHELL_NORMAL_FORMS = [
     ("a=r;b=m;${a}${b} x", "a=r;b=m;rm x"),
     ("env X=rm sh -c '$X -rf ~'", "env X=rm sh -c rm -rf ~"),
     ('c="rm -rf"; $c ~', "c=rm -rf; rm -rf ~"),
+    ("X=$HOME; rm -rf $X", "X=$HOME; rm -rf $HOME"),
+    ("V=$(git describe); echo $V", "V=$(git describe); echo $V"),
     ("echo $UNSET", "echo $UNSET"),
     ("{rm,-rf,~}", "rm -rf ~"),
     ("cp a.{txt,bak}", "cp a.{txt,bak}"),  # not a whole word
