@@ -8,9 +8,13 @@ Fields (all optional except version):
   allow                tool names that may run
   allow_prefix         tool-name prefixes that may run (e.g. "mcp__fs__")
   deny                 tool names that never run -> DENY POLICY_BLOCK
-  arg_rules            [{id?, tools?, field?, pattern, reason?, detail?}] regex over an argument
-                       (dotted field; a list is joined by spaces) or, without field, over every
-                       string leaf -> DENY with reason (default POLICY_BLOCK)
+  arg_rules            [{id?, tools?, field?, pattern, reason?, detail?, normalize?}] regex over an
+                       argument (dotted field; a list is joined by spaces) or, without field, over
+                       every string leaf -> DENY with reason (default POLICY_BLOCK).
+                       "normalize": "shell" matches the raw text and also its shell normal form
+                       (fak.shellnorm: quotes and backslash escapes removed, ${IFS} as a space,
+                       $(echo x) / $(which x) as x, literal variables substituted, /usr/bin/rm as
+                       rm, ...): a match on either denies. Also allowed on require_witness rules.
   self_modify          path globs (fnmatch: * crosses "/"; ~ expanded) -> DENY SELF_MODIFY when a
                        write tool targets them
   write_tools          {tool: [field | "@patch" | "@redirect"]}: where a tool's write targets are.
@@ -45,6 +49,7 @@ from fak.errors import FakError
 from fak.jsonfile import read_json
 from fak.needles import combine, minimal, needles
 from fak.ratelimit import RateLimit
+from fak.shellnorm import shell_normalize
 
 VERSION = "fak-policy/v1"
 _KNOWN_FIELDS = {
@@ -69,17 +74,23 @@ class ArgRule:
     redact: tuple[tuple[str, ...], ...] = ()  # transforms only
     replace: str = "[REDACTED]"  # transforms only
     verdict: Verdict | None = None  # the prebuilt DENY of an arg rule (set by Policy)
+    normalize: bool = False  # also match the shell normal form of the text (fak.shellnorm)
+    needles: tuple[str, ...] | None = None  # witness rules: literals every match contains (set by Policy)
 
 
 @dataclass(slots=True)
 class _Check:
     """The arg rules of one tool that read the same field. A rule's regex runs only if one of its
-    needles (literals every match contains) is in the text, or if it has none (`always`)."""
+    needles (literals every match contains) is in the text it is matched against, or if it has none
+    (`always`). A normalizing rule is matched against the raw text and its shell normal form, so its
+    needles are looked up in both (`norm_needles`: the normal form only)."""
 
     field: tuple[str, ...] | None
     rules: list[ArgRule]
-    needles: list[tuple[str, int]]  # (needle, index into rules)
+    needles: list[tuple[str, int]]  # (needle, index into rules), looked up in the raw text
     always: list[int]
+    norm_needles: list[tuple[str, int]]  # the normalizing rules' needles, looked up in the normal form
+    normalizes: bool = False  # some rule here matches the normal form too
 
 
 @dataclass(slots=True)
@@ -115,7 +126,14 @@ def _matches(rule: ArgRule, call: ToolCall) -> bool:
     if rule.regex is None:
         return True
     text = call.args_text if rule.field is None else _field_value(call.args_obj, rule.field)
-    return text is not None and rule.regex.search(text) is not None
+    if text is None:
+        return False
+    texts = (text,)
+    if rule.normalize:
+        norm = shell_normalize(text)
+        texts = (text,) if norm == text else (text, norm)
+    ns = rule.needles
+    return any((ns is None or any(n in t for n in ns)) and rule.regex.search(t) is not None for t in texts)
 
 
 @dataclass
@@ -140,9 +158,28 @@ class Policy:
 
     def __post_init__(self) -> None:
         self.by = f"policy:{self.name}"
-        # Literals every protected path contains: most paths are cleared by one scan, without the globs.
-        ns = needles(self.self_modify.pattern) if self.self_modify is not None else None
-        self._sm_trigger = re.compile("|".join(map(re.escape, minimal(ns)))) if ns else None
+        # Most paths are cleared without the globs: a glob that starts with a literal can only match a
+        # path with that prefix (one str.startswith); the others by literals every match contains.
+        self._sm_prefixes: tuple[str, ...] = ()
+        self._sm_trigger: re.Pattern[str] | None = None
+        self._sm_any = False  # some glob has neither: always run the globs
+        if self.self_modify is not None:
+            floating = []
+            for g in self.self_modify_globs:
+                g = os.path.expanduser(g)
+                lit = re.split(r"[*?\[]", g, maxsplit=1)[0]
+                if lit:
+                    self._sm_prefixes += (lit,)
+                else:
+                    floating.append(g)
+            ns = needles("|".join(fnmatch.translate(g) for g in floating)) if floating else None
+            if (floating and ns is None) or not self.self_modify_globs:  # (a Policy built without its globs)
+                self._sm_any = True
+            elif ns:
+                self._sm_trigger = re.compile("|".join(map(re.escape, minimal(ns))))
+        for r in self.require_witness:
+            ns = needles(r.regex.pattern) if r.regex is not None else None
+            r.needles = tuple(minimal(ns)) if ns else None
         for r in self.arg_rules:  # verdicts are immutable values: build each rule's DENY once
             r.verdict = Verdict.deny(r.reason, self.by, r.detail or f"arg rule {r.id}")
         self._allow_v = Verdict.allow(self.by)
@@ -158,6 +195,7 @@ class Policy:
         checks: list[_Check] = []
         for f, rs in by_field.items():
             pairs: list[tuple[str, int]] = []
+            norm_pairs: list[tuple[str, int]] = []
             always: list[int] = []
             for i, r in enumerate(rs):
                 ns = needles(r.regex.pattern) if r.regex is not None else None
@@ -165,7 +203,9 @@ class Policy:
                     always.append(i)
                 else:
                     pairs += [(n, i) for n in minimal(ns)]
-            checks.append(_Check(f, rs, pairs, always))
+                    if r.normalize:
+                        norm_pairs += [(n, i) for n in minimal(ns)]
+            checks.append(_Check(f, rs, pairs, always, norm_pairs, any(r.normalize for r in rs)))
         plan = _Plan(
             known=known or self.default == "allow",
             denied=tool in self.deny,
@@ -195,12 +235,21 @@ class Policy:
             if text is None:
                 continue
             hits = [i for n, i in chk.needles if n in text]
+            norm = text
+            if chk.normalizes:
+                norm = shell_normalize(text)
+                if norm != text:
+                    hits += [i for n, i in chk.norm_needles if n in norm]
+                else:
+                    norm = text
             if chk.always:
                 hits += chk.always
             if hits:
                 for i in sorted(set(hits)):  # policy order decides which rule names the reason
                     r = chk.rules[i]
-                    if r.regex is not None and r.regex.search(text) is not None:
+                    if r.regex is not None and (
+                        r.regex.search(text) is not None or (r.normalize and norm is not text and r.regex.search(norm) is not None)
+                    ):
                         return r.verdict or Verdict.deny(r.reason, self.by, r.detail or f"arg rule {r.id}")
         if plan.write_fields:
             hit = self._self_modify_hit(call, plan.write_fields)
@@ -254,7 +303,7 @@ class Policy:
                     cwd = str(call.meta.get("cwd") or os.getcwd())
                 p = cwd + "/" + p
             p = os.path.normpath(p)
-            if (trigger is None or trigger.search(p) is not None) and self.self_modify.match(p):
+            if (self._sm_any or p.startswith(self._sm_prefixes) or (trigger is not None and trigger.search(p) is not None)) and self.self_modify.match(p):
                 return t
         return None
 
@@ -355,9 +404,16 @@ class _Loader:
         detail = r.get("detail", "")
         if not isinstance(detail, str):
             raise self.fail(f"{where}.detail", "expected a string")
+        norm = r.get("normalize")
+        if norm is not None:
+            if key not in ("arg_rules", "require_witness"):
+                raise self.fail(f"{where}.normalize", "only arg_rules and require_witness rules normalize")
+            if norm != "shell":
+                raise self.fail(f"{where}.normalize", f"unknown normal form {norm!r} (known: shell)")
         return ArgRule(
             id=str(r.get("id", f"{key}[{i}]")), tools=tset, field=tuple(fld.split(".")) if fld else None,
             regex=regex, reason=reason, detail=detail, redact=tuple(tuple(x.split(".")) for x in redact), replace=replace,
+            normalize=norm is not None,
         )
 
     def rate_limits(self, obj: dict[str, Any]) -> list[RateLimit]:

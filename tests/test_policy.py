@@ -86,6 +86,93 @@ def test_transform_rewrites_args_and_keeps_original() -> None:
     assert "headers.Authorization" in v.detail and "url" in v.detail
 
 
+NORM = {
+    "version": "fak-policy/v1", "name": "norm", "allow": ["Bash", "Deploy"],
+    "arg_rules": [
+        {"id": "raw-rm", "tools": ["Bash"], "field": "command", "pattern": r"\brm -rf ~"},
+        {"id": "norm-sudo", "tools": ["Bash"], "field": "command", "pattern": r"(?:^|[;&|]\s*)sudo\b", "normalize": "shell"},
+        {"id": "norm-always", "tools": ["Bash"], "field": "command", "pattern": r"(?i)^reboot$", "normalize": "shell"},
+    ],
+    "require_witness": [{"id": "deploy", "tools": ["Bash"], "field": "command", "pattern": r"\bdeploy --prod\b", "normalize": "shell"}],
+}
+
+NORM_TABLE = [
+    # (command, kind): a normalizing rule also matches the shell normal form; a plain one does not
+    ("rm -rf ~", VerdictKind.DENY),
+    ("r''m -rf ~", VerdictKind.ALLOW),  # raw-rule: not normalized
+    ("sudo ls", VerdictKind.DENY),
+    ("'su'do ls", VerdictKind.DENY),  # needle "sudo" only in the normal form
+    ("ls; /usr/bin/sudo ls", VerdictKind.DENY),
+    ("c=sudo; $c ls", VerdictKind.DENY),
+    ("echo sudo", VerdictKind.ALLOW),
+    ("re\\boot", VerdictKind.DENY),  # a needle-less (always) normalizing rule
+    ("de''ploy --prod", VerdictKind.REQUIRE_WITNESS),
+    ("deploy --staging", VerdictKind.ALLOW),
+]
+
+
+@pytest.mark.parametrize("cmd,kind", NORM_TABLE)
+def test_normalize_shell_rules(cmd: str, kind: VerdictKind) -> None:
+    v = parse_policy(NORM)(call("Bash", {"command": cmd}))
+    assert v.kind is kind, (cmd, v)
+
+
+SHELL_NORMAL_FORMS = [
+    ("ls -la", "ls -la"),
+    ("r''m -rf ~", "rm -rf ~"),
+    ('"r"m -rf /', "rm -rf /"),
+    ("\\rm -rf ~", "rm -rf ~"),
+    ("$'\\x72\\x6d' -rf ~", "rm -rf ~"),
+    ("$(echo rm) -rf ~", "rm -rf ~"),
+    ("`echo -n rm` -rf ~", "rm -rf ~"),
+    ("$(printf '\\x72\\x6d') x", "rm x"),
+    ("$(printf %s sudo) ls", "sudo ls"),
+    ("$(which rm) -rf ~", "rm -rf ~"),
+    ("$(command -v rm) x", "rm x"),
+    ("rm${IFS}-rf${IFS}~", "rm -rf ~"),
+    ("rm$IFS-rf$IFS$9~", "rm -rf ~"),
+    ("r$@m x", "rm x"),
+    ("c=rm; $c -rf ~", "c=rm; rm -rf ~"),
+    ("a=r;b=m;${a}${b} x", "a=r;b=m;rm x"),
+    ("env X=rm sh -c '$X -rf ~'", "env X=rm sh -c rm -rf ~"),
+    ('c="rm -rf"; $c ~', "c=rm -rf; rm -rf ~"),
+    ("X=$HOME; rm -rf $X", "X=$HOME; rm -rf $HOME"),
+    ("V=$(git describe); echo $V", "V=$(git describe); echo $V"),
+    ("echo $UNSET", "echo $UNSET"),
+    ("{rm,-rf,~}", "rm -rf ~"),
+    ("cp a.{txt,bak}", "cp a.{txt,bak}"),  # not a whole word
+    ("/bin/rm -rf ~", "rm -rf ~"),
+    ("/usr/local/bin/python3 -m pytest", "python3 -m pytest"),
+    ("ls /usr/bin/ 2>/dev/null", "ls /usr/bin/ 2>/dev/null"),
+    ("./node_modules/.bin/eslint .", "./node_modules/.bin/eslint ."),
+    ("echo a\\\nb", "echo ab"),
+]
+
+
+@pytest.mark.parametrize("text,want", SHELL_NORMAL_FORMS)
+def test_shell_normalize(text: str, want: str) -> None:
+    from fak.shellnorm import shell_normalize
+
+    assert shell_normalize(text) == want
+
+
+def test_shell_normalize_returns_untriggered_text_itself() -> None:
+    from fak.shellnorm import shell_normalize
+
+    s = "git status --short && pytest -q"
+    assert shell_normalize(s) is s
+
+
+def test_self_modify_prefix_and_floating_globs() -> None:
+    base = {"version": "fak-policy/v1", "allow": ["Write"], "write_tools": {"Write": ["file_path"]}}
+    pol = parse_policy({**base, "self_modify": ["/srv/keep/*", "*.lock"]})
+    assert pol(call("Write", {"file_path": "/srv/keep/a"})).reason is Reason.SELF_MODIFY  # by its literal prefix
+    assert pol(call("Write", {"file_path": "src/x.lock"})).reason is Reason.SELF_MODIFY  # by a needle
+    assert pol(call("Write", {"file_path": "/srv/other/a"})).kind is VerdictKind.ALLOW
+    every = parse_policy({**base, "self_modify": ["*"]})  # no prefix, no needle: the globs always run
+    assert every(call("Write", {"file_path": "a.txt"})).reason is Reason.SELF_MODIFY
+
+
 def test_default_modes() -> None:
     assert parse_policy({**SMALL, "default": "defer"})(call("Other")).kind is VerdictKind.DEFER
     assert parse_policy({**SMALL, "default": "allow"})(call("Other")).kind is VerdictKind.ALLOW
@@ -184,6 +271,16 @@ FLOOR_DENY = [
     ("apply_patch", {"input": "*** Begin Patch\n*** Add File: .env\n+SECRET=1\n*** End Patch"}, Reason.SELF_MODIFY),
     ("apply_patch", {"input": "*** Begin Patch\n*** Update File: a.py\n*** Move to: /etc/a.py\n*** End Patch"}, Reason.SELF_MODIFY),
     ("SomeUnknownTool", {}, Reason.UNKNOWN_TOOL),
+    ("run_command", {"command": "rm -rf ~"}, Reason.POLICY_BLOCK),
+    ("run_command", {"command": "echo x >> .git/config"}, Reason.SELF_MODIFY),
+    ("write_file", {"path": ".git/config", "content": ""}, Reason.SELF_MODIFY),
+    ("edit_file", {"path": "~/.bashrc", "old_text": "a", "new_text": "b"}, Reason.SELF_MODIFY),
+    ("read_file", {"path": "~/.ssh/id_rsa"}, Reason.SECRET_EXFIL),
+    ("exec_command", {"cmd": "r''m -rf ~", "workdir": PROJECT}, Reason.POLICY_BLOCK),
+    ("write_stdin", {"session_id": 1, "chars": "sudo -i\n"}, Reason.POLICY_BLOCK),
+    ("Bash", {"command": "$(echo rm) -rf ~"}, Reason.POLICY_BLOCK),
+    ("Bash", {"command": "echo cm0gLXJmIH4= | base64 -d | sh"}, Reason.POLICY_BLOCK),
+    ("Bash", {"command": "c=rm; $c -rf ~"}, Reason.POLICY_BLOCK),
 ]
 
 FLOOR_ALLOW = [
@@ -226,6 +323,13 @@ FLOOR_ALLOW = [
     ("shell", {"command": ["ls", "-la"]}),
     ("shell", {"command": ["bash", "-lc", "git status && pytest -q"]}),
     ("apply_patch", {"input": "*** Begin Patch\n*** Update File: src/a.py\n@@\n-a\n+b\n*** End Patch"}),
+    ("run_command", {"command": "pytest -q"}),
+    ("read_file", {"path": "README.md"}),
+    ("write_file", {"path": "src/app.py", "content": "print(1)\n"}),
+    ("edit_file", {"path": "src/app.py", "old_text": "1", "new_text": "2"}),
+    ("write_stdin", {"session_id": 1, "chars": "y\n"}),
+    ("Bash", {"command": "eval \"$(pyenv init -)\""}),
+    ("Bash", {"command": "grep -rn 'sudo' docs/ && git commit -m 'drop sudo from docs'"}),
 ]
 
 
@@ -276,6 +380,10 @@ BAD = [
     ({"version": "fak-policy/v1", "write_tools": {"Bash": ["@redirects"]}}, "'write_tools.Bash'"),
     ({"version": "fak-policy/v1", "rate_limits": [{"tools": ["Bash"]}]}, "'rate_limits[0].per_minute'"),
     ({"version": "fak-policy/v1", "rate_limits": [{"per_minute": 5, "burst": 0}]}, "'rate_limits[0].burst'"),
+    ({"version": "fak-policy/v1", "arg_rules": [{"pattern": "a", "normalize": "bash"}]}, "'arg_rules[0].normalize'"),
+    ({"version": "fak-policy/v1", "arg_rules": [{"pattern": "a", "normalize": True}]}, "'arg_rules[0].normalize'"),
+    ({"version": "fak-policy/v1", "transforms": [{"pattern": "a", "field": "x", "normalize": "shell"}]}, "'transforms[0].normalize'"),
+    ({"version": "fak-policy/v1", "result_deny": [{"pattern": "a", "normalize": "shell"}]}, "'result_deny[0].normalize'"),
 ]
 
 
@@ -318,21 +426,26 @@ def test_needles(pattern: str, needles: tuple[str, ...] | None) -> None:
 
 
 def _slow_arg_verdict(policy, c: ToolCall):  # type: ignore[no-untyped-def]
-    """Reference: every applicable arg rule's regex, in order, no fast path."""
+    """Reference: every applicable arg rule's regex, in order, on the raw text and (a normalizing
+    rule) its shell normal form; no fast path."""
     from fak.policy import _field_value
+    from fak.shellnorm import shell_normalize
 
     for r in policy.arg_rules:
         if r.tools is not None and c.tool not in r.tools:
             continue
         text = c.args_text if r.field is None else _field_value(c.args_obj, r.field)
-        if text is not None and r.regex.search(text):
+        if text is not None and (r.regex.search(text) or (r.normalize and r.regex.search(shell_normalize(text)))):
             return r.reason
     return None
 
 
 FRAGMENTS = ["rm", " ", "-rf", "-r", "/", "~", "$HOME", "sudo", "doas", "curl", "wget", "|", "sh", "bash", ".git",
              "dev", "of=", "dd", "()", "{", "}", ":", "&", ";", "push", "--force", "-f", "main", "+", "terraform",
-             "destroy", "mkfs", ".ssh/id_rsa", ".env", "AKIA" + "B" * 16, "git", "x", "'", '"', ">", "tee", "\n"]
+             "destroy", "mkfs", ".ssh/id_rsa", ".env", "AKIA" + "B" * 16, "git", "x", "'", '"', ">", "tee", "\n",
+             # shell tricks: what the normal form undoes, and the obfuscation rules' own words
+             "''", "\\", "$(echo ", ")", "`", "${IFS}", "$IFS", "c=", "$c", "/bin/", "/usr/bin/", "eval ", "base64 -d",
+             ",", "$'\\x72'", "chmod", "777", "-R", "find", "-delete", "printenv", "nc", "-e", "env ", "<(", "python3"]
 
 
 def test_fast_path_matches_reference(floor) -> None:  # type: ignore[no-untyped-def]
@@ -344,10 +457,11 @@ def test_fast_path_matches_reference(floor) -> None:  # type: ignore[no-untyped-
     arg_reasons = {r.reason for r in floor.arg_rules}
 
     @settings(max_examples=1500, deadline=None, database=None)
-    @given(st.lists(st.sampled_from(FRAGMENTS), max_size=12), st.sampled_from(["Bash", "shell", "Read", "WebFetch"]))
+    @given(st.lists(st.sampled_from(FRAGMENTS), max_size=12), st.sampled_from(["Bash", "shell", "exec_command", "run_command", "Read", "WebFetch"]))
     def check(parts: list[str], tool: str) -> None:
         cmd = "".join(parts)
-        c = ToolCall.from_args(tool, {"command": cmd} if tool != "shell" else {"command": ["bash", "-lc", cmd]}, meta={"cwd": PROJECT})
+        args = {"shell": {"command": ["bash", "-lc", cmd]}, "exec_command": {"cmd": cmd, "workdir": PROJECT}}.get(tool, {"command": cmd})
+        c = ToolCall.from_args(tool, args, meta={"cwd": PROJECT})
         want = _slow_arg_verdict(floor, c)
         got = floor(c)
         if want is not None:
