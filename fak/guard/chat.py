@@ -9,12 +9,11 @@ call was refused finishes with `stop`, not `tool_calls`.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from fak.guard.sse import Event, frame
-from fak.guard.state import Guard
+from fak.guard.state import Guard, flat_text
 
 PATHS = ("/v1/chat/completions",)
 NAME = "OpenAI Chat"
@@ -32,15 +31,6 @@ def offered(body: dict[str, Any]) -> frozenset[str]:
     return frozenset(names)
 
 
-def result_text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n".join(p["text"] if isinstance(p, dict) and isinstance(p.get("text"), str) else json.dumps(p)
-                         for p in content)
-    return json.dumps(content)
-
-
 def admit_results(body: dict[str, Any], guard: Guard, trace: str) -> None:
     names: dict[Any, str] = {}
     for m in body.get("messages") or []:
@@ -51,7 +41,7 @@ def admit_results(body: dict[str, Any], guard: Guard, trace: str) -> None:
                 names[tc.get("id")] = str((tc.get("function") or {}).get("name"))
         if m.get("role") == "tool":
             cid = m.get("tool_call_id")
-            adm = guard.result(str(cid), names.get(cid, ""), result_text(m.get("content")), trace)
+            adm = guard.result(str(cid), names.get(cid, ""), flat_text(m.get("content")), trace)
             if adm.withheld:
                 m["content"] = adm.text
 

@@ -16,7 +16,7 @@ import uuid
 from typing import Any
 
 from fak.guard.sse import Event, frame
-from fak.guard.state import Guard
+from fak.guard.state import Guard, flat_text
 
 PATHS = ("/v1/responses", "/v1/responses/input_tokens")
 NAME = "OpenAI Responses"
@@ -55,15 +55,6 @@ def with_args(item: dict[str, Any], allowed: str) -> dict[str, Any]:
     return {**item, "arguments": allowed}
 
 
-def result_text(output: Any) -> str:
-    if isinstance(output, str):
-        return output
-    if isinstance(output, list):
-        return "\n".join(p["text"] if isinstance(p, dict) and isinstance(p.get("text"), str) else json.dumps(p)
-                         for p in output)
-    return json.dumps(output)
-
-
 def admit_results(body: dict[str, Any], guard: Guard, trace: str) -> None:
     items = body.get("input")
     if not isinstance(items, list):
@@ -77,7 +68,7 @@ def admit_results(body: dict[str, Any], guard: Guard, trace: str) -> None:
             names[it.get("call_id")] = call_of(it)[0]
         elif kind in ("function_call_output", "custom_tool_call_output", "local_shell_call_output"):
             cid = it.get("call_id") or it.get("id")
-            adm = guard.result(str(cid), names.get(cid, ""), result_text(it.get("output")), trace)
+            adm = guard.result(str(cid), names.get(cid, ""), flat_text(it.get("output")), trace)
             if adm.withheld:
                 it["output"] = adm.text
 

@@ -4,6 +4,7 @@ tool results were already journaled (an agent resends its whole history every tu
 from __future__ import annotations
 
 import hashlib
+import json
 import threading
 import uuid
 from collections import Counter
@@ -12,6 +13,17 @@ from typing import Any
 
 from fak.abi import Reason, Result, Status, ToolCall, Verdict, VerdictKind
 from fak.gateway.toolgate import Adjudication, decide
+
+
+def flat_text(content: Any) -> str:
+    """A tool result's text as the admitters read it: a string, or a list's text parts (any other
+    part as its JSON), one per line."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(p["text"] if isinstance(p, dict) and isinstance(p.get("text"), str) else json.dumps(p)
+                         for p in content)
+    return json.dumps(content)
 
 
 @dataclass
