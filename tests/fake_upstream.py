@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
 
 import uvicorn
 from fastapi import FastAPI, Request
@@ -457,7 +457,7 @@ class FakeUpstream:
         return [r for r in self.calls() if r.offer is not None and r.offer.followup]
 
     # -- lifecycle
-    def __enter__(self) -> FakeUpstream:
+    def __enter__(self) -> Self:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", 0))
@@ -530,7 +530,7 @@ class FakeUpstream:
         assert rec.offer is not None
         try:
             proposals = list(self.propose(rec.offer))
-        except Exception as e:  # a broken script is the test's bug: say so in the wire's shape
+        except Exception as e:  # noqa: BLE001 -- a broken script is the test's bug: say so in the wire's shape
             return JSONResponse(error_body(wire, 500, f"propose raised {type(e).__name__}: {e}"), status_code=500)
         reply = Reply(
             model=self.model or str(body.get("model") or "fake-model"),
