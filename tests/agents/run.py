@@ -14,11 +14,14 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Self
 
 HERE = Path(__file__).resolve().parent
 NODE_MODULES = HERE / "node_modules"
@@ -146,6 +149,49 @@ def codex_argv(
 
 def codex_env(home: Path, env_key: str = "FAK_API_KEY", **extra: str) -> dict[str, str]:
     return agent_env(home, **{env_key: "sk-fak-dummy", **extra})
+
+
+class RefusingProxy:
+    """An HTTP(S) proxy on 127.0.0.1 that refuses everything and records what was
+    asked of it (`CONNECT api.anthropic.com:443 HTTP/1.1`, ...): pass its url as
+    HTTPS_PROXY to see whether an agent tries to phone home."""
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._sock.bind(("127.0.0.1", 0))
+        self._sock.listen(16)
+        self._sock.settimeout(0.2)
+        self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                continue
+            with conn:
+                conn.settimeout(2)
+                try:
+                    line = conn.makefile("rb").readline(4096).decode("latin-1").strip()
+                    self.asked.append(line)
+                    conn.sendall(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                except OSError:
+                    pass
+
+    def env(self) -> dict[str, str]:
+        return {k: self.url for k in ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "https_proxy", "http_proxy")}
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(2)
+        self._sock.close()
 
 
 @dataclass
