@@ -53,8 +53,15 @@ DEAD_PROXY = "http://127.0.0.1:9"
 
 
 def bin_path(name: str) -> Path | None:
-    """The installed CLI `name` ("claude" or "codex"), or None if not installed."""
+    """The installed CLI `name` ("claude" or "codex"), or None if not installed.
+
+    Claude Code's bin/claude.exe is a stub until the package's postinstall copies the
+    native binary over it (npm 11 warns that the script is not in allowScripts, but
+    runs it); if it did not, the platform package's own binary is used."""
     p = NODE_MODULES / ".bin" / name
+    if name == "claude" and p.exists() and p.stat().st_size < 1_000_000:
+        native = NODE_MODULES / "@anthropic-ai" / "claude-code-linux-x64" / "claude"
+        p = native if native.exists() else p
     return p if p.exists() and os.access(p, os.X_OK) else None
 
 
@@ -96,6 +103,9 @@ def agent_env(home: Path, **extra: str) -> dict[str, str]:
         "DISABLE_NON_ESSENTIAL_MODEL_CALLS": "1",
         "CLAUDE_CODE_DISABLE_FEEDBACK_SURVEY": "1",
         "CLAUDE_CODE_DISABLE_TERMINAL_TITLE": "1",
+        # a failed or dropped stream is retried with backoff (0.6, 1.1, 2.3, 4.6, 9.3,
+        # 19 s, ...: minutes by default); one retry keeps a failing test short
+        "CLAUDE_CODE_MAX_RETRIES": "1",
     }
     env.update(extra)
     return env
