@@ -371,3 +371,14 @@ def test_a_call_the_stream_never_finished_is_refused_at_close(tmp_path: Path) ->
     out = _frames(s.close())  # complete JSON, but the block never stopped: not emitted
     assert out[0]["content_block"]["type"] == "text"
     assert "MALFORMED (the tool_use block never completed)" in out[1]["delta"]["text"]
+
+
+@pytest.mark.parametrize("captured", sorted(p.name for p in (Path(__file__).parent / "agents" / "captured").glob("*.json")))
+def test_the_floor_knows_every_tool_the_real_clis_offer(captured: str) -> None:
+    """Guard refuses an unknown tool: a tool Claude Code or Codex offers today that the floor does not
+    know would make the agent useless under guard (captured from the installed CLIs' own requests)."""
+    body = json.loads((Path(__file__).parent / "agents" / "captured" / captured).read_text())
+    floor = coding_floor()
+    named = [t["name"] for t in body.get("tools") or [] if "name" in t]  # built-ins (web_search...) run upstream
+    unknown = [n for n in named if n not in floor.allow]
+    assert unknown == [], f"{captured}: the coding floor does not know {unknown}"

@@ -157,6 +157,14 @@ def codex_argv(
     return argv
 
 
+def codex_guarded_argv(prompt: str, *, model: str = CODEX_MODEL, sandbox: str = "workspace-write") -> list[str]:
+    """`codex exec` as a user types it under `fak guard`: no provider flags (the guard adds its own)."""
+    exe = bin_path("codex")
+    argv = [str(exe or "codex"), *CODEX_QUIET, "exec", "--skip-git-repo-check", "--ephemeral", "--color", "never"]
+    argv += ["--dangerously-bypass-approvals-and-sandbox"] if sandbox == "bypass" else ["-s", sandbox]
+    return [*argv, "-m", model, prompt]
+
+
 def codex_env(home: Path, env_key: str = "FAK_API_KEY", **extra: str) -> dict[str, str]:
     return agent_env(home, **{env_key: "sk-fak-dummy", **extra})
 
