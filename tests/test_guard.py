@@ -382,3 +382,24 @@ def test_the_floor_knows_every_tool_the_real_clis_offer(captured: str) -> None:
     named = [t["name"] for t in body.get("tools") or [] if "name" in t]  # built-ins (web_search...) run upstream
     unknown = [n for n in named if n not in floor.allow]
     assert unknown == [], f"{captured}: the coding floor does not know {unknown}"
+
+
+def test_the_in_kernel_wires_take_the_real_clis_requests() -> None:
+    """`fak guard --gguf`: Claude Code's and Codex's own request bodies (captured) validate on the
+    in-kernel wires; Claude Code's system-role message joins the system prompt, its deferred tools
+    stay out of the prompt, Codex's built-in and freeform tools are left to the model it was written for."""
+    from types import SimpleNamespace
+
+    from fak.gateway import anthropic_wire, responses_wire
+
+    here = Path(__file__).parent / "agents" / "captured"
+    cc = anthropic_wire.MessagesRequest.model_validate(json.loads((here / "claude-code-2.1.332.json").read_text()))
+    chat = anthropic_wire.to_chat(cc)
+    assert [m["role"] for m in chat] == ["system", "user"]
+    assert "# Environment" in chat[0]["content"] and chat[0]["content"].startswith("x-anthropic-billing-header")
+    request = SimpleNamespace(app=SimpleNamespace(state=SimpleNamespace(tool_family=None, lenient_tools=True)))
+    tools, names, grammar = anthropic_wire._tools(request, cc)  # type: ignore[arg-type]
+    assert "DeferredToolPlaceholder" in names and "DeferredToolPlaceholder" not in [t["function"]["name"] for t in tools]
+    cx = responses_wire.ResponsesRequest.model_validate(json.loads((here / "codex-0.171.0.json").read_text()))
+    tools, names, grammar = responses_wire._tools(request, cx)  # type: ignore[arg-type]
+    assert names[:2] == ["exec_command", "write_stdin"] and "apply_patch" not in names and grammar is None

@@ -58,6 +58,7 @@ class AnthropicTool(_Body):
     input_schema: dict[str, Any]
     type: Optional[Literal["custom"]] = None
     cache_control: Optional[dict[str, Any]] = None
+    defer_loading: Optional[bool] = None  # offered, but not in the prompt until the client loads it (tool search)
 
 
 class AnthropicToolChoice(_Body):
@@ -67,8 +68,9 @@ class AnthropicToolChoice(_Body):
 
 
 class AnthropicMessage(_Body):
-    role: Literal["user", "assistant"]
+    role: Literal["user", "assistant", "system"]  # Claude Code puts system reminders among the messages
     content: Union[str, list[dict[str, Any]]]
+    output_config: Optional[dict[str, Any]] = None  # per-message effort (Claude Code): no reasoning budget here
 
 
 class MessagesRequest(_Body):
@@ -87,6 +89,7 @@ class MessagesRequest(_Body):
     output_config: Optional[dict[str, Any]] = None
     container: Optional[Any] = None
     # accepted, no effect on the output here
+    context_management: Optional[dict[str, Any]] = None  # server-side context edits: a short context needs none
     metadata: Optional[dict[str, Any]] = None
     service_tier: Optional[str] = None
     cache_control: Optional[dict[str, Any]] = None
@@ -109,10 +112,17 @@ class CountTokensRequest(_Body):
 def to_chat(body: MessagesRequest | CountTokensRequest) -> list[dict[str, Any]]:
     """Anthropic messages as chat-template messages (OpenAI's roles and tool_calls)."""
     out: list[dict[str, Any]] = []
-    if body.system:
-        out.append({"role": "system", "content": text_parts(body.system, "system", "system")})
+    system = [text_parts(body.system, "system", "system")] if body.system else []
+    # system-role messages (Claude Code's reminders) join the system prompt: every chat template takes
+    # a system message first, not every one takes one mid-conversation
+    system += [text_parts(m.content, f"messages.{i}.content", f"messages.{i}.content")
+               for i, m in enumerate(body.messages) if m.role == "system"]
+    if system:
+        out.append({"role": "system", "content": "\n\n".join(system)})
     for i, m in enumerate(body.messages):
         where = f"messages.{i}.content"
+        if m.role == "system":
+            continue
         if isinstance(m.content, str):
             out.append({"role": m.role, "content": m.content})
             continue
@@ -160,11 +170,13 @@ def _tools(request: Request, body: MessagesRequest | CountTokensRequest
         grammar = forced_call(request.app.state.tool_family, {t.name: t.input_schema for t in body.tools},
                               choice.name if choice.type == "tool" else None)
     return [{"type": "function", "function": {"name": t.name, "description": t.description or "",
-                                              "parameters": t.input_schema}} for t in body.tools], names, grammar
+                                              "parameters": t.input_schema}}
+            for t in body.tools if not t.defer_loading], names, grammar
 
 
 def _check_thinking(thinking: dict[str, Any] | None) -> None:
-    if thinking is not None and thinking.get("type") not in (None, "disabled"):
+    # "adaptive": the model decides whether to think; this one never does, which is a valid answer
+    if thinking is not None and thinking.get("type") not in (None, "disabled", "adaptive"):
         raise APIError(400, "thinking: extended thinking is not supported by this model (use {\"type\": \"disabled\"})",
                        param="thinking")
 

@@ -73,6 +73,10 @@ def limits(request: Request, b: Any, n_prompt: int, asked: int | None, param: st
     if n_prompt == 0:
         raise APIError(400, "the prompt encodes to no tokens", param="prompt")
     new = asked if asked is not None else ctx - n_prompt
+    if getattr(request.app.state, "clamp_max_tokens", False):
+        # fak guard --gguf: agents ask for their provider's output limit (Claude Code: 128000); the
+        # local model gives what its context has left
+        new = max(1, min(new, ctx - n_prompt))
     if n_prompt + new > ctx:
         raise APIError(400, f"this model's context length is {ctx} tokens; the prompt has {n_prompt} and "
                        f"{param} asks for {new} more", param=param, code="context_length_exceeded")

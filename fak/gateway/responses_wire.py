@@ -91,6 +91,7 @@ class ResponsesRequest(BaseModel):
     moderation: Optional[Any] = None
     access_programs: Optional[Any] = None
     image: Optional[Any] = None
+    client_metadata: Optional[dict[str, Any]] = None  # Codex's session and turn ids
 
 
 _REFUSED = {"previous_response_id": "this server is stateless: send the whole input",
@@ -142,6 +143,10 @@ def to_chat(body: ResponsesRequest) -> list[dict[str, Any]]:
 
 def _tools(request: Request, body: ResponsesRequest) -> tuple[list[dict[str, Any]] | None, list[str], Any]:
     """The tools for the template, their names, and the grammar of a forced call."""
+    if body.tools and getattr(request.app.state, "lenient_tools", False):
+        # fak guard --gguf: an agent's built-in and freeform tools (web_search, tool_search, Codex's
+        # custom apply_patch) are left out of the prompt; the local model calls its function tools
+        body.tools = [t for t in body.tools if t.type == "function" and t.name]
     if not body.tools:
         return None, [], None
     for i, t in enumerate(body.tools):

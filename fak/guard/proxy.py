@@ -168,6 +168,8 @@ def inkernel_app(boot: Callable[[], Any], model_name: str, guard: Guard,
     app = create_app(boot, model_name, kernel=guard.kernel, on_boot_error=on_boot_error)
     app.state.any_model = True  # Claude Code asks for claude-*, Codex for gpt-*: the in-kernel model answers
     app.state.on_decision = guard.record
+    app.state.clamp_max_tokens = True  # and their provider's output limits
+    app.state.lenient_tools = True  # and tools only their provider runs (web_search) or freeform ones
 
     @app.get(HEALTH)
     async def health() -> JSONResponse:
