@@ -403,3 +403,34 @@ def test_the_in_kernel_wires_take_the_real_clis_requests() -> None:
     cx = responses_wire.ResponsesRequest.model_validate(json.loads((here / "codex-0.171.0.json").read_text()))
     tools, names, grammar = responses_wire._tools(request, cx)  # type: ignore[arg-type]
     assert names[:2] == ["exec_command", "write_stdin"] and "apply_patch" not in names and grammar is None
+
+
+def test_text_and_thinking_pass_at_once_only_calls_are_held(tmp_path: Path) -> None:
+    from fak.guard import anthropic as aw
+    from fak.guard.sse import Event
+
+    s = aw.Stream(_guard(tmp_path), frozenset({"Bash"}), "t")
+    events = [
+        {"type": "message_start", "message": {"id": "m", "type": "message", "role": "assistant", "content": []}},
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "thinking", "thinking": "", "signature": ""}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "Let me look"}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "signature_delta", "signature": "c2ln"}},
+        {"type": "content_block_stop", "index": 0},
+        {"type": "content_block_start", "index": 1, "content_block": {"type": "text", "text": ""}},
+        {"type": "content_block_delta", "index": 1, "delta": {"type": "text_delta", "text": "Listing"}},
+        {"type": "ping"},
+    ]
+    for ev in events:  # each one out as it came in, unchanged
+        assert _frames(s.feed(Event(ev["type"], json.dumps(ev)))) == [ev]
+
+
+def test_quiet_writes_nothing_of_its_own(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    with FakeUpstream() as up:
+        r = subprocess.run([sys.executable, "-m", "commands.main", "guard", "--quiet", "--no-journal", "--upstream", up.url,
+                            "--", sys.executable, "-c", "print('agent says hi')"], capture_output=True, text=True,
+                           cwd=tmp_path, timeout=60)
+    assert (r.returncode, r.stdout, r.stderr) == (0, "agent says hi\n", "")
+    assert not (tmp_path / ".fak").exists()
