@@ -109,13 +109,13 @@ def _live_view(app: object, url: str, stop: object) -> None:
 
 def run_server(boot: object, served: str, host: str, port: int, key: str | None, cors: list[str],
                max_queue: int, live: bool = False, kernel: object = None, max_model_len: int = 0) -> None:
-    import socket
     import threading
 
     import uvicorn
 
     from fak.errors import FakError
     from fak.gateway import create_app
+    from fak.gateway.listen import listen_socket
     from fak.gateway.logs import SERVER
 
     holder: list[uvicorn.Server] = []
@@ -126,12 +126,7 @@ def run_server(boot: object, served: str, host: str, port: int, key: str | None,
 
     app = create_app(boot, served, api_key=key, cors_origins=cors, max_queue=max_queue,  # type: ignore[arg-type]
                      on_boot_error=boot_failed, kernel=kernel, max_model_len=max_model_len)
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        raise FakError(f"cannot listen on {host}:{port} ({exc.strerror or exc})") from None
+    sock = listen_socket(host, port)
     bound = sock.getsockname()[1]
     shown = f"[{host}]" if ":" in host else host
     SERVER.info(f"listening on http://{shown}:{bound}", extra={"url": f"http://{shown}:{bound}"})

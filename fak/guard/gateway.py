@@ -3,7 +3,6 @@ started before the agent and stopped after it."""
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from typing import Any
@@ -11,6 +10,7 @@ from typing import Any
 import httpx
 
 from fak.errors import FakError
+from fak.gateway.listen import listen_socket
 from fak.guard.proxy import HEALTH
 
 
@@ -18,9 +18,7 @@ class Gateway:
     def __init__(self, app: Any) -> None:
         import uvicorn
 
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind(("127.0.0.1", 0))
+        self.sock = listen_socket("127.0.0.1", 0)
         self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
         # no access log: request lines are the agent's business, and headers carry its credentials
         config = uvicorn.Config(app, log_level="error", access_log=False, lifespan="off", log_config=None,

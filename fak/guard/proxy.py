@@ -12,6 +12,7 @@ Both put `AdmitResults` in front, so a tool result reaches a model only after th
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import AsyncIterator, Callable
 from types import ModuleType
 from typing import Any
@@ -98,7 +99,10 @@ def _upstream_url(base: str, path: str, query: str) -> str:
 def proxy_app(upstream: str, guard: Guard, *, client: httpx.AsyncClient | None = None) -> Any:
     app = FastAPI(title="fak guard", docs_url=None, redoc_url=None, openapi_url=None)
     timeout = httpx.Timeout(connect=15.0, read=600.0, write=60.0, pool=15.0)
-    http = client or httpx.AsyncClient(timeout=timeout, follow_redirects=False)
+    # TCP_NODELAY: httpx writes a request's headers and body apart, and on a kept-alive connection
+    # Nagle then holds the body until the upstream's delayed ACK: +40 ms on every turn (measured)
+    nodelay = httpx.AsyncHTTPTransport(socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)])
+    http = client or httpx.AsyncClient(timeout=timeout, follow_redirects=False, transport=nodelay)
 
     @app.get(HEALTH)
     async def health() -> JSONResponse:
