@@ -36,4 +36,4 @@ def show(tally: Tally, *, agent: str, exit_code: int, journal: str | None, json_
     if tally.reasons:
         con.print("refused: " + ", ".join(f"{r} ×{n}" for r, n in tally.reasons.most_common(5)))
     if journal:
-        con.print(f"journal {journal} · verify: [bold]fak audit verify {journal}[/]")
+        con.print(f"journal {journal} · verify: [bold]fak audit verify {journal}[/]", soft_wrap=True)  # one line to copy
