@@ -159,3 +159,21 @@ def test_blas_chunks_give_the_same_kv_bits_with_or_without_cache_and_batch_mates
                               [rand_prompt(rng, n) for n in (5, 70, 33)])
     assert h.result(0).prefix_hit_tokens == 0 and warm_sched.stats().prefix_hit_tokens == 128  # 4 chunks of 32
     assert np.array_equal(cold, warm) and np.array_equal(cold, crowd)
+
+
+def test_next_turn_reuses_the_previous_reply_too() -> None:
+    """A conversation: turn 2's prompt is turn 1's prompt + its reply + a new message. The finished
+    lane's generated tokens are cached as well as its prompt, so turn 2 prefills only the new
+    message and the partial block the reply ended in (the last generated token was never fed)."""
+    rng = np.random.default_rng(5)
+    p1, q = rand_prompt(rng, 40), rand_prompt(rng, 9)
+    with NativeScheduler(model(), prefill_chunk=64) as sched:  # 16-token blocks
+        r1 = sched.admit(Request(p1, max_new_tokens=30)).result(timeout=60)
+        p2 = p1 + r1.token_ids + q
+        before = sched.stats()
+        r2 = sched.admit(Request(p2, max_new_tokens=8)).result(timeout=60)
+        after = sched.stats()
+    fed = len(p1) + len(r1.token_ids) - 1  # the last sampled token has no KV
+    assert r2.prefix_hit_tokens == fed // 16 * 16 == 64 > len(p1) // 16 * 16
+    assert after.prefill_tokens - before.prefill_tokens == len(p2) - 64
+    assert r2.token_ids == solo(p2, 8, 64)  # reuse changes nothing in the output

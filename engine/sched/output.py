@@ -112,8 +112,14 @@ class OutputProcessor:
             self.finish(lane, FinishReason.LENGTH)
 
     def finish(self, lane: Lane, reason: FinishReason, error: str | None = None) -> None:
-        if lane.session is not None and lane.session.kv.blocks:
-            lane.session.kv.free()
+        s = lane.session
+        if s is not None and s.kv.blocks:
+            if self.prefix is not None and error is None:
+                # the generated tokens' full blocks too (vLLM caches them as well): a conversation's
+                # next turn (prompt + this reply + a new message) prefills only what is new
+                full = min(s.length, len(s.tokens)) // self.block_tokens
+                self.prefix.insert(s.tokens, s.kv.blocks, full)
+            s.kv.free()
         lane.session, lane.swap_data, lane.replay = None, None, []
         self.scheduler.remove(lane)
         lane.to(LaneState.FINISHED)

@@ -82,7 +82,8 @@ class PrefixCache:
         return run[: len(run) - len(run) % align]
 
     def insert(self, tokens: list[int], blocks: list[int], n_full: int) -> None:
-        """Offer the first n_full (full, prompt-only) blocks of a lane; already-cached prefixes are kept."""
+        """Offer the first n_full full blocks of a lane (its prompt's after prefill, prompt + generated
+        when it finishes); already-cached prefixes are kept."""
         bt = self.pool.block_tokens
         parent = 0
         hashes = chain_hashes(tokens, bt, n_full)
