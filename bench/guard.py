@@ -29,8 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from fake_upstream import FakeUpstream, first_turn  # noqa: E402
 
 from fak.abi import ToolCall  # noqa: E402
-from fak.guard.gateway import Gateway  # noqa: E402
-from fak.guard.proxy import proxy_app  # noqa: E402
+from fak.gateway.local import LocalServer  # noqa: E402
+from fak.guard.proxy import HEALTH, proxy_app  # noqa: E402
 from fak.guard.state import Guard  # noqa: E402
 from fak.journal import Journal  # noqa: E402
 from fak.kernel import Kernel  # noqa: E402
@@ -95,7 +95,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as d, FakeUpstream(first_turn("ls -la", "rm -rf ~")) as up:
         kernel = Kernel.with_policy(coding_floor())
         kernel.journal = Journal(Path(d) / "j.jsonl", fsync=not a.no_fsync)
-        gw = Gateway(proxy_app(up.url, Guard(kernel)))
+        gw = LocalServer(proxy_app(up.url, Guard(kernel)), HEALTH)
         gw.start(timeout=20)
         got = asyncio.run(run(a.n, up.url + PATH[a.wire], gw.url + PATH[a.wire], payload))
         gw.stop()

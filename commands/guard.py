@@ -35,7 +35,8 @@ def register(app: typer.Typer) -> None:
         """Run AGENT (after --) against a private gateway that adjudicates every tool call it is offered."""
         from fak.errors import FakError
         from fak.guard import agents, child
-        from fak.guard.gateway import Gateway
+        from fak.gateway.local import LocalServer
+        from fak.guard.proxy import HEALTH
         from fak.guard.state import Guard
         from fak.guard.summary import show
 
@@ -89,7 +90,7 @@ def register(app: typer.Typer) -> None:
                 raise FakError(f"--upstream {up!r}: expected an http:// or https:// URL")
             app = proxy_app(up, g)
             target = up
-        gw = Gateway(app)
+        gw = LocalServer(app, HEALTH)
         try:
             gw.start(failed=lambda: failed[0].removeprefix("boot failed: ") if failed else None)
             launch = agents.launch(argv, prov, gw.url, dict(os.environ), extra_vars=env, local_model=bool(gguf))

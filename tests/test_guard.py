@@ -18,8 +18,8 @@ import openai
 import pytest
 from fake_upstream import FakeUpstream, Offer, first_turn
 
-from fak.guard.gateway import Gateway
-from fak.guard.proxy import proxy_app
+from fak.gateway.local import LocalServer
+from fak.guard.proxy import HEALTH, proxy_app
 from fak.guard.state import Guard
 from fak.journal import Journal, verify
 from fak.kernel import Kernel
@@ -40,7 +40,7 @@ def guarded(tmp_path: Path, propose: Any = None, *, upstream: str | None = None,
         kernel = Kernel.with_policy(coding_floor())
         kernel.journal = Journal(tmp_path / "guard.jsonl", fsync=False)
         g = Guard(kernel)
-        gw = Gateway(proxy_app(upstream or up.url, g))
+        gw = LocalServer(proxy_app(upstream or up.url, g), HEALTH)
         gw.start(timeout=20)
         try:
             yield up, g, gw.url

@@ -1,5 +1,5 @@
-"""The guard's gateway in this process: uvicorn on a thread, on 127.0.0.1 at a port the OS picks,
-started before the agent and stopped after it."""
+"""A fak server inside this process: uvicorn on a thread, on 127.0.0.1 at a port the OS picks
+(fak guard's gateway, fak chat's in-kernel model), started before its client and stopped after it."""
 
 from __future__ import annotations
 
@@ -11,20 +11,20 @@ import httpx
 
 from fak.errors import FakError
 from fak.gateway.listen import listen_socket
-from fak.guard.proxy import HEALTH
 
 
-class Gateway:
-    def __init__(self, app: Any) -> None:
+class LocalServer:
+    def __init__(self, app: Any, health: str = "/health") -> None:
         import uvicorn
 
         self.sock = listen_socket("127.0.0.1", 0)
         self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.health = health
         # no access log: request lines are the agent's business, and headers carry its credentials
         config = uvicorn.Config(app, log_level="error", access_log=False, lifespan="off", log_config=None,
                                 timeout_graceful_shutdown=3)
         self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, name="fak-guard-gateway",
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, name="fak-local-server",
                                        daemon=True)
 
     def start(self, *, timeout: float = 300.0, failed: Any = None) -> None:
@@ -36,14 +36,14 @@ class Gateway:
             if err:
                 raise FakError(err)
             if not self.thread.is_alive():
-                raise FakError("the guard's gateway stopped before it was ready")
+                raise FakError("the local server stopped before it was ready")
             try:
-                if httpx.get(self.url + HEALTH, timeout=2.0).status_code == 200:
+                if httpx.get(self.url + self.health, timeout=2.0).status_code == 200:
                     return
             except httpx.HTTPError:
                 pass
             time.sleep(0.05)
-        raise FakError(f"the guard's gateway was not ready after {timeout:.0f} s")
+        raise FakError(f"the local server was not ready after {timeout:.0f} s")
 
     def stop(self) -> None:
         self.server.should_exit = True
