@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Optional
+from typing import Optional
 
 import typer
 
@@ -22,37 +22,16 @@ def register(app: typer.Typer) -> None:
         from rich.live import Live
 
         from fak.errors import FakError
+        from fak.views import fetch_stats, stats_view
 
         if not interval > 0:
             raise FakError(f"--interval {interval}: expected a positive number of seconds")
         key = api_key or os.environ.get("FAK_API_KEY")
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         if once:
-            Console().print(_view(url, _fetch(url, headers)))
+            Console().print(stats_view(url, fetch_stats(url, headers)))
             return
-        with Live(_view(url, _fetch(url, headers)), refresh_per_second=4) as live:
+        with Live(stats_view(url, fetch_stats(url, headers)), refresh_per_second=4) as live:
             while True:
                 time.sleep(interval)
-                live.update(_view(url, _fetch(url, headers)))
-
-
-def _fetch(url: str, headers: dict[str, str]) -> dict[str, Any]:
-    import httpx
-
-    from fak.errors import FakError
-
-    try:
-        r = httpx.get(url.rstrip("/") + "/fak/stats", headers=headers, timeout=5)
-    except httpx.HTTPError as exc:
-        raise FakError(f"{url}: cannot reach fak serve ({exc})") from None
-    if r.status_code != 200:
-        raise FakError(f"{url}/fak/stats: HTTP {r.status_code} ({r.text[:120]})")
-    return dict(r.json())
-
-
-def _view(url: str, d: dict[str, Any]) -> object:
-    from engine.sched.stats import SchedStats
-    from fak.views import serve_view
-
-    s = SchedStats.from_json(d["sched"]) if d.get("sched") else None
-    return serve_view(s, url, d.get("requests", 0), d.get("errors_5xx", 0), d.get("model", ""), d.get("status", ""))
+                live.update(stats_view(url, fetch_stats(url, headers)))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Group
 from rich.panel import Panel
@@ -75,3 +75,24 @@ def serve_view(s: SchedStats | None, url: str, requests: float, errors: float, m
     if s is None:
         return Text(f"fak serve {url}: {status or 'loading'}")
     return Group(sched_panel(s), Text(f"{url} · {requests:.0f} requests · {errors:.0f} 5xx · model {model}"))
+
+
+def fetch_stats(url: str, headers: dict[str, str]) -> dict[str, Any]:
+    import httpx
+
+    from fak.errors import FakError
+
+    try:
+        r = httpx.get(url.rstrip("/") + "/fak/stats", headers=headers, timeout=5)
+    except httpx.HTTPError as exc:
+        raise FakError(f"{url}: cannot reach fak serve ({exc})") from None
+    if r.status_code != 200:
+        raise FakError(f"{url}/fak/stats: HTTP {r.status_code} ({r.text[:120]})")
+    return dict(r.json())
+
+
+def stats_view(url: str, d: dict[str, Any]) -> object:
+    from engine.sched.stats import SchedStats
+
+    s = SchedStats.from_json(d["sched"]) if d.get("sched") else None
+    return serve_view(s, url, d.get("requests", 0), d.get("errors_5xx", 0), d.get("model", ""), d.get("status", ""))
