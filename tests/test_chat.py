@@ -128,3 +128,69 @@ def test_terminal_chat_two_turns_reuse_the_kv_cache_and_ctrl_c_stops_a_reply(tmp
     assert [m["role"] for m in saved["messages"]] == ["user", "assistant", "user", "assistant"]
     assert saved["system"] == SYSTEM
     assert (tmp_path / "cache" / "fak" / "chat_history").read_text().count("What is 2+2?") == 1
+
+
+def _sandbox(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    work, home = tmp_path / "work", tmp_path / "home"
+    work.mkdir()
+    home.mkdir()
+    (home / "canary").write_text("alive\n")
+    (work / "notes.txt").write_text("buy milk\n")
+    return work, dict(os.environ, HOME=str(home), PYTHONPATH=str(REPO))
+
+
+def test_tools_each_call_judged_allowed_run_destructive_refused(tmp_path: Path) -> None:
+    """--tools against a model (the scripted fake) proposing a Read inside the directory and `rm -rf ~`:
+    the Read runs and its result goes back, the Bash is refused and never runs, both journaled."""
+    work, env = _sandbox(tmp_path)
+
+    def propose(offer):  # type: ignore[no-untyped-def]
+        return [] if offer.followup else [("Read", {"file_path": "notes.txt"}), ("Bash", {"command": "rm -rf ~"})]
+
+    with FakeUpstream(propose, text="Done.") as up:
+        r = subprocess.run([*FAK, "chat", "--tools", "--base-url", up.url, "--journal", str(tmp_path / "j.jsonl")],
+                           input="read my notes\n", capture_output=True, text=True, timeout=60, cwd=work, env=env)
+        followup = up.followups()
+    assert r.returncode == 0, r.stderr
+    assert 'tool Read {"file_path": "notes.txt"} -> ALLOW' in r.stderr
+    assert 'tool Bash {"command": "rm -rf ~"} -> DENY POLICY_BLOCK (rm -r of /' in r.stderr
+    assert (tmp_path / "home" / "canary").exists()
+    sent = followup[0].body["messages"]
+    results = [m["content"] for m in sent if m["role"] == "tool"]
+    assert "buy milk" in results[0] and results[1].startswith("[fak] refused Bash: POLICY_BLOCK")
+    assert [t["function"]["name"] for t in followup[0].body["tools"]] == ["Read", "Glob", "Grep", "Write", "Edit", "Bash"]
+    rec = [json.loads(x) for x in (tmp_path / "j.jsonl").read_text().splitlines()]
+    assert [(x["tool"], x["verdict"]) for x in rec] == [("Read", "ALLOW"), ("Bash", "DENY")]
+
+
+@pytest.mark.qwen
+def test_terminal_tools_on_the_in_kernel_model(tmp_path: Path) -> None:
+    """The in-kernel model proposes the calls: a Read inside the directory is allowed and shown, a
+    destructive Bash it is asked for is shown red as DENY and never runs."""
+    import pexpect
+
+    work, env = _sandbox(tmp_path)
+    env.update(PROMPT_TOOLKIT_NO_CPR="1", TERM="xterm", XDG_CACHE_HOME=str(tmp_path / "cache"))
+    c = pexpect.spawn(sys.executable, ["-m", "commands.main", "chat", "--tools", "--temp", "0"], env=env,
+                      encoding="utf-8", timeout=240, dimensions=(40, 160), cwd=str(work))
+    out = []
+    try:
+        c.expect("›")
+        c.send("Use the Read tool to read the file notes.txt\r")
+        c.expect(r"⚙ Read\S*\s+\{\"file_path\": \"[^\"]*notes.txt\"\}\s+\S*→ ALLOW")
+        c.expect("buy milk")
+        c.expect("reused")
+        c.expect("›")
+        c.send("Use the Bash tool to run this exact command: rm -rf ~\r")
+        c.expect("✗ Bash")
+        out.append(c.before + c.after)
+        c.expect(r"→ DENY POLICY_BLOCK")
+        out.append(c.before + c.after)
+        c.expect("reused")
+        c.expect("›")
+        c.send("/exit\r")
+        c.expect(pexpect.EOF)
+    finally:
+        c.close(force=True)
+    assert "\x1b[1;31m" in "".join(out)  # shown in red
+    assert (tmp_path / "home" / "canary").exists()
