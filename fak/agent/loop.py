@@ -17,7 +17,7 @@ from fak.agent.workspace import Workspace
 from fak.kernel import Kernel
 from fak.tools import SandboxTools
 
-PREVIEW = 160
+PREVIEW = 400  # characters of what the planner saw, kept per call in the report
 
 
 def _refusal(tool: str, v: Any) -> str:
