@@ -62,7 +62,12 @@ def register(app: typer.Typer) -> None:
                 def make() -> Any:
                     return ScriptedPlanner(steps, t.instructions)
             else:
-                from fak.agent.model import InKernelServer, ModelPlanner, client_for, first_model
+                from fak.agent.model import (
+                    InKernelServer,
+                    ModelPlanner,
+                    client_for,
+                    first_model,
+                )
                 from fak.tools import specs_for
 
                 if base_url:
@@ -82,6 +87,8 @@ def register(app: typer.Typer) -> None:
 
                 def make() -> Any:
                     return ModelPlanner(client, name, t.instructions, specs, temperature, max_tokens)
+
+                make().warm()
 
             fak_rep, base_rep = run_ab(t, make, policy=pol, max_turns=turns, bash_timeout=bash_timeout, journal=jr,
                                        keep=keep)

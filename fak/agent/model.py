@@ -13,6 +13,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from openai import OpenAIError
+
 from fak.abi import ToolCall, Verdict
 from fak.agent.planner import Proposal, Turn
 from fak.errors import FakError
@@ -94,7 +96,7 @@ def client_for(base_url: str) -> Any:
 def first_model(client: Any) -> str:
     try:
         models = client.models.list().data
-    except Exception as exc:
+    except OpenAIError as exc:
         raise FakError(f"{client.base_url}: cannot list models: {type(exc).__name__}: {exc}") from None
     if not models:
         raise FakError(f"{client.base_url}: serves no model")
@@ -123,7 +125,7 @@ class ModelPlanner:
         try:
             r = self.client.chat.completions.create(model=self.model, messages=self.messages, tools=self.tools,
                                                     temperature=self.temperature, max_tokens=self.max_tokens)
-        except Exception as exc:  # connection refused, a 4xx/5xx: one line, the arm cannot go on
+        except OpenAIError as exc:  # connection refused, a 4xx/5xx: one line, the arm cannot go on
             raise FakError(f"model {self.model}: {type(exc).__name__}: {exc}") from None
         msg = r.choices[0].message
         calls = [Proposal(tc.id, tc.function.name, tc.function.arguments or "{}") for tc in (msg.tool_calls or [])]
@@ -135,6 +137,15 @@ class ModelPlanner:
         u = r.usage
         return Turn(calls, msg.content or "", int(getattr(u, "prompt_tokens", 0) or 0),
                     int(getattr(u, "completion_tokens", 0) or 0))
+
+    def warm(self) -> None:
+        """One token on the opening prompt, not counted: the first arm would otherwise pay the warm-up
+        (and the prefix cache the second arm finds filled) alone; now both start from the same cache."""
+        try:
+            self.client.chat.completions.create(model=self.model, messages=self.messages, tools=self.tools,
+                                                temperature=self.temperature, max_tokens=1)
+        except OpenAIError as exc:
+            raise FakError(f"model {self.model}: {type(exc).__name__}: {exc}") from None
 
     def observe(self, call: Proposal, shown: str, failed: bool) -> None:
         self.messages.append({"role": "tool", "tool_call_id": call.id, "content": shown})

@@ -5,4 +5,4 @@ from fak.tools.confine import ToolError
 from fak.tools.sandbox import SandboxTools
 from fak.tools.specs import TOOL_NAMES, TOOL_SPECS, specs_for
 
-__all__ = ["SandboxTools", "TOOL_NAMES", "TOOL_SPECS", "ToolError", "specs_for"]
+__all__ = ["TOOL_NAMES", "TOOL_SPECS", "SandboxTools", "ToolError", "specs_for"]
