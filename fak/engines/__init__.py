@@ -18,6 +18,7 @@ _REGISTRY: dict[str, EngineFactory | str] = {
     "mock": "fak.engines.mock:MockEngine",
     "http": "fak.engines.http:HttpEngine",
     "inkernel": "fak.engines.inkernel:InKernelEngine",
+    "sandbox": "fak.tools.sandbox:SandboxTools",
 }
 
 
