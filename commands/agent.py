@@ -62,12 +62,8 @@ def register(app: typer.Typer) -> None:
                 def make() -> Any:
                     return ScriptedPlanner(steps, t.instructions)
             else:
-                from fak.agent.model import (
-                    InKernelServer,
-                    ModelPlanner,
-                    client_for,
-                    first_model,
-                )
+                from fak.agent.model import ModelPlanner, client_for, first_model
+                from fak.gateway.local import InKernelServer
                 from fak.tools import specs_for
 
                 if base_url:
@@ -79,7 +75,7 @@ def register(app: typer.Typer) -> None:
                     from engine.gguf.aliases import resolve_model
 
                     resolve_model(gguf or DEFAULT_MODEL)  # a bad model is one line before anything starts
-                    server = InKernelServer(gguf or DEFAULT_MODEL)
+                    server = InKernelServer(gguf or DEFAULT_MODEL, who="fak agent")
                     server.start()
                     client, name = client_for(server.url), server.model
                 specs = specs_for(t.tools)

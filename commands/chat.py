@@ -21,6 +21,7 @@ def register(app: typer.Typer) -> None:
         base_url: Optional[str] = typer.Option(None, "--base-url", help="Chat through this OpenAI-compatible server "
                                                "instead of the in-kernel model."),
         temperature: float = typer.Option(0.7, "--temp", help="Sampling temperature (0: greedy)."),
+        max_tokens: int = typer.Option(1024, "--max-tokens", help="Longest reply, in tokens (per model call)."),
         plain: bool = typer.Option(False, "--plain", help="float32 weights (in-kernel)."),
     ) -> None:
         """Chat with a model: streamed replies, multi-turn with the KV cache reused, slash commands (/help)."""
@@ -31,6 +32,8 @@ def register(app: typer.Typer) -> None:
 
         if gguf and base_url:
             raise FakError("fak chat: --gguf and --base-url exclude each other")
+        if max_tokens < 1:
+            raise FakError(f"--max-tokens {max_tokens}: expected a positive integer")
         if not 0.0 <= temperature <= 2.0:
             raise FakError(f"--temp {temperature}: expected a number from 0 to 2")
         kernel, specs = (_tool_kernel(policy, journal) if tools else (None, None))
@@ -52,7 +55,7 @@ def register(app: typer.Typer) -> None:
                 view.say(f"fak chat · {be.model} · context {be.context or '?'} · /help for commands", "dim")
             else:
                 view = PlainView()
-            c = Chat(be, Conversation(system, [], temperature, tools), view, kernel, specs)
+            c = Chat(be, Conversation(system, [], temperature, tools, max_tokens), view, kernel, specs)
             run(c, tty)
         finally:
             be.close()

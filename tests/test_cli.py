@@ -42,11 +42,3 @@ def test_usage_errors_are_one_line(args: list[str], needle: str) -> None:
 def test_no_arguments_prints_help() -> None:
     r = fak()
     assert r.returncode == 2 and "Usage" in r.stdout and "Traceback" not in r.stderr
-
-
-@pytest.mark.parametrize("cmd", ["chat"])
-def test_unlanded_subcommand_says_so(cmd: str) -> None:
-    # Until its issue lands a subcommand prints one line and exits 2 - never made-up output.
-    r = fak(cmd)
-    assert r.returncode == 2 and r.stdout == ""
-    assert r.stderr.strip().splitlines() == [f"fak {cmd}: not implemented yet (its issue has not landed)"]

@@ -8,80 +8,17 @@ kernel at all (baseline arm) is what judges, so both arms get the model's calls 
 from __future__ import annotations
 
 import os
-import threading
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from openai import OpenAIError
 
-from fak.abi import ToolCall, Verdict
 from fak.agent.planner import Proposal, Turn
 from fak.errors import FakError
 
 SYSTEM = ("You are a coding agent working in a sandbox directory. Use the tools to do the task: call one tool, "
           "read its result, then decide the next step. When the task is done, reply with a one-line summary "
           "and no tool call.")
-BOOT_TIMEOUT = 600.0
-
-
-def _allow_all(call: ToolCall) -> Verdict:
-    return Verdict.allow("agent:model-wire")
-
-
-_allow_all.name = "agent:model-wire"  # type: ignore[attr-defined]
-
-
-class InKernelServer:
-    """fak serve's app on 127.0.0.1 (a port the OS picks) on a thread; `url` once `start` returns."""
-
-    def __init__(self, gguf: str, *, plain: bool = False) -> None:
-        import uvicorn
-
-        from fak.boot import boot
-        from fak.gateway import create_app
-        from fak.gateway.listen import listen_socket
-        from fak.kernel import Kernel
-
-        def _boot() -> Any:
-            b = boot(gguf, resident=not plain, show=False)
-            if not b.text_ok:
-                b.close()
-                raise FakError(f"{gguf}: no tokenizer for text: fak agent needs one")
-            return b
-
-        self.model = os.path.basename(gguf)
-        self.app = create_app(_boot, self.model, kernel=Kernel([_allow_all]))
-        self.sock = listen_socket("127.0.0.1", 0)
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        cfg = uvicorn.Config(self.app, log_level="error", access_log=False, lifespan="off", log_config=None)
-        self.server = uvicorn.Server(cfg)
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, name="fak-agent-model",
-                                       daemon=True)
-
-    def start(self) -> None:
-        import httpx
-
-        self.thread.start()
-        st = self.app.state
-        deadline = time.monotonic() + BOOT_TIMEOUT
-        while time.monotonic() < deadline:
-            if st.boot_error:
-                raise FakError(st.boot_error.removeprefix("boot failed: "))
-            if st.booted is not None:
-                try:
-                    if httpx.get(self.url + "/health", timeout=2.0).status_code == 200:
-                        return
-                except httpx.HTTPError:
-                    pass
-            time.sleep(0.05)
-        raise FakError(f"the in-kernel model was not ready after {BOOT_TIMEOUT:.0f} s")
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=10)
-        if self.app.state.booted is not None:
-            self.app.state.booted.close()
 
 
 def client_for(base_url: str) -> Any:

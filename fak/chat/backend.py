@@ -18,8 +18,7 @@ class Backend:
     url: str  # the server's root (no /v1)
     model: str
     context: int | None  # the model's context length, when the server says
-    local: Any = None  # the LocalServer of the in-kernel model, if any
-    booted: Any = None
+    local: Any = None  # the InKernelServer, if the model is in this process
 
     def client(self) -> Any:
         import openai
@@ -29,8 +28,6 @@ class Backend:
     def close(self) -> None:
         if self.local is not None:
             self.local.stop()
-        if self.booted is not None:
-            self.booted.close()
 
 
 def remote(base_url: str) -> Backend:
@@ -45,27 +42,8 @@ def remote(base_url: str) -> Backend:
 
 
 def inkernel(model: str, *, plain: bool = False) -> Backend:
-    from fak.abi import Verdict
-    from fak.boot import boot
-    from fak.gateway import create_app
-    from fak.gateway.local import LocalServer
-    from fak.kernel import Kernel
+    from fak.gateway.local import InKernelServer
 
-    holder: list[Any] = []
-
-    def _boot() -> Any:
-        b = boot(model, resident=not plain, show=False)
-        if not b.text_ok:
-            b.close()
-            raise FakError(f"{model}: no tokenizer for text: fak chat needs one")
-        holder.append(b)
-        return b
-
-    let_through = Kernel([lambda call: Verdict.allow("fak:chat")])  # the chat's own kernel judges
-    failed: list[str] = []
-    app = create_app(_boot, model, kernel=let_through, on_boot_error=failed.append)
-    app.state.any_model = True
-    local = LocalServer(app)
-    local.start(failed=lambda: failed[0].removeprefix("boot failed: ") if failed else None)
-    b = holder[0]
-    return Backend(local.url, model, int(b.model.config.context_length), local, b)
+    server = InKernelServer(model, plain=plain, who="fak chat")
+    server.start()
+    return Backend(server.url, server.model, int(server.booted.model.config.context_length), server)

@@ -18,6 +18,7 @@ class Conversation:
     messages: list[dict[str, Any]] = field(default_factory=list)  # OpenAI chat messages, without the system one
     temperature: float = 0.7
     tools: bool = False
+    max_tokens: int = 1024  # per model call: a small model can ramble to the end of its context
 
     def wire(self) -> list[dict[str, Any]]:
         """What the model is sent: the system prompt first, then every turn."""

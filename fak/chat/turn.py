@@ -57,7 +57,7 @@ def run_tool(kernel: Any, name: str, arguments: str) -> CallShown:
 def _stream(client: Any, model: str, conv: Conversation, tools: list[dict[str, Any]] | None, view: View,
             stats: TurnStats) -> tuple[str, list[dict[str, Any]]]:
     stream = client.chat.completions.create(model=model, messages=conv.wire(), tools=tools,
-                                            temperature=conv.temperature, stream=True,
+                                            temperature=conv.temperature, max_tokens=conv.max_tokens, stream=True,
                                             stream_options={"include_usage": True})
     text, calls = "", {}  # type: ignore[var-annotated]
     first = last = None

@@ -48,3 +48,46 @@ class LocalServer:
     def stop(self) -> None:
         self.server.should_exit = True
         self.thread.join(timeout=10)
+
+
+class InKernelServer:
+    """fak serve's app on the in-kernel model, in this process (fak chat, fak agent): a client of it is
+    an OpenAI client like any other. Its kernel lets every offered call through, because the caller's
+    own kernel is the one that judges the calls it runs (or, in fak agent's baseline arm, none does)."""
+
+    def __init__(self, model: str, *, plain: bool = False, who: str = "fak") -> None:
+        import os
+
+        from fak.abi import Verdict
+        from fak.boot import boot
+        from fak.gateway import create_app
+        from fak.kernel import Kernel
+
+        def _boot() -> Any:
+            b = boot(model, resident=not plain, show=False)
+            if not b.text_ok:
+                b.close()
+                raise FakError(f"{model}: no tokenizer for text: {who} needs one")
+            return b
+
+        def let_through(call: Any) -> Verdict:
+            return Verdict.allow(f"{who}:client-judges")
+
+        self.model = os.path.basename(model)
+        self._failed: list[str] = []
+        self.app = create_app(_boot, self.model, kernel=Kernel([let_through]), on_boot_error=self._failed.append)
+        self.app.state.any_model = True
+        self.local = LocalServer(self.app)
+        self.url = self.local.url
+
+    def start(self, timeout: float = 600.0) -> None:
+        self.local.start(timeout=timeout, failed=lambda: self._failed[0].removeprefix("boot failed: ") if self._failed else None)
+
+    @property
+    def booted(self) -> Any:
+        return self.app.state.booted
+
+    def stop(self) -> None:
+        self.local.stop()
+        if self.booted is not None:
+            self.booted.close()
