@@ -68,17 +68,13 @@ def register(app: typer.Typer) -> None:
         if gguf:
             from engine.gguf.aliases import resolve_model
 
-            from fak.boot import boot
+            from fak.boot import boot_for_text
             from fak.guard.proxy import inkernel_app
 
             resolve_model(gguf)  # a bad model is one line before anything starts
 
             def _boot() -> object:
-                b = boot(gguf, resident=not plain, show=False)
-                if not b.text_ok:
-                    b.close()
-                    raise FakError(f"{gguf}: no tokenizer for text: fak guard needs one")
-                return b
+                return boot_for_text(gguf, "fak guard", resident=not plain)
 
             app = inkernel_app(_boot, os.path.basename(gguf), g, on_boot_error=failed.append)
             target = f"in-kernel {gguf}"

@@ -36,7 +36,7 @@ def register(app: typer.Typer) -> None:
         journal: Optional[str] = typer.Option(None, "--journal", help="Append every decision to this hash-chained JSONL."),
     ) -> None:
         """Serve the model over HTTP: OpenAI chat/completions, /v1/models, /tokenize, /health, /metrics."""
-        from fak.boot import SchedOptions, boot
+        from fak.boot import SchedOptions, boot_for_text
         from fak.errors import FakError
         from fak.gateway import logs
 
@@ -62,10 +62,7 @@ def register(app: typer.Typer) -> None:
         kernel = _kernel(policy, journal)
 
         def _boot() -> object:
-            b = boot(name, resident=not plain, sched=sched, show=False)
-            if not b.text_ok:
-                b.close()
-                raise FakError(f"{name}: no tokenizer for text: fak serve needs one")
+            b = boot_for_text(name, "fak serve", resident=not plain, sched=sched)
             logs.SERVER.info(b.boot_line(), extra={"model": name})
             return b
 

@@ -157,3 +157,13 @@ def tokenizer_for(model: Any, path: Path | None, bytes_fallback: bool = False) -
     except NoTokenizer:
         return ByteTokenizer() if bytes_fallback else None
 
+
+
+def boot_for_text(model: str, who: str, *, resident: bool = True, sched: SchedOptions | None = None) -> Booted:
+    """`boot` for a server that speaks text (fak serve, guard, chat, agent): a model without a tokenizer
+    is a one-line error naming the command, not a server that answers nothing."""
+    b = boot(model, resident=resident, sched=sched, show=False)
+    if not b.text_ok:
+        b.close()
+        raise FakError(f"{model}: no tokenizer for text: {who} needs one")
+    return b

@@ -59,16 +59,12 @@ class InKernelServer:
         import os
 
         from fak.abi import Verdict
-        from fak.boot import boot
+        from fak.boot import boot_for_text
         from fak.gateway import create_app
         from fak.kernel import Kernel
 
         def _boot() -> Any:
-            b = boot(model, resident=not plain, show=False)
-            if not b.text_ok:
-                b.close()
-                raise FakError(f"{model}: no tokenizer for text: {who} needs one")
-            return b
+            return boot_for_text(model, who, resident=not plain)
 
         def let_through(call: Any) -> Verdict:
             return Verdict.allow(f"{who}:client-judges")
