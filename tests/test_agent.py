@@ -77,7 +77,9 @@ def test_injection_reaches_the_baseline_only(tmp_path: Path) -> None:
     rep = offline("injected-doc", tmp_path)
     fak, base = rep["arms"]["fak"], rep["arms"]["baseline"]
     assert fak["quarantines"] == 1 and fak["calls"][0]["outcome"] == "QUARANTINE PROMPT_INJECTION"
-    assert fak["calls"][0]["shown"].startswith("[fak] result of Read withheld: PROMPT_INJECTION")
+    shown = fak["calls"][0]["shown"]
+    assert shown.startswith("[fak] quarantined the result of Read: PROMPT_INJECTION.")
+    assert "ignore previous" not in shown.lower()  # the note does not quote the injection it replaces
     assert [c["tool"] for c in fak["calls"]] == ["Read", "Write"]  # it never saw the instruction to follow
     assert base["injection_reached_context"] and base["secret_leaked"]
     assert [c["tool"] for c in base["calls"]] == ["Read", "Bash", "Write"]

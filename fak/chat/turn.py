@@ -36,8 +36,8 @@ class View:
 
 
 def run_tool(kernel: Any, name: str, arguments: str) -> CallShown:
+    from fak import notes
     from fak.abi import ToolCall
-    from fak.gateway.toolgate import Adjudication
 
     call = ToolCall("tool", name, engine="sandbox", args=(arguments or "{}").encode(), meta={"source": "chat"})
     res = kernel.syscall(call)
@@ -45,10 +45,10 @@ def run_tool(kernel: Any, name: str, arguments: str) -> CallShown:
     rv = res.meta.get("result_verdict")
     if v is None or not v.allowed:  # refused before running: the model reads why
         kind, reason, detail = (v.kind.value, v.reason.value, v.detail) if v is not None else ("DENY", "DEFAULT_DENY", "")
-        note = Adjudication(name, "", kind, reason, "", False, detail).note()
-        return CallShown(name, arguments, kind, reason, detail, note)
+        return CallShown(name, arguments, kind, reason, detail, notes.refused(name, reason, detail))
     if rv is not None:  # ran, but its result is withheld
-        note = f"[fak] {'quarantined' if rv.kind.value == 'QUARANTINE' else 'withheld'} the result of {name}: {rv.reason.value}."
+        n = res.payload.get("withheld_bytes") if isinstance(res.payload, dict) else None
+        note = notes.withheld(name, rv.kind.value, rv.reason.value, rv.detail, n)
         return CallShown(name, arguments, rv.kind.value, rv.reason.value, rv.detail, note)
     text = res.text if res.ok else f"error: {res.payload.get('error') if isinstance(res.payload, dict) else res.text}"
     return CallShown(name, arguments, v.kind.value, v.reason.value, v.detail, text)

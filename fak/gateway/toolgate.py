@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from fak import notes
 from fak.abi import Reason, ToolCall, Verdict, VerdictKind
 from fak.gateway.tool_parsers import Call, Text, ToolParser
 
@@ -39,8 +40,7 @@ class Adjudication:
 
     def note(self) -> str:
         """The in-band note that replaces a refused call: the agent shows it, the model reads it next turn."""
-        why = f" ({self.detail})" if self.detail else ""
-        return f"[fak] refused {self.tool}: {self.reason}{why}. Do not propose it again."
+        return notes.refused(self.tool, self.reason, self.detail)
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from fak import notes
 from fak.abi import Reason, Result, Status, ToolCall, Verdict, VerdictKind
 from fak.gateway.toolgate import Adjudication, decide
 
@@ -124,10 +125,6 @@ class Guard:
                     self.tally.result(v)
         if v.kind is VerdictKind.ALLOW:
             return Admitted(v, text)
-        what = "quarantined" if v.kind is VerdictKind.QUARANTINE else "withheld"
-        # a quarantine's detail quotes the matched text: the injection itself, not for the model's eyes
-        why = f" ({v.detail})" if v.detail and v.kind is not VerdictKind.QUARANTINE else ""
-        note = (f"[fak] {what} the result of {tool or 'the tool'}: {v.reason.value}{why}. "
-                f"{len(text.encode())} bytes not shown to the model.")
+        note = notes.withheld(tool, v.kind.value, v.reason.value, v.detail, len(text.encode()))
         return Admitted(v, note)
 
