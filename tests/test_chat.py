@@ -187,7 +187,7 @@ def test_terminal_tools_on_the_in_kernel_model(tmp_path: Path) -> None:
         out.append(c.before + c.after)
         c.expect("reused")
         c.expect("›")
-        c.send("/exit\r")
+        c.sendcontrol("d")  # Ctrl-D at the prompt ends the session
         c.expect(pexpect.EOF)
     finally:
         c.close(force=True)
