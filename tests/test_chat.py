@@ -117,6 +117,12 @@ def test_terminal_chat_two_turns_reuse_the_kv_cache_and_ctrl_c_stops_a_reply(tmp
         c.expect("saved 0 messages")
         c.send(f"/load {t}\r")
         c.expect("loaded 4 messages")
+        c.send("/stats\r")
+        c.expect("prefix cache")  # the engine panel, live from the in-kernel server
+        c.expect(r"(\d+)/(\d+) hits")
+        assert int(c.match.group(1)) >= 1
+        c.expect(r"(\d+) requests · (\d+) 5xx")
+        assert c.match.group(2) == "0"
         c.send("/bogus\r")
         c.expect("unknown command /bogus")
         c.send("/exit\r")

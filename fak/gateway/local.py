@@ -77,7 +77,13 @@ class InKernelServer:
         self.url = self.local.url
 
     def start(self, timeout: float = 600.0) -> None:
-        self.local.start(timeout=timeout, failed=lambda: self._failed[0].removeprefix("boot failed: ") if self._failed else None)
+        # wait for the boot itself before asking /health: every 503 while loading would be counted as
+        # a server error in the request metrics (/stats showed "36 5xx" for one boot)
+        deadline = time.monotonic() + timeout
+        while self.app.state.booted is None and not self._failed and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.local.start(timeout=max(1.0, deadline - time.monotonic()),
+                         failed=lambda: self._failed[0].removeprefix("boot failed: ") if self._failed else None)
 
     @property
     def booted(self) -> Any:
