@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from engine.model.kv import BlockPool
 from engine.sched.lane import Lane
-from engine.sched.trust import PUBLIC, KVDescriptor, scope_seed
+from engine.sched.trust import PUBLIC, UNSCOPED, KVDescriptor, scope_seed
 
 
 def chain_hashes(tokens: list[int], block_tokens: int, n_blocks: int, scope: str = PUBLIC) -> list[int]:
@@ -36,7 +36,7 @@ class _Entry:
     block: int
     tokens: tuple[int, ...]  # kept to rule out hash collisions
     parent: int
-    desc: KVDescriptor = KVDescriptor()
+    desc: KVDescriptor = UNSCOPED
     hits: int = 0
 
 
@@ -92,7 +92,7 @@ class PrefixCache:
             parent = h
         return run[: len(run) - len(run) % align]
 
-    def insert(self, tokens: list[int], blocks: list[int], n_full: int, desc: KVDescriptor = KVDescriptor()) -> None:
+    def insert(self, tokens: list[int], blocks: list[int], n_full: int, desc: KVDescriptor = UNSCOPED) -> None:
         """Offer the first n_full full blocks of a lane (its prompt's after prefill, prompt + generated
         when it finishes) under its descriptor; already-cached prefixes are kept, a tainted span is
         refused whole."""

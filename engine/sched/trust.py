@@ -44,3 +44,6 @@ def scope_seed(scope: str) -> int:
     if scope == PUBLIC:
         return 0
     return int.from_bytes(hashlib.sha256(b"fak-kv-scope\0" + scope.encode()).digest()[:8], "little") or 1
+
+
+UNSCOPED = KVDescriptor()  # public scope, clean, admitted: what a request that says nothing gets
