@@ -88,7 +88,7 @@ def test_tainted_span_is_never_a_hit() -> None:
         hit, cost, out = _run(sched, Request(system + q1, max_new_tokens=6, scope="a", tainted=True,
                                              verdict="QUARANTINE"))
         assert (hit, cost) == (0, 256 + 21) and out == solo(system + q1, 6, 64)
-        assert len(sched.prefix) == 0 and sched.prefix.tainted_refused > 0
+        assert len(sched.prefix) == 0 and sched.stats().prefix_tainted_refused > 0
         assert _run(sched, Request(system + q2, max_new_tokens=6, scope="a"))[:2] == (0, 256 + 37)  # same scope
         assert _run(sched, Request(system + q2, max_new_tokens=6, scope="a", tainted=True))[0] == 256
         # ...a tainted request may map clean blocks of its scope; its own never join the cache

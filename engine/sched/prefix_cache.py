@@ -49,7 +49,7 @@ class PrefixCache:
         self.hits = 0  # queries that mapped at least one block
         self.hit_tokens = 0
         self.evictions = 0
-        self.tainted_refused = 0  # tainted spans offered and not kept (never a hit for anyone)
+        self.tainted_refused = 0  # offers of tainted spans (each prefill chunk, each finish) not kept
 
     def __len__(self) -> int:
         return len(self._entries)
