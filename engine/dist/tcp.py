@@ -30,6 +30,8 @@ class TcpReceiver:
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, capacity: int = 1 << 20) -> None:
         self._listener = socket.create_server((host, port))
+        bound = self._listener.getsockname()
+        self._address = (str(bound[0]), int(bound[1]))
         self._conn: socket.socket | None = None
         self._buf = bytearray(capacity)
         self._hdr = bytearray(_LEN.size)
@@ -37,8 +39,7 @@ class TcpReceiver:
 
     @property
     def address(self) -> tuple[str, int]:
-        host, port = self._listener.getsockname()[:2]
-        return str(host), int(port)
+        return self._address
 
     def _accept(self, timeout: float | None) -> socket.socket:
         if self._conn is None:
