@@ -129,3 +129,24 @@ def test_export_checks_its_inputs() -> None:
         export_blocks(src.pool, src.kv.blocks, [1], [0, 16], DESC, model().identity)
     with pytest.raises(FrameError, match="live blocks"):
         export_blocks(src.pool, [60], [1], [0], DESC, model().identity)
+
+
+def test_scattered_blocks_and_a_reused_out_buffer() -> None:
+    m = model()
+    src = m.new_pool(16, block_tokens=BT)
+    for _ in range(12):
+        src.allocate()
+    src.k[...] = np.random.default_rng(3).standard_normal(src.k.shape)
+    src.v[...] = np.random.default_rng(4).standard_normal(src.v.shape)
+    ids = [5, 2, 3, 9, 10, 0]  # runs of 1, 2 and 2 blocks, out of order
+    out = bytearray(1 << 20)
+    frame = export_blocks(src, ids, list(range(6)), [i * BT for i in range(6)], DESC, m.identity, out=out)
+    assert isinstance(frame, memoryview) and frame.obj is out  # built in place, no allocation
+    dst = m.new_pool(16, block_tokens=BT)
+    held = [dst.allocate() for _ in range(8)]
+    for b in (1, 4, 6):  # holes in the free list: the imported ids are not consecutive either
+        dst.release(held[b])
+    got = import_blocks(dst, frame, m.identity)
+    assert got[:3] == [6, 4, 1]  # LIFO free list
+    for a, b in zip(ids, got):
+        assert np.array_equal(src.k[:, a], dst.k[:, b]) and np.array_equal(src.v[:, a], dst.v[:, b])

@@ -17,11 +17,11 @@ from engine.model.kv import BlockPool, KVExhausted
 
 def export_blocks(pool: BlockPool, block_ids: Sequence[int], hashes: Sequence[int], positions: Sequence[int],
                   descriptor: Descriptor, identity: bytes, last_fill: int | None = None,
-                  key: bytes = b"") -> bytearray:
+                  key: bytes = b"", out: bytearray | None = None) -> bytearray | memoryview:
     """A frame holding the K/V of `block_ids` (in order), their chain hashes and first positions.
 
     `last_fill` is how many positions of the last block are filled (default: all of them; a lane's tail
-    block is usually partial)."""
+    block is usually partial). `out`: a reusable buffer to build the frame in (see alloc_frame)."""
     n = len(block_ids)
     if len(hashes) != n or len(positions) != n:
         raise FrameError(f"export of {n} blocks with {len(hashes)} hashes and {len(positions)} positions")
@@ -30,9 +30,10 @@ def export_blocks(pool: BlockPool, block_ids: Sequence[int], hashes: Sequence[in
         raise FrameError(f"export of blocks {list(block_ids)[:8]}: not all are live blocks of this pool")
     layout = KVLayout.of(pool)
     buf, k, v = alloc_frame(layout, identity, hashes, positions,
-                            pool.block_tokens if last_fill is None else last_fill, descriptor, key)
-    np.take(pool.k, ids, axis=1, out=k)  # gathered straight into the frame: the only copy on this side
-    np.take(pool.v, ids, axis=1, out=v)
+                            pool.block_tokens if last_fill is None else last_fill, descriptor, key, out)
+    for src, dst, n_run in _runs(ids):  # gathered straight into the frame: the only copy on this side
+        k[:, dst : dst + n_run] = pool.k[:, src : src + n_run]
+        v[:, dst : dst + n_run] = pool.v[:, src : src + n_run]
     return seal_frame(buf)
 
 
@@ -45,7 +46,21 @@ def import_blocks(pool: BlockPool, frame: bytes | bytearray | memoryview, identi
     if not pool.growable and pool.num_free < n:
         raise KVExhausted(f"KV pool has {pool.num_free} free blocks, the frame carries {n}")
     blocks = [pool.allocate() for _ in range(n)]  # before writing: a growable pool may reallocate k/v here
-    ids = np.asarray(blocks, dtype=np.int64)
-    pool.k[:, ids] = f.k
-    pool.v[:, ids] = f.v
+    for dst, src, n_run in _runs(np.asarray(blocks, dtype=np.int64)):
+        pool.k[:, dst : dst + n_run] = f.k[:, src : src + n_run]
+        pool.v[:, dst : dst + n_run] = f.v[:, src : src + n_run]
     return blocks
+
+
+def _runs(ids: np.ndarray) -> list[tuple[int, int, int]]:
+    """(pool block, frame index, length) of each run of consecutive pool ids.
+
+    Slice copies of whole runs go at memcpy speed (~6.5 GB/s here); a fancy-indexed gather or scatter
+    (np.take, pool.k[:, ids]) runs at ~1.4. Fresh allocations are mostly consecutive, so runs are few;
+    the worst case is one slice copy per block (layers x block_tokens x heads x dim elements each)."""
+    if ids.size == 0:
+        return []
+    breaks = np.flatnonzero(np.diff(ids) != 1) + 1
+    starts = np.concatenate(([0], breaks))
+    ends = np.concatenate((breaks, [ids.size]))
+    return [(int(ids[a]), int(a), int(b - a)) for a, b in zip(starts, ends)]

@@ -135,9 +135,14 @@ def _seal(key: bytes, desc: bytes, identity: bytes, hashes: Any, positions: Any)
 
 
 def alloc_frame(layout: KVLayout, identity: bytes, hashes: Sequence[int], positions: Sequence[int], last_fill: int,
-                descriptor: Descriptor, key: bytes = b"") -> tuple[bytearray, np.ndarray, np.ndarray]:
+                descriptor: Descriptor, key: bytes = b"",
+                out: bytearray | None = None) -> tuple[bytearray | memoryview, np.ndarray, np.ndarray]:
     """A frame buffer with its header, hashes, positions and descriptor written, and writable K and V views
-    into it: the caller fills them (one copy from the pool), then calls `seal_frame`."""
+    into it: the caller fills them (one copy from the pool), then calls `seal_frame`.
+
+    `out`: a buffer to build the frame in (its first frame-size bytes, returned as a memoryview) when it is
+    large enough. A worker that reuses one pays no allocation: a fresh 75 MB bytearray is zero-filled and
+    page-faulted at ~2 GB/s, a third of the speed of the copy itself."""
     n = len(hashes)
     if len(positions) != n:
         raise FrameError(f"KV frame: {n} block hashes but {len(positions)} positions")
@@ -151,7 +156,8 @@ def alloc_frame(layout: KVLayout, identity: bytes, hashes: Sequence[int], positi
     if len(desc) > _MAX_DESCRIPTOR:
         raise FrameError(f"KV frame descriptor of {len(desc)} bytes exceeds {_MAX_DESCRIPTOR}")
     pos_at, desc_at, k_at, v_at, end = _offsets(n, len(desc), layout)
-    buf = bytearray(end + CHECKSUM_BYTES)
+    size = end + CHECKSUM_BYTES
+    buf: bytearray | memoryview = memoryview(out)[:size] if out is not None and len(out) >= size else bytearray(size)
     h = np.frombuffer(buf, dtype="<i8", count=n, offset=HEADER_BYTES)
     p = np.frombuffer(buf, dtype="<i8", count=n, offset=pos_at)
     h[:] = np.asarray(hashes, dtype=np.int64)
@@ -166,7 +172,7 @@ def alloc_frame(layout: KVLayout, identity: bytes, hashes: Sequence[int], positi
     return buf, k, v
 
 
-def seal_frame(buf: bytearray) -> bytearray:
+def seal_frame(buf: bytearray | memoryview) -> bytearray | memoryview:
     """Write the checksum over everything before it (after K and V are filled)."""
     mv = memoryview(buf)
     mv[-CHECKSUM_BYTES:] = xxhash.xxh3_128_digest(mv[:-CHECKSUM_BYTES])
