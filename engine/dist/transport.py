@@ -52,6 +52,9 @@ class _InprocLink:
     def __init__(self) -> None:
         self.q: queue.Queue[object] = queue.Queue()
         self.closed = threading.Event()
+        # buffers the receiver is done with, for the sender to refill: a fresh 75 MB bytearray per frame
+        # would be zero-filled and page-faulted (~2 GB/s), slower than the copy it exists for
+        self.spare: list[bytearray] = []
 
 
 class InprocSender:
@@ -61,7 +64,12 @@ class InprocSender:
     def send(self, frame: Buffer, timeout: float | None = None) -> None:
         if self._link.closed.is_set():
             raise TransportClosed("inproc transport: the receiver is closed")
-        self._link.q.put(bytearray(frame))  # a copy: the sender may reuse its buffer at once
+        src = memoryview(frame).cast("B")
+        n = len(src)
+        spare = self._link.spare
+        buf = spare.pop() if spare and len(spare[-1]) >= n else bytearray(n)
+        memoryview(buf)[:n] = src  # a copy (the sender may reuse its buffer at once); bytearray[:n] = runs at 1.4 GB/s
+        self._link.q.put((buf, n))
 
     def close(self) -> None:
         self._link.q.put(_CLOSED)
@@ -71,10 +79,14 @@ class InprocReceiver:
     def __init__(self, link: _InprocLink) -> None:
         self._link = link
         self._done = False
+        self._last: bytearray | None = None
 
     def recv(self, timeout: float | None = None) -> memoryview:
         if self._done or self._link.closed.is_set():
             raise TransportClosed("inproc transport: the sender closed its end")
+        if self._last is not None:  # the previous frame's view is no longer valid: recycle its buffer
+            self._link.spare.append(self._last)
+            self._last = None
         try:
             item = self._link.q.get(timeout=timeout)
         except queue.Empty:
@@ -82,8 +94,10 @@ class InprocReceiver:
         if item is _CLOSED:
             self._done = True
             raise TransportClosed("inproc transport: the sender closed its end")
-        assert isinstance(item, bytearray)
-        return memoryview(item)
+        assert isinstance(item, tuple)
+        buf, n = item
+        self._last = buf
+        return memoryview(buf)[:n]
 
     def close(self) -> None:
         self._link.closed.set()
