@@ -14,16 +14,24 @@ import does anyway), repeated until --min-mb have moved. shm and tcp run the sen
 from __future__ import annotations
 
 import argparse
+import math
 import multiprocessing as mp
 import os
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
-from engine.dist import Descriptor, KVLayout, ShmReceiver, ShmSender, TcpReceiver, TcpSender, inproc_pair
+from engine.dist import (
+    Descriptor,
+    ShmReceiver,
+    ShmSender,
+    TcpReceiver,
+    TcpSender,
+    inproc_pair,
+)
 from engine.dist.blocks import export_blocks, import_blocks
-from engine.dist.frame import decode_frame
 from engine.model.kv import BlockPool
 
 SHAPES = {"gemma3-270m": (18, 1, 256), "synthetic": (3, 2, 16)}  # layers, kv heads, head dim
@@ -101,53 +109,55 @@ def _inproc(frame: np.ndarray, reps: int) -> float:
     return frame.nbytes / _best(once, reps) / 1e9
 
 
+def _cell(g: float) -> str:
+    return f"{'-':>8}" if math.isnan(g) else f"{g:>8.2f}"  # nan: a raw payload, no KV frame to export
+
+
+def _measure(shape: tuple[int, int, int], tokens: int | None, min_mb: int) -> tuple[float, ...]:
+    """(frame bytes, memcpy, export, import, inproc, shm, tcp GB/s) of one payload."""
+    if tokens is None:
+        raw = np.random.default_rng(2).integers(0, 256, 64 << 20, dtype=np.uint8)
+        export_gbps = import_gbps = float("nan")
+    else:
+        frame, pool, ids = _frame(shape, tokens)
+        raw = np.frombuffer(frame, dtype=np.uint8)
+        reps = _reps(raw.nbytes, min_mb)
+        dst_pool = BlockPool(*shape, num_blocks=len(ids), block_tokens=BT)
+        out = bytearray(len(frame))  # a worker builds its frames in one reused buffer
+        hashes, positions = list(range(len(ids))), [i * BT for i in range(len(ids))]
+        desc = Descriptor("bench", False, "allow")
+
+        def imp() -> None:
+            for b in import_blocks(dst_pool, frame, IDENTITY):
+                dst_pool.release(b)
+
+        export_gbps = raw.nbytes / _best(lambda: export_blocks(pool, ids, hashes, positions, desc, IDENTITY, out=out),
+                                         reps) / 1e9
+        import_gbps = raw.nbytes / _best(imp, reps) / 1e9
+    n = raw.nbytes
+    reps = _reps(n, min_mb)
+    dst = np.empty_like(raw)
+    memcpy = n / _best(lambda: np.copyto(dst, raw), reps) / 1e9
+    return (n, memcpy, export_gbps, import_gbps, _inproc(raw, reps), _cross_process("shm", n, reps),
+            _cross_process("tcp", n, reps))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--min-mb", type=int, default=400, help="bytes moved per measurement (MiB)")
     ap.add_argument("--shape", choices=sorted(SHAPES), default="gemma3-270m")
     a = ap.parse_args()
     shape = SHAPES[a.shape]
-    rows = []
     payloads: list[tuple[str, int | None]] = [(f"{a.shape} KV, 256 tok", 256), (f"{a.shape} KV, 2048 tok", 2048),
                                               ("raw 64 MiB", None)]
-    for label, tokens in payloads:
-        if tokens is None:
-            raw = np.random.default_rng(2).integers(0, 256, 64 << 20, dtype=np.uint8)
-            export_gbps = import_gbps = float("nan")
-        else:
-            frame, pool, ids = _frame(shape, tokens)
-            raw = np.frombuffer(frame, dtype=np.uint8)
-            reps = _reps(raw.nbytes, a.min_mb)
-            layout = KVLayout.of(pool)
-            dst_pool = BlockPool(*shape, num_blocks=len(ids), block_tokens=BT)
-
-            def imp() -> None:
-                for b in import_blocks(dst_pool, frame, IDENTITY):
-                    dst_pool.release(b)
-
-            out = bytearray(len(frame))  # a worker builds its frames in one reused buffer
-            export_gbps = raw.nbytes / _best(lambda: export_blocks(pool, ids, list(range(len(ids))), [i * BT for i in
-                                             range(len(ids))], Descriptor("b", False, "a"), IDENTITY, out=out),
-                                             reps) / 1e9
-            import_gbps = raw.nbytes / _best(imp, reps) / 1e9
-            decode_frame(frame, IDENTITY, layout)
-        n = raw.nbytes
-        reps = _reps(n, a.min_mb)
-        dst = np.empty_like(raw)
-        memcpy = n / _best(lambda: np.copyto(dst, raw), reps) / 1e9
-        inproc = _inproc(raw, reps)
-        shm = _cross_process("shm", n, reps)
-        tcp = _cross_process("tcp", n, reps)
-        rows.append((label, n, memcpy, export_gbps, import_gbps, inproc, shm, tcp))
-
+    rows = [(label, *_measure(shape, tokens, a.min_mb)) for label, tokens in payloads]
     print(f"KV transfer throughput, GB/s (10^9 B/s); {os.cpu_count()} cores; ratio = transport / memcpy\n")
     head = f"{'payload':<26}{'frame MB':>9}{'memcpy':>8}{'export':>8}{'import':>8}{'inproc':>14}{'shm':>14}{'tcp':>14}"
     print(head)
     print("-" * len(head))
     for label, n, memcpy, ex, im, inproc, shm, tcp in rows:
         cells = "".join(f"{g:>7.2f} ({g / memcpy:4.2f})" for g in (inproc, shm, tcp))
-        fmt = lambda g: f"{g:>8.2f}" if g == g else f"{'-':>8}"  # noqa: E731 (nan: no KV frame)
-        print(f"{label:<26}{n / 1e6:>9.1f}{memcpy:>8.2f}{fmt(ex)}{fmt(im)}{cells}")
+        print(f"{label:<26}{n / 1e6:>9.1f}{memcpy:>8.2f}{_cell(ex)}{_cell(im)}{cells}")
 
 
 if __name__ == "__main__":

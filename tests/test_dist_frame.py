@@ -5,15 +5,22 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from sched_helpers import model, rand_prompt
 
 from engine import Session
-from engine.dist import Descriptor, FrameError, KVLayout, decode_frame, export_blocks, import_blocks
+from engine.dist import (
+    Descriptor,
+    FrameError,
+    KVLayout,
+    decode_frame,
+    export_blocks,
+    import_blocks,
+)
 from engine.dist.frame import CHECKSUM_BYTES, HEADER_BYTES, seal_frame
 from engine.errors import EngineError
 from engine.model.kv import BlockPool
 from engine.model.synthetic import synthetic_model
 from engine.sched.prefix_cache import chain_hashes
-from sched_helpers import model, rand_prompt
 
 BT = 16
 DESC = Descriptor(scope="tenant-a", taint=False, verdict="allow")
@@ -76,7 +83,7 @@ def test_every_byte_flip_truncation_and_trailer_is_refused() -> None:
     before = _snapshot(pool)
     n = len(frame)
     # every header and metadata byte, then a stride through K/V and the checksum itself
-    spots = sorted(set(range(0, min(n, 1024))) | set(range(1024, n, 997)) | set(range(n - CHECKSUM_BYTES, n)))
+    spots = sorted(set(range(min(n, 1024))) | set(range(1024, n, 997)) | set(range(n - CHECKSUM_BYTES, n)))
     for i in spots:
         bad = bytearray(frame)
         bad[i] ^= 0x40

@@ -9,10 +9,21 @@ import threading
 import numpy as np
 import pytest
 import xxhash
-
 from dist_peers import payload, shm_send, tcp_recv, tcp_send_partial
-from engine.dist import (Descriptor, ShmReceiver, ShmSender, TcpReceiver, TcpSender, TransportClosed, TransportError,
-                         TransportTimeout, export_blocks, import_blocks, inproc_pair)
+
+from engine.dist import (
+    Descriptor,
+    ShmReceiver,
+    ShmSender,
+    TcpReceiver,
+    TcpSender,
+    TransportClosed,
+    TransportError,
+    TransportTimeout,
+    export_blocks,
+    import_blocks,
+    inproc_pair,
+)
 from engine.model.synthetic import synthetic_model
 
 pytestmark = pytest.mark.timeout(120)

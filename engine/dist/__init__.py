@@ -4,10 +4,22 @@ import_blocks, and the transport pairs/ends (inproc_pair, ShmReceiver, ShmSender
 """
 
 from engine.dist.blocks import export_blocks, import_blocks
-from engine.dist.frame import Descriptor, Frame, FrameError, KVLayout, decode_frame, encode_frame
-from engine.dist.transport import TransportClosed, TransportError, TransportTimeout, inproc_pair
+from engine.dist.frame import (
+           Descriptor,
+           Frame,
+           FrameError,
+           KVLayout,
+           decode_frame,
+           encode_frame,
+)
 from engine.dist.shm import ShmReceiver, ShmSender
 from engine.dist.tcp import TcpReceiver, TcpSender
+from engine.dist.transport import (
+           TransportClosed,
+           TransportError,
+           TransportTimeout,
+           inproc_pair,
+)
 
 __all__ = ["Descriptor", "Frame", "FrameError", "KVLayout", "ShmReceiver", "ShmSender", "TcpReceiver", "TcpSender",
            "TransportClosed", "TransportError", "TransportTimeout", "decode_frame", "encode_frame", "export_blocks",

@@ -7,11 +7,18 @@ bad frame leaves the receiving pool exactly as it was.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
-from engine.dist.frame import Descriptor, FrameError, KVLayout, alloc_frame, decode_frame, seal_frame
+from engine.dist.frame import (
+    Descriptor,
+    FrameError,
+    KVLayout,
+    alloc_frame,
+    decode_frame,
+    seal_frame,
+)
 from engine.model.kv import BlockPool, KVExhausted
 
 

@@ -24,8 +24,9 @@ import hashlib
 import hmac
 import json
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import xxhash
@@ -62,7 +63,7 @@ class KVLayout:
     dtype: str  # numpy dtype.str, e.g. "<f4"
 
     @classmethod
-    def of(cls, pool: BlockPool) -> "KVLayout":
+    def of(cls, pool: BlockPool) -> KVLayout:
         return cls(pool.n_layers, pool.n_kv_heads, pool.head_dim, pool.block_tokens, pool.k.dtype.str)
 
     def block_shape(self, n_blocks: int) -> tuple[int, int, int, int, int]:
@@ -87,7 +88,7 @@ class Descriptor:
                           sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> "Descriptor":
+    def from_bytes(cls, data: bytes) -> Descriptor:
         try:
             obj = json.loads(data.decode())
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:

@@ -9,18 +9,24 @@ Segment: a control area (head, tail and the two closed flags, each on its own ca
 bytes of records. A record is a 16-byte header (length) and the frame, padded to 64 bytes; a record that
 would run past the end leaves a wrap marker and starts at offset 0. head/tail count bytes ever written /
 released, so head - tail is the room in use. Each is written by one side only, with one aligned 8-byte
-store (ordered after the payload on x86/ARM64 TSO-or-stronger-for-this: numpy stores go through the
-interpreter, which issues them in program order); the other side polls.
+store issued after the payload's copy has returned (x86 keeps stores in order; on weaker memory models
+the sender's head store would need a fence); the other side polls.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from multiprocessing import shared_memory
 
 import numpy as np
 
-from engine.dist.transport import Buffer, TransportClosed, TransportError, TransportTimeout
+from engine.dist.transport import (
+    Buffer,
+    TransportClosed,
+    TransportError,
+    TransportTimeout,
+)
 
 _CTL = 512  # control area bytes; data starts here
 _HEAD, _TAIL, _SENDER_CLOSED, _RECEIVER_CLOSED, _CAPACITY = 0, 8, 16, 24, 32  # u64 slots (x8 bytes = 64 B apart)
@@ -33,7 +39,7 @@ def _pad(n: int) -> int:
     return -(-n // _ALIGN) * _ALIGN
 
 
-def _wait(ready: "callable[[], bool]", timeout: float | None, what: str) -> None:  # type: ignore[valid-type]
+def _wait(ready: Callable[[], bool], timeout: float | None, what: str) -> None:
     """Poll `ready`: spin a little (a frame usually arrives within microseconds), then back off to 1 ms sleeps."""
     deadline = None if timeout is None else time.monotonic() + timeout
     delay = 0.0
@@ -106,7 +112,7 @@ class ShmReceiver:
         r.set(_TAIL, tail)  # the previous frame's room goes back to the sender
         cap = r.capacity
         while True:
-            def ready() -> bool:
+            def ready(tail: int = tail) -> bool:
                 if r.get(_HEAD) > tail:
                     return True
                 if r.get(_SENDER_CLOSED):

@@ -10,7 +10,12 @@ from __future__ import annotations
 import socket
 import struct
 
-from engine.dist.transport import Buffer, TransportClosed, TransportError, TransportTimeout
+from engine.dist.transport import (
+    Buffer,
+    TransportClosed,
+    TransportError,
+    TransportTimeout,
+)
 
 _LEN = struct.Struct("<Q")
 MAX_FRAME = 1 << 36  # 64 GiB: a length past this is a corrupt or foreign stream, not a frame
@@ -46,7 +51,7 @@ class TcpReceiver:
             self._listener.settimeout(timeout)
             try:
                 conn, _ = self._listener.accept()
-            except socket.timeout:
+            except TimeoutError:
                 raise TransportTimeout(f"tcp transport: no sender connected within {timeout} s") from None
             _tune(conn)
             self._conn = conn
@@ -57,7 +62,7 @@ class TcpReceiver:
         while got < n:
             try:
                 k = conn.recv_into(view[got:], n - got)
-            except socket.timeout:
+            except TimeoutError:
                 raise TransportTimeout(f"tcp transport: {what} stalled at {got} of {n} bytes for {timeout} s") from None
             except OSError as exc:
                 raise TransportClosed(f"tcp transport: connection lost during {what} ({exc})") from None
@@ -107,7 +112,7 @@ class TcpSender:
         try:
             self._sock.sendall(_LEN.pack(len(view)))
             self._sock.sendall(view)
-        except socket.timeout:
+        except TimeoutError:
             raise TransportTimeout(f"tcp transport: a {len(view)}-byte frame not sent within {timeout} s") from None
         except OSError as exc:
             raise TransportClosed(f"tcp transport: the receiver closed the connection ({exc})") from None
