@@ -14,6 +14,7 @@ import numpy as np
 
 from engine.model import linear
 from engine.model.attention_groups import attention_groups
+from engine.gguf.identity import config_identity
 from engine.gguf.config import ModelConfig
 from engine.model.kv import BlockPool, PageTable
 from engine.kernels.ops import apply_rope, gated_act, rmsnorm, rope_tables
@@ -74,10 +75,13 @@ class Model:
     so chunked prefill, one-shot prefill and serial steps then agree bit for bit."""
 
     def __init__(self, config: ModelConfig, weights: Weights, name: str = "model",
-                 tensor_types: dict[str, int] | None = None) -> None:
+                 tensor_types: dict[str, int] | None = None, identity: bytes | None = None) -> None:
         self.config = config
         self.weights = weights
         self.name = name
+        # what a KV transfer frame names (engine.gguf.identity): the GGUF's tensor layout + tokenizer when
+        # loaded from a file; else the config and the name, so two differently named checkpoints differ
+        self.identity = identity if identity is not None else config_identity(config, name)
         self.tensor_types = tensor_types or {}  # GGUF tensor count per type ("Q4_K": 100, ...): the quant mix
         self.prefill_blas = True
 

@@ -14,6 +14,7 @@ from typing import Any, Callable
 from engine.gguf.config import ModelConfig, from_gguf_metadata
 from engine.errors import GGUFError
 from engine.gguf.aliases import default_model, resolve_model
+from engine.gguf.identity import gguf_identity
 from engine.gguf.reader import GGUFFile, TensorInfo, read_gguf
 from engine.model.forward import LayerWeights, Model, Weights
 from engine.model.resident import resident_weight
@@ -115,7 +116,7 @@ def build_model(g: GGUFFile, make_resident: Callable[..., Any] | None = None, pr
     types: dict[str, int] = {}
     for name in specs:
         types[g.tensors[name].qtype.name] = types.get(g.tensors[name].qtype.name, 0) + 1
-    return Model(c, w, name=g.path.name, tensor_types=types)
+    return Model(c, w, name=g.path.name, tensor_types=types, identity=gguf_identity(g))
 
 
 def _materialize(t: TensorInfo, make_resident: Callable[..., Any] | None) -> Any:

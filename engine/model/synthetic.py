@@ -13,6 +13,7 @@ import math
 import numpy as np
 
 from engine.gguf.config import ROPE_NEOX, ModelConfig
+from engine.gguf.identity import config_identity
 from engine.model.forward import LayerWeights, Model, Weights
 
 SEED = 20260101
@@ -80,4 +81,5 @@ def synthetic_weights(config: ModelConfig = SYNTHETIC_CONFIG, seed: int = SEED) 
 
 def synthetic_model(seed: int = SEED) -> Model:
     """The synthetic checkpoint (same seed -> same weights, bit for bit)."""
-    return Model(SYNTHETIC_CONFIG, synthetic_weights(SYNTHETIC_CONFIG, seed), name="synthetic")
+    return Model(SYNTHETIC_CONFIG, synthetic_weights(SYNTHETIC_CONFIG, seed), name="synthetic",
+                 identity=config_identity(SYNTHETIC_CONFIG, f"synthetic:seed={seed}"))
