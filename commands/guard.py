@@ -13,7 +13,8 @@ import typer
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("guard", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+    @app.command("guard", context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+                 options_metavar="[OPTIONS] -- AGENT [ARGS]...")
     def guard(
         ctx: typer.Context,
         upstream: Optional[str] = typer.Option(None, "--upstream", help="Provider or OpenAI-compatible server the "

@@ -18,6 +18,7 @@ import numpy as np
 from engine.errors import EngineError
 from engine.grammar.spec import GrammarSpec
 from engine.model.sampling import SamplingParams
+from engine.sched.trust import KVDescriptor
 
 
 class LaneState(str, Enum):
@@ -61,6 +62,15 @@ class Request:
     request_id: str = ""
     logprobs: int | None = None  # None: off; k: each token's log-probability and the k most likely
     grammar: GrammarSpec | None = None  # constrained decoding: the output must match it (engine/grammar)
+    # trust on KV (engine/sched/trust.py): the prefix cache shares blocks only within one scope ("" = the
+    # public scope of scope-less requests); a tainted request's blocks are never offered to it
+    scope: str = ""
+    tainted: bool = False
+    verdict: str = "ALLOW"  # the verdict that admitted the request's content (kept on its cached spans)
+
+    @property
+    def kv_descriptor(self) -> KVDescriptor:
+        return KVDescriptor(self.scope, self.tainted, self.verdict)
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,7 @@ class OutputProcessor:
         s = lane.session
         if self.prefix is not None:
             full = min(s.length, len(lane.prompt_ids)) // self.block_tokens
-            self.prefix.insert(lane.prompt_ids, s.kv.blocks, full)
+            self.prefix.insert(lane.prompt_ids, s.kv.blocks, full, lane.request.kv_descriptor)
         if s.length < len(lane.prompt_ids):
             return
         lane.to(LaneState.DECODING)
@@ -120,7 +120,7 @@ class OutputProcessor:
                 # blocks were filled by decode steps, not prefill chunks: with a BLAS prefill the next
                 # turn's logits differ from a cold run's in the last bits (2e-6 measured), not its tokens
                 full = min(s.length, len(s.tokens)) // self.block_tokens
-                self.prefix.insert(s.tokens, s.kv.blocks, full)
+                self.prefix.insert(s.tokens, s.kv.blocks, full, lane.request.kv_descriptor)
             s.kv.free()
         lane.session, lane.swap_data, lane.replay = None, None, []
         self.scheduler.remove(lane)

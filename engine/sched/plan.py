@@ -176,7 +176,8 @@ class Scheduler:
         for lane in prefilling:
             start = lane.session.length
             if not lane.prefix_checked and self.prefix is not None:  # expected hit; mapped when the chunk runs
-                start = self.prefix.peek(lane.prompt_ids, hit_limit(lane), self.hit_align)[0] * self.pool.block_tokens
+                start = self.prefix.peek(lane.prompt_ids, hit_limit(lane), self.hit_align,
+                                         lane.request.scope)[0] * self.pool.block_tokens
             end = self._chunk_end(lane, start)
             if chunks and end - start > budget:
                 break
@@ -255,7 +256,7 @@ class Scheduler:
                 end = min(end, self._chunk_end(lane, lane.session.length))
             if end > lane.session.length:
                 prefills.append((lane, lane.prompt_ids[lane.session.length : end]))
-                if self.prefix is not None and self.batch_prefill:
+                if self.prefix is not None and self.batch_prefill and not lane.request.tainted:  # never cached
                     bt = self.pool.block_tokens
                     producing.update(prompt_hashes(lane, bt)[lane.session.length // bt : end // bt])
         return prefills
@@ -265,7 +266,7 @@ class Scheduler:
         lane.prefix_checked = True
         if self.prefix is None:
             return
-        blocks = self.prefix.match(lane.prompt_ids, hit_limit(lane), self.hit_align)
+        blocks = self.prefix.match(lane.prompt_ids, hit_limit(lane), self.hit_align, lane.request.scope)
         if blocks:
             n = len(blocks) * self.pool.block_tokens
             attach(lane.session, blocks, n)

@@ -59,7 +59,7 @@ class KVBudget:
             return max(0, self.footprint(lane) - len(lane.session.kv.blocks))
         hit, reclaimable = (0, 0)
         if self.prefix is not None and lane.swap_data is None:
-            hit, reclaimable = self.prefix.peek(lane.prompt_ids, len(lane.prompt_ids) - 1)
+            hit, reclaimable = self.prefix.peek(lane.prompt_ids, len(lane.prompt_ids) - 1, scope=lane.request.scope)
         return self.footprint(lane) - hit + reclaimable
 
     def headroom(self, running: list[Lane]) -> int:

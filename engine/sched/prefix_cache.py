@@ -3,6 +3,11 @@
 The cache holds one reference on every block it knows. A block whose only reference is the cache's is
 "reclaimable": it counts as used in the pool but is evicted LRU when the scheduler needs room.
 Blocks are only ever full and never written again (lanes append past them), so sharing is safe.
+
+Trust (engine/sched/trust.py): every entry carries the KVDescriptor of the lane that computed it.
+Hashes are seeded by the scope and a lookup matches only entries of its own scope, so scopes never
+share blocks (the public scope "" hashes exactly as an unscoped cache did); a tainted span is never
+inserted, so it is never a hit for anyone.
 """
 
 from __future__ import annotations
@@ -12,12 +17,14 @@ from dataclasses import dataclass
 
 from engine.model.kv import BlockPool
 from engine.sched.lane import Lane
+from engine.sched.trust import PUBLIC, UNSCOPED, KVDescriptor, scope_seed
 
 
-def chain_hashes(tokens: list[int], block_tokens: int, n_blocks: int) -> list[int]:
-    """hash of block i covers tokens of blocks 0..i (each hash folds in its parent's)."""
+def chain_hashes(tokens: list[int], block_tokens: int, n_blocks: int, scope: str = PUBLIC) -> list[int]:
+    """hash of block i covers tokens of blocks 0..i (each hash folds in its parent's; block 0's parent is
+    the scope's seed, so the same tokens hash differently in two scopes)."""
     out: list[int] = []
-    h = 0
+    h = scope_seed(scope)
     for i in range(n_blocks):
         h = hash((h, tuple(tokens[i * block_tokens : (i + 1) * block_tokens])))
         out.append(h)
@@ -29,6 +36,7 @@ class _Entry:
     block: int
     tokens: tuple[int, ...]  # kept to rule out hash collisions
     parent: int
+    desc: KVDescriptor = UNSCOPED
     hits: int = 0
 
 
@@ -41,16 +49,17 @@ class PrefixCache:
         self.hits = 0  # queries that mapped at least one block
         self.hit_tokens = 0
         self.evictions = 0
+        self.tainted_refused = 0  # offers of tainted spans (each prefill chunk, each finish) not kept
 
     def __len__(self) -> int:
         return len(self._entries)
 
-    def match(self, tokens: list[int], max_tokens: int, align: int = 1) -> list[int]:
-        """Blocks caching the longest full-block prefix of tokens[:max_tokens], a multiple of `align`
-        blocks long; each is incref'd for the caller."""
+    def match(self, tokens: list[int], max_tokens: int, align: int = 1, scope: str = PUBLIC) -> list[int]:
+        """Blocks caching the longest full-block prefix of tokens[:max_tokens] in `scope`, a multiple of
+        `align` blocks long; each is incref'd for the caller."""
         bt = self.pool.block_tokens
         self.queries += 1
-        blocks = [e.block for e in self._cached_run(tokens, max_tokens, align)]
+        blocks = [e.block for e in self._cached_run(tokens, max_tokens, align, scope)]
         for b in reversed(blocks):  # touch leaf first so parents stay more recent (LRU evicts leaves first)
             h = self._by_block[b]
             self._entries[h].hits += 1
@@ -61,41 +70,52 @@ class PrefixCache:
             self.hit_tokens += len(blocks) * bt
         return blocks
 
-    def peek(self, tokens: list[int], max_tokens: int, align: int = 1) -> tuple[int, int]:
+    def peek(self, tokens: list[int], max_tokens: int, align: int = 1, scope: str = PUBLIC) -> tuple[int, int]:
         """(blocks `match` would map now, how many of them are reclaimable): no incref, no stats."""
-        run = self._cached_run(tokens, max_tokens, align)
+        run = self._cached_run(tokens, max_tokens, align, scope)
         return len(run), sum(1 for e in run if self.pool.refcount[e.block] == 1)
 
-    def _cached_run(self, tokens: list[int], max_tokens: int, align: int) -> list[_Entry]:
-        """Entries of the longest cached full-block prefix of tokens[:max_tokens], cut to a multiple of
-        `align` blocks (each entry checked against its parent and its own tokens: no hash collisions)."""
+    def _cached_run(self, tokens: list[int], max_tokens: int, align: int, scope: str) -> list[_Entry]:
+        """Entries of the longest cached full-block prefix of tokens[:max_tokens] in `scope`, cut to a
+        multiple of `align` blocks (each entry checked against its parent, its own tokens and its scope:
+        neither a hash collision nor a seed collision maps another's block)."""
         bt = self.pool.block_tokens
         run: list[_Entry] = []
-        parent = 0
-        for h in chain_hashes(tokens, bt, max_tokens // bt):
+        parent = scope_seed(scope)
+        for h in chain_hashes(tokens, bt, max_tokens // bt, scope):
             e = self._entries.get(h)
             i = len(run)
-            if e is None or e.parent != parent or e.tokens != tuple(tokens[i * bt : (i + 1) * bt]):
+            if e is None or e.parent != parent or e.desc.scope != scope or \
+                    e.tokens != tuple(tokens[i * bt : (i + 1) * bt]):
                 break
             run.append(e)
             parent = h
         return run[: len(run) - len(run) % align]
 
-    def insert(self, tokens: list[int], blocks: list[int], n_full: int) -> None:
+    def insert(self, tokens: list[int], blocks: list[int], n_full: int, desc: KVDescriptor = UNSCOPED) -> None:
         """Offer the first n_full full blocks of a lane (its prompt's after prefill, prompt + generated
-        when it finishes); already-cached prefixes are kept."""
+        when it finishes) under its descriptor; already-cached prefixes are kept, a tainted span is
+        refused whole."""
+        if desc.taint:
+            self.tainted_refused += n_full > 0
+            return
         bt = self.pool.block_tokens
-        parent = 0
-        hashes = chain_hashes(tokens, bt, n_full)
+        parent = scope_seed(desc.scope)
+        hashes = chain_hashes(tokens, bt, n_full, desc.scope)
         for i, h in enumerate(hashes):
             if h not in self._entries and blocks[i] not in self._by_block:
-                self._entries[h] = _Entry(blocks[i], tuple(tokens[i * bt : (i + 1) * bt]), parent)
+                self._entries[h] = _Entry(blocks[i], tuple(tokens[i * bt : (i + 1) * bt]), parent, desc)
                 self._by_block[blocks[i]] = h
                 self.pool.incref(blocks[i])
             parent = h
         for h in reversed(hashes):
             if h in self._entries:
                 self._entries.move_to_end(h)
+
+    def descriptor(self, block: int) -> KVDescriptor | None:
+        """The descriptor of a cached block (None: not cached), e.g. for a KV transfer frame."""
+        h = self._by_block.get(block)
+        return None if h is None else self._entries[h].desc
 
     def block_hits(self, block: int) -> int:
         h = self._by_block.get(block)
@@ -137,7 +157,8 @@ def hit_limit(lane: Lane) -> int:
 def prompt_hashes(lane: Lane, block_tokens: int) -> list[int]:
     """Chained hashes of the lane's full prompt blocks (the ones the prefix cache may hold), computed once."""
     if lane.prompt_hashes is None:
-        lane.prompt_hashes = chain_hashes(lane.prompt_ids, block_tokens, hit_limit(lane) // block_tokens)
+        lane.prompt_hashes = chain_hashes(lane.prompt_ids, block_tokens, hit_limit(lane) // block_tokens,
+                                          lane.request.scope)
     return lane.prompt_hashes
 
 
@@ -146,5 +167,5 @@ def waits_for_producer(cache: PrefixCache, lane: Lane, producing: set[int], alig
     uncached prompt block is being filled by another lane this iteration waits, then maps it from the
     prefix cache instead of computing it again."""
     hashes = prompt_hashes(lane, cache.pool.block_tokens)
-    hit = cache.peek(lane.prompt_ids, hit_limit(lane), align)[0]
+    hit = cache.peek(lane.prompt_ids, hit_limit(lane), align, lane.request.scope)[0]
     return hit < len(hashes) and hashes[hit] in producing

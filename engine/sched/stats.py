@@ -39,6 +39,7 @@ class SchedStats:
     prefix_queries: int = 0
     prefix_hits: int = 0
     prefix_hit_tokens: int = 0
+    prefix_tainted_refused: int = 0  # offers of tainted spans the prefix cache refused (KV trust)
     max_running_observed: int = 0
     max_running: int = 0  # configured limit, 0 = unbounded
     preempt_mode: str = "swap"
@@ -86,6 +87,7 @@ def snapshot(c: dict[str, int], finished: dict[str, int], last_victim: Victim | 
         prefix_queries=prefix.queries if prefix is not None else 0,
         prefix_hits=prefix.hits if prefix is not None else 0,
         prefix_hit_tokens=prefix.hit_tokens if prefix is not None else 0,
+        prefix_tainted_refused=prefix.tainted_refused if prefix is not None else 0,
         max_running_observed=c["max_running"],
         max_running=max_running,
         preempt_mode=preempt_mode,
@@ -154,6 +156,8 @@ class SchedCollector:
         yield counter("prefix_queries", "Prefix-cache lookups", s.prefix_queries)
         yield counter("prefix_hits", "Prefix-cache lookups that mapped at least one block", s.prefix_hits)
         yield counter("prefix_hit_tokens", "Prompt tokens served from the prefix cache", s.prefix_hit_tokens)
+        yield counter("prefix_tainted_refused", "Offers of tainted KV spans the prefix cache refused",
+                      s.prefix_tainted_refused)
         pre = CounterMetricFamily(f"{p}_preempt", "Preemptions, by mode", labels=["mode"])
         pre.add_metric(["swap"], s.preemptions_swap)
         pre.add_metric(["recompute"], s.preemptions_recompute)

@@ -37,6 +37,7 @@ from fak.gateway.generation import (
     choice_events,
     collect,
     gates_for,
+    kv_trust,
     limits,
     offered_names,
     served,
@@ -98,6 +99,7 @@ class MessagesRequest(_Body):
     speed: Optional[str] = None
     user_profile_id: Optional[str] = None
     workspace_id: Optional[str] = None
+    cache_salt: Optional[str] = Field(None, min_length=1)  # not Anthropic's: vLLM's prefix-cache scope, as on the other wires
 
 
 class CountTokensRequest(_Body):
@@ -221,9 +223,11 @@ async def messages(body: MessagesRequest, request: Request) -> Any:
     b = served(request)
     name = check_model(request, body.model)
     ids, offered, grammar = _prompt(request, b, body)
+    user = (body.metadata or {}).get("user_id")
+    kv = kv_trust(request, to_chat(body), str(user) if user is not None else None, body.cache_salt)
     spec = GenSpec(max_new=limits(request, b, len(ids), body.max_tokens), temperature=body.temperature,
                    top_p=body.top_p if body.top_p is not None else 1.0, top_k=body.top_k or 0,
-                   stops=tuple(body.stop_sequences or ()), grammar=grammar, grammar_param="tools")
+                   stops=tuple(body.stop_sequences or ()), grammar=grammar, grammar_param="tools", kv=kv)
     handles = admit(request, b, ids, spec)
     gates = gates_for(request, 1, offered, request.app.state.tool_family, id_prefix="toolu_")
     events = choice_events(handles, gates)

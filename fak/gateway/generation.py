@@ -4,11 +4,25 @@ choice), and the choices' events with tool calls gated by the kernel (fak.gatewa
 A wire (OpenAI Chat/Completions, Anthropic Messages, OpenAI Responses) turns its body into a GenSpec
 and a prompt, admits, then formats the same events, streamed or collected: so a streamed answer and
 a non-streamed one are the same answer, calls included.
+
+KV trust (engine/sched/trust.py): every request is admitted with a share scope and a taint.
+- Scope: every identity the request carries narrows it, in this order: the API key (the sha256 of
+  `Authorization: Bearer KEY` or `X-Api-Key`, whether or not the server checks keys), the end user
+  (`user`; Anthropic `metadata.user_id`; Responses `safety_identifier`, else `user`), and an explicit
+  `cache_salt` (vLLM's field, on all three wires). The scope is a digest of the parts present; two
+  requests share prefix-cache blocks only when every part is equal. None present: the public scope,
+  shared by such requests only (a client that sends no key, user or salt: today's behaviour).
+- Taint: a request carrying a tool result (`tool` message, `tool_result` block, `function_call_output`
+  item) that the kernel's result admitters (`Kernel.admit`) do not ALLOW is tainted: its KV blocks are
+  never offered to the prefix cache, so no request maps KV computed from quarantined content. Verdicts
+  are memoized per (tool, text), so a long history is judged once, not on every turn.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -16,6 +30,7 @@ from typing import Any
 
 from fastapi import Request
 
+from engine.sched.trust import PUBLIC, UNSCOPED, KVDescriptor
 from fak.gateway.bridge import Finished, cancel_all, merged
 from fak.gateway.errors import APIError
 from fak.gateway.toolgate import EmittedCall, ToolGate
@@ -102,6 +117,7 @@ class GenSpec:
     logprobs: int | None = None  # alternatives per token; None: no logprobs
     grammar: Any = None  # an engine GrammarSpec (structured output, forced tool calls) or None
     grammar_param: str | None = None  # the request field the grammar came from (names it in a 400)
+    kv: KVDescriptor = UNSCOPED  # share scope, taint and verdict of the prompt (see kv_trust)
 
 
 def admit(request: Request, b: Any, ids: list[int], spec: GenSpec) -> list[Any]:
@@ -126,12 +142,76 @@ def admit(request: Request, b: Any, ids: list[int], spec: GenSpec) -> list[Any]:
             handles.append(b.scheduler.admit(LaneRequest(list(ids), max_new_tokens=spec.max_new,
                                                          stop_strings=spec.stops, sampling=params,
                                                          request_id=f"{uuid.uuid4().hex[:12]}-{i}",
-                                                         logprobs=spec.logprobs, **extra)))
+                                                         logprobs=spec.logprobs, scope=spec.kv.scope,
+                                                         tainted=spec.kv.taint, verdict=spec.kv.verdict,
+                                                         **extra)))
     except EngineError as exc:
         cancel_all(handles)
         bad_grammar = spec.grammar is not None and str(exc).startswith("invalid grammar")
         raise APIError(400, str(exc), param=spec.grammar_param if bad_grammar else None) from None
     return handles
+
+
+# -- KV trust: the scope and taint of a request (see the module docstring) -------------------------
+def kv_scope(request: Request, user: str | None = None, salt: str | None = None) -> str:
+    """The share scope: a digest of the API key's hash, the user and the cache salt given, or PUBLIC."""
+    headers = request.headers
+    auth = headers.get("authorization", "")
+    key = auth[7:].strip() if auth.lower().startswith("bearer ") else headers.get("x-api-key")
+    parts: list[str] = []
+    if key:
+        parts.append("key:" + hashlib.sha256(key.encode()).hexdigest()[:32])
+    if user:
+        parts.append("user:" + user)
+    if salt:
+        parts.append("salt:" + salt)
+    if not parts:
+        return PUBLIC
+    return "s" + hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:32]
+
+
+_VERDICTS_MAX = 4096  # memoized result verdicts per app (cleared when full)
+
+
+def result_verdict(request: Request, tool: str, text: str, call_id: str = "") -> str:
+    """The kernel's result admitters on one tool result the client sends back, memoized per app by
+    (tool, text); an admitter error counts as QUARANTINE (fail closed)."""
+    from fak.abi import Result, Status, ToolCall
+
+    st = request.app.state
+    memo: dict[tuple[str, str], str] | None = getattr(st, "kv_verdicts", None)
+    if memo is None:
+        memo = st.kv_verdicts = {}
+    key = (tool, hashlib.sha256(text.encode()).hexdigest())
+    v = memo.get(key)
+    if v is None:
+        call = ToolCall("tool", tool or "?", meta={"source": "client", "call_id": call_id})
+        try:
+            v = st.kernel.admit(call, Result({"text": text}, Status.OK)).kind.value
+        except Exception:  # noqa: BLE001 - a result that cannot be judged is not admitted
+            v = "QUARANTINE"
+        if len(memo) >= _VERDICTS_MAX:
+            memo.clear()
+        memo[key] = v
+    return v
+
+
+def kv_trust(request: Request, messages: list[dict[str, Any]], user: str | None = None,
+             salt: str | None = None) -> KVDescriptor:
+    """The descriptor of a chat-form prompt: its scope, and tainted when a `tool` message's content is
+    not ALLOWed by the kernel (the verdict: the first withheld one's kind, else ALLOW)."""
+    names: dict[str, str] = {}
+    verdict = "ALLOW"
+    for m in messages:
+        for tc in m.get("tool_calls") or []:
+            if isinstance(tc, dict):
+                names[str(tc.get("id"))] = str((tc.get("function") or {}).get("name", ""))
+        if m.get("role") == "tool" and verdict == "ALLOW":
+            content = m.get("content")
+            text = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
+            cid = str(m.get("tool_call_id", ""))
+            verdict = result_verdict(request, names.get(cid, ""), text, cid)
+    return KVDescriptor(kv_scope(request, user, salt), verdict != "ALLOW", verdict)
 
 
 # -- the choices' events ---------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from engine.sched.trust import UNSCOPED, KVDescriptor
 from fak.gateway.bridge import cancel_all
 from fak.gateway.errors import APIError
 from fak.gateway.generation import (
@@ -29,6 +30,7 @@ from fak.gateway.generation import (
     collect,
     context_len,
     gates_for,
+    kv_trust,
     limits,
     offered_names,
     served,
@@ -44,7 +46,8 @@ router = APIRouter()
 FINISH = {"eos": "stop", "stop": "stop", "length": "length", "cancelled": "stop"}
 
 
-def _spec(b: Any, body: Any, new: int, grammar: Any = None, grammar_param: str | None = None) -> GenSpec:
+def _spec(b: Any, body: Any, new: int, grammar: Any = None, grammar_param: str | None = None,
+          kv: KVDescriptor = UNSCOPED) -> GenSpec:
     bad = body.unsupported()
     if bad is not None:
         raise APIError(400, f"{bad}: not supported yet (only its default is accepted)", param=bad,
@@ -53,7 +56,7 @@ def _spec(b: Any, body: Any, new: int, grammar: Any = None, grammar_param: str |
                    min_p=body.min_p, seed=body.seed, stops=body.stops(), presence_penalty=body.presence_penalty,
                    frequency_penalty=body.frequency_penalty, repetition_penalty=body.repetition_penalty,
                    logit_bias=_logit_bias(body.logit_bias, int(b.model.config.vocab_size)),
-                   logprobs=body.logprob_k(), grammar=grammar, grammar_param=grammar_param)
+                   logprobs=body.logprob_k(), grammar=grammar, grammar_param=grammar_param, kv=kv)
 
 
 def _logit_bias(given: dict[str, float] | None, vocab: int) -> dict[int, float] | None:
@@ -165,7 +168,8 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Any
     except EngineError as exc:
         raise APIError(400, f"messages: {exc}", param="messages") from None
     spec = _spec(b, body, limits(request, b, len(ids), body.max_completion_tokens or body.max_tokens), grammar,
-                 "tools" if grammar is not None and body.response_format is None else "response_format")
+                 "tools" if grammar is not None and body.response_format is None else "response_format",
+                 kv_trust(request, messages, body.user, body.cache_salt))
     handles = admit(request, b, ids, spec)
     gates = gates_for(request, spec.n, offered, request.app.state.tool_family)
     events = choice_events(handles, gates, want_logprobs=spec.logprobs is not None)
@@ -255,7 +259,8 @@ async def completions(body: CompletionRequest, request: Request) -> Any:
         if bad:
             raise APIError(400, f"prompt: token id {bad[0]} outside the vocabulary (0..{vocab - 1})", param="prompt")
         ids = list(body.prompt)
-    spec = _spec(b, body, limits(request, b, len(ids), body.max_tokens if "max_tokens" in body.model_fields_set else 16))
+    spec = _spec(b, body, limits(request, b, len(ids), body.max_tokens if "max_tokens" in body.model_fields_set else 16),
+                 kv=kv_trust(request, [], body.user, body.cache_salt))
     handles = admit(request, b, ids, spec)
     events = choice_events(handles, None, want_logprobs=spec.logprobs is not None)
     cid, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())

@@ -34,6 +34,7 @@ from fak.gateway.generation import (
     choice_events,
     collect,
     gates_for,
+    kv_trust,
     limits,
     offered_names,
     served,
@@ -92,6 +93,7 @@ class ResponsesRequest(BaseModel):
     access_programs: Optional[Any] = None
     image: Optional[Any] = None
     client_metadata: Optional[dict[str, Any]] = None  # Codex's session and turn ids
+    cache_salt: Optional[str] = Field(None, min_length=1)  # vLLM's: prefix-cache blocks shared only within one salt
 
 
 _REFUSED = {"previous_response_id": "this server is stateless: send the whole input",
@@ -230,13 +232,15 @@ async def responses(body: ResponsesRequest, request: Request) -> Any:
     tools, offered, grammar = _tools(request, body)
     if fmt is not None and grammar is not None:
         raise APIError(400, "text.format: cannot be combined with a forced tool call", param="text")
+    messages = to_chat(body)
     try:
-        ids = b.tokenizer.encode_chat(to_chat(body), tools=tools)
+        ids = b.tokenizer.encode_chat(messages, tools=tools)
     except EngineError as exc:
         raise APIError(400, f"input: {exc}", param="input") from None
     spec = GenSpec(max_new=limits(request, b, len(ids), body.max_output_tokens, "max_output_tokens"),
                    temperature=body.temperature, top_p=body.top_p, grammar=grammar or fmt,
-                   grammar_param="tools" if grammar is not None else "text")
+                   grammar_param="tools" if grammar is not None else "text",
+                   kv=kv_trust(request, messages, body.safety_identifier or body.user, body.cache_salt))
     handles = admit(request, b, ids, spec)
     gates = gates_for(request, 1, offered, request.app.state.tool_family)
     events = choice_events(handles, gates)

@@ -58,7 +58,8 @@ class _Sampling(_Body):
     n: int = Field(1, ge=1, le=16)
     stream: bool = False
     stream_options: Optional[StreamOptions] = None
-    user: Optional[str] = None
+    user: Optional[str] = None  # also narrows the prefix-cache share scope (fak.gateway.generation)
+    cache_salt: Optional[str] = Field(None, min_length=1)  # vLLM's: prefix-cache blocks shared only within one salt
     presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
     frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
     repetition_penalty: float = Field(1.0, ge=0.01, le=10.0)
