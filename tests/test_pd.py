@@ -256,3 +256,31 @@ def test_frame_waits_for_room_in_a_fixed_pool() -> None:
         assert hb.result(timeout=30).token_ids == solo(b, 5, CHUNK)
     finally:
         w.close()
+
+
+def test_prefill_failure_fails_the_request_never_hangs(monkeypatch: pytest.MonkeyPatch) -> None:
+    m = model()
+    with PDCluster(m, decode_workers=2, block_tokens=BT, prefill_chunk=CHUNK) as c:
+        def boom(*a: object, **k: object) -> None:
+            raise RuntimeError("prefill worker down")
+
+        monkeypatch.setattr(c.prefill, "prefill", boom)
+        r = c.admit(Request([1, 2, 3, 4], max_new_tokens=3)).result(timeout=30)
+        assert r.finish_reason is FinishReason.ERROR and "prefill worker down" in (r.error or "")
+        _idle(c)
+        assert all(w.sched.stats().used_blocks == 0 for w in c.decoders.values())  # held blocks released
+
+
+def test_tainted_span_is_never_resident_for_others() -> None:
+    m = model()
+    rng = np.random.default_rng(9)
+    system = rand_prompt(rng, 256)
+    with PDCluster(m, decode_workers=1, block_tokens=BT, prefill_chunk=CHUNK) as c:
+        w = c.moved["decode-0"]
+        p = system + rand_prompt(rng, 20)
+        r = c.admit(Request(p, max_new_tokens=3, tainted=True, verdict="QUARANTINE")).result(timeout=60)
+        assert r.token_ids == solo(p, 3, CHUNK)
+        q = system + rand_prompt(rng, 20)
+        assert c.admit(Request(q, max_new_tokens=3)).result(timeout=60).token_ids == solo(q, 3, CHUNK)
+        assert w["skipped_blocks"] == 0 and c.router.counts["prefix"] == 0  # cold on both sides
+        assert c.prefill.stats["hit_tokens"] == 0
