@@ -294,6 +294,8 @@ class Lane:
     text: TextTracker | None = None
     rng: np.random.Generator | None = None
     grammar: Any = None  # engine.grammar.Matcher of a constrained request (its state after `generated`)
+    # admit_prefilled: (blocks already in the pool covering the whole prompt, the prefill's last logits)
+    imported: tuple[list[int], np.ndarray] | None = None
 
     def to(self, new: LaneState) -> None:
         if new not in TRANSITIONS[self.state]:

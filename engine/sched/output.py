@@ -49,6 +49,16 @@ class OutputProcessor:
         else:
             self._sample_and_emit(lane, logits)
 
+    def after_import(self, lane: Lane, logits: np.ndarray) -> None:
+        """A lane whose whole prompt was prefilled elsewhere (admit_prefilled): its full prompt blocks join
+        the prefix cache, and its first token is sampled from the prefill's last logits, as after_prefill
+        would; no prompt token is counted as prefilled here."""
+        if self.prefix is not None:
+            full = len(lane.prompt_ids) // self.block_tokens
+            self.prefix.insert(lane.prompt_ids, lane.session.kv.blocks, full, lane.request.kv_descriptor)
+        lane.to(LaneState.DECODING)
+        self._sample_and_emit(lane, logits)
+
     def after_step(self, lane: Lane, row: np.ndarray) -> None:
         if lane.replay:
             lane.replay.pop(0)  # recompute replay: the token was generated before, its logits are known

@@ -132,6 +132,22 @@ class Scheduler:
                 return
             self._start(self.waiting.pop(0))
 
+    def start_imported(self, lane: Lane) -> None:
+        """Run a lane whose prompt KV is already in the pool (admit_prefilled): its session gets the blocks,
+        it joins the running lanes at once (its blocks are spent already: neither max_running nor the budget
+        holds it back) and the caller samples its first token."""
+        assert lane.imported is not None
+        blocks, _ = lane.imported
+        self.counters["admitted"] += 1
+        self.counters["imported"] += 1
+        lane.session = self.new_session()
+        attach(lane.session, blocks, len(lane.prompt_ids))
+        lane.session.tokens = list(lane.prompt_ids)
+        lane.prefix_checked = True
+        lane.to(LaneState.PREFILLING)
+        lane.pinned_until = now() + lane.request.pin_ttl
+        self.running.append(lane)
+
     def _has_room(self, lane: Lane) -> bool:
         """The budget can take the lane's blocks on top of what running lanes are owed (or nothing runs)."""
         return not self.running or self.budget.owed(lane) <= self.budget.headroom(self.running)

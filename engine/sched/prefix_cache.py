@@ -13,6 +13,7 @@ inserted, so it is never a hit for anyone.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from engine.model.kv import BlockPool
@@ -45,6 +46,8 @@ class PrefixCache:
         self.pool = pool
         self._entries: OrderedDict[int, _Entry] = OrderedDict()  # hash -> entry, LRU first
         self._by_block: dict[int, int] = {}  # block id -> hash
+        # residency events ("add" | "evict", chain hashes), on the owner's thread: a P/D router's view
+        self.listener: Callable[[str, list[int]], None] | None = None
         self.queries = 0
         self.hits = 0  # queries that mapped at least one block
         self.hit_tokens = 0
@@ -102,12 +105,16 @@ class PrefixCache:
         bt = self.pool.block_tokens
         parent = scope_seed(desc.scope)
         hashes = chain_hashes(tokens, bt, n_full, desc.scope)
+        added: list[int] = []
         for i, h in enumerate(hashes):
             if h not in self._entries and blocks[i] not in self._by_block:
                 self._entries[h] = _Entry(blocks[i], tuple(tokens[i * bt : (i + 1) * bt]), parent, desc)
                 self._by_block[blocks[i]] = h
                 self.pool.incref(blocks[i])
+                added.append(h)
             parent = h
+        if added and self.listener is not None:
+            self.listener("add", added)
         for h in reversed(hashes):
             if h in self._entries:
                 self._entries.move_to_end(h)
@@ -139,6 +146,8 @@ class PrefixCache:
         e = self._entries.pop(h)
         del self._by_block[e.block]
         self.pool.release(e.block)
+        if self.listener is not None:
+            self.listener("evict", [h])
 
     def clear(self) -> None:
         """Release every cached block (on scheduler close)."""

@@ -102,7 +102,7 @@ class NativeScheduler:
         # counters (loop thread only, shared by the scheduler and the output side); published as SchedStats
         self._c: dict[str, int] = dict.fromkeys(
             ("steps", "tokens", "prefill_tokens", "admitted", "swap", "recompute", "bytes_out", "bytes_in",
-             "readmitted", "max_running"), 0)
+             "readmitted", "max_running", "imported"), 0)
         self.scheduler = Scheduler(self.config, self.pool, self.prefix, hit_align=hit_align,
                                    new_session=lambda: self._Session(self.model, pool=self.pool),
                                    batch_prefill=batch_prefill, counters=self._c)
@@ -159,6 +159,42 @@ class NativeScheduler:
         with self._cond:
             if self._closed:
                 raise EngineError("scheduler is closed: admit() after close()")
+            self._intake.append(lane)
+            self._cond.notify()
+        return handle
+
+    def admit_prefilled(self, request: Request, blocks: list[int], n_tokens: int, first_logits: np.ndarray,
+                        handle: Handle | None = None) -> Handle:
+        """Queue a request whose prompt was prefilled elsewhere: `blocks` are in this scheduler's pool (e.g.
+        imported from a KV frame, or mapped from its prefix cache), one reference each owned by the caller and
+        handed to the lane, holding positions 0..n_tokens-1 = the whole prompt; `first_logits` are the
+        prefill's last-position logits. The lane starts decoding at once: its first token is sampled from
+        those logits exactly as after a local prefill, and no prompt token is prefilled here.
+
+        `handle`: a handle the caller already gave out (engine/dist: a cluster's), now bound to this lane.
+        On an EngineError (bad request, closed scheduler) the blocks stay the caller's."""
+        ids = self._validate(request)
+        bt = self.pool.block_tokens
+        if n_tokens != len(ids) or len(blocks) != -(-n_tokens // bt):
+            raise EngineError(f"admit_prefilled: {len(blocks)} blocks for {n_tokens} tokens, the prompt has "
+                              f"{len(ids)} tokens ({-(-len(ids) // bt)} blocks of {bt})")
+        logits = np.asarray(first_logits, dtype=np.float32).reshape(-1)
+        if logits.shape[0] != int(self.model.config.vocab_size):
+            raise EngineError(f"admit_prefilled: logits of size {logits.shape[0]}, vocab is {self.model.config.vocab_size}")
+        matcher = None if request.grammar is None else self.grammar_compiler().matcher(request.grammar)
+        seq = next(self._seq)
+        if handle is None:
+            handle = Handle(request, request.request_id or f"req-{seq}", self._request_cancel)
+        lane = Lane(request=request, seq=seq, prompt_ids=ids, handle=handle, admitted_at=now(), grammar=matcher,
+                    imported=(list(blocks), logits))
+        if self.tokenizer is not None:
+            lane.text = TextTracker(self.tokenizer, request.stop_strings)
+        lane.rng = np.random.default_rng(request.sampling.seed if request.sampling.seed is not None else seq)
+        with self._cond:
+            if self._closed:
+                raise EngineError("scheduler is closed: admit_prefilled() after close()")
+            handle._lane = lane  # type: ignore[attr-defined]
+            handle._cancel = self._request_cancel
             self._intake.append(lane)
             self._cond.notify()
         return handle
@@ -301,7 +337,12 @@ class NativeScheduler:
 
     def _iteration(self, new: list[Lane]) -> None:
         sched = self.scheduler
-        sched.begin(new)
+        sched.begin([ln for ln in new if ln.imported is None])
+        for lane in [ln for ln in new if ln.imported is not None]:
+            sched.start_imported(lane)
+            _, logits = lane.imported  # type: ignore[misc]
+            lane.imported = None
+            self.output.after_import(lane, logits)
         for q in (sched.waiting, sched.running, sched.preempted):
             for lane in [ln for ln in q if ln.cancel_requested]:
                 self.output.finish(lane, FinishReason.CANCELLED)
@@ -383,6 +424,11 @@ class NativeScheduler:
             if fut.set_running_or_notify_cancel():
                 fut.set_exception(EngineError("scheduler closed"))
         sched = self.scheduler
+        for lane in new:
+            if lane.imported is not None:  # never started: its blocks are still the lane's alone
+                for b in lane.imported[0]:
+                    self.pool.release(b)
+                lane.imported = None
         sched.waiting.extend(new)
         for q in (sched.running, sched.preempted, sched.waiting):
             for lane in list(q):

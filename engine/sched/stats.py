@@ -28,6 +28,7 @@ class SchedStats:
     steps: int = 0  # batched decode steps run
     tokens_generated: int = 0
     prefill_tokens: int = 0
+    imported: int = 0  # lanes admitted already prefilled (admit_prefilled: P/D decode side)
     admitted: int = 0
     finished: dict[str, int] = field(default_factory=dict)  # by finish reason
     preemptions_swap: int = 0
@@ -76,6 +77,7 @@ def snapshot(c: dict[str, int], finished: dict[str, int], last_victim: Victim | 
         steps=c["steps"],
         tokens_generated=c["tokens"],
         prefill_tokens=c["prefill_tokens"],
+        imported=c.get("imported", 0),
         admitted=c["admitted"],
         finished=dict(finished),
         preemptions_swap=c["swap"],
