@@ -140,7 +140,7 @@ def main() -> None:
         try:
             model = load_model(a.model, resident=not a.plain, progress=False)
             kind = "plain" if a.plain else "resident"
-        except Exception as exc:  # resident path not available: fall back to plain, and say so
+        except Exception as exc:  # noqa: BLE001 - resident path not available: fall back to plain, and say so
             print(f"resident load failed ({exc}); using plain float32")
             model, kind = load_model(a.model, progress=False), "plain"
     vocab = model.config.vocab_size

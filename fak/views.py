@@ -96,3 +96,38 @@ def stats_view(url: str, d: dict[str, Any]) -> object:
 
     s = SchedStats.from_json(d["sched"]) if d.get("sched") else None
     return serve_view(s, url, d.get("requests", 0), d.get("errors_5xx", 0), d.get("model", ""), d.get("status", ""))
+
+
+def _worker_table(name: str, w: dict[str, Any]) -> Table:
+    t = Table(title=f"{name} ({w.get('role', '?')})", show_header=False, box=None, pad_edge=False, title_justify="left")
+    t.add_column(style="bold cyan", no_wrap=True)
+    t.add_column()
+    if w.get("role") == "prefill":
+        t.add_row("requests", f"{w.get('requests', 0)} requests · {w.get('prefill_tokens', 0)} tokens prefilled · "
+                              f"{w.get('hit_tokens', 0)} from its prefix cache")
+        t.add_row("exported", f"{w.get('blocks_out', 0)} blocks · {_bytes(w.get('bytes_out', 0))}")
+        return t
+    imports, secs = w.get("imports", 0), w.get("transfer_s", 0.0)
+    mean = f"{1e3 * secs / imports:.2f} ms/import" if imports else "-"
+    rate = f"{w.get('bytes', 0) / secs / 1e9:.2f} GB/s" if secs else "-"
+    t.add_row("requests", f"{w.get('requests', 0)} requests · {imports} imports · {w.get('refused', 0)} refused · "
+                          f"{w.get('import_waits', 0)} waits")
+    t.add_row("moved", f"{w.get('blocks', 0)} blocks · {_bytes(w.get('bytes', 0))}")
+    t.add_row("residency", f"{w.get('skipped_blocks', 0)} blocks skipped (already held) · "
+                           f"{w.get('held_blocks', 0)} reserved")
+    t.add_row("transfer", f"{1e3 * secs:.1f} ms · {mean} · {rate}")
+    t.add_row("decode side", f"{w.get('prefill_tokens', 0)} tokens prefilled · {w.get('imported', 0)} lanes imported")
+    return t
+
+
+def pd_panel(stats: dict[str, Any]) -> Panel:
+    """A P/D cluster's `stats()` (engine/dist/cluster.py): a table per worker and the router's routes."""
+    parts: list[Any] = []
+    workers = [("prefill", stats["prefill"])] if "prefill" in stats else []
+    workers += sorted((k, v) for k, v in stats.items() if isinstance(v, dict) and v.get("role") == "decode")
+    for name, w in workers:
+        parts += [_worker_table(name, w), Text("")]
+    r = stats.get("router", {})
+    parts.append(Text(f"routes: prefix {r.get('prefix', 0)} · least-loaded {r.get('least-loaded', 0)} · "
+                      f"balance {r.get('balance', 0)}"))
+    return Panel(Group(*parts), title="fak P/D", expand=False)
