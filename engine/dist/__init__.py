@@ -2,7 +2,8 @@
 shm, tcp). Exports: Descriptor, KVLayout, Frame, FrameError, encode_frame, decode_frame, export_blocks,
 import_blocks, and the transport pairs/ends (inproc_pair, ShmReceiver, ShmSender, TcpReceiver, TcpSender).
 P/D serving (imported from their modules, they pull in the scheduler): engine.dist.workers (PrefillWorker,
-DecodeWorker), engine.dist.router (Router), engine.dist.cluster (PDCluster: admit/Handle like a scheduler).
+DecodeWorker), engine.dist.router (Router), engine.dist.cluster (PDCluster: admit/Handle like a scheduler), engine.dist.stats (PDCollector:
+fak_pd_* metrics over cluster.stats()).
 """
 
 from engine.dist.blocks import export_blocks, import_blocks
