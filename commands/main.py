@@ -4,11 +4,19 @@ from __future__ import annotations
 
 import sys
 
-import typer
+if len(sys.argv) > 1 and sys.argv[1] == "guard":
+    # fak guard takes the signals it forwards with sigwaitinfo, so every thread must block them, and
+    # a thread started before the block (numpy's BLAS pool, at the first import below) would not:
+    # a kill -INT landing there killed fak instead of reaching the agent
+    from fak.guard.child import block_signals
 
-from engine.errors import EngineError
-from fak import __version__
-from fak.errors import FakError
+    block_signals()
+
+import typer  # noqa: E402
+
+from engine.errors import EngineError  # noqa: E402
+from fak import __version__  # noqa: E402
+from fak.errors import FakError  # noqa: E402
 
 try:  # typer >= 0.2x carries its own copy of click
     from typer._click import exceptions as cx

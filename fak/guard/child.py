@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import threading
 
 from fak.errors import FakError
@@ -25,32 +24,36 @@ def block_signals() -> None:
     signal.pthread_sigmask(signal.SIG_BLOCK, FORWARD)
 
 
-def _unblock() -> None:  # in the child, between fork and exec: the agent gets the default mask
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARD)
-
-
 def run(argv: list[str], env: dict[str, str]) -> int:
     """Run the agent to completion; its exit code (128+N if killed by signal N)."""
+    # posix_spawn, not fork + a preexec_fn: other threads (the gateway) are running, and the child
+    # must start with the default signal mask and dispositions (Python ignores SIGPIPE) without
+    # running Python code between fork and exec
+    reset = tuple(s for s in (getattr(signal, "SIGPIPE", None), getattr(signal, "SIGXFSZ", None)) if s is not None)
     try:
-        # Popen restores the signal dispositions Python changed (SIGPIPE...); the mask is ours to undo
-        proc = subprocess.Popen(argv, env=env, preexec_fn=_unblock)  # noqa: PLW1509 (only a sigmask call)
+        pid = os.posix_spawnp(argv[0], argv, env, setsigmask=(), setsigdef=reset)
     except FileNotFoundError:
         raise FakError(f"{argv[0]}: command not found") from None
     except PermissionError:
         raise FakError(f"{argv[0]}: permission denied") from None
     except OSError as exc:
         raise FakError(f"{argv[0]}: cannot start: {exc.strerror or exc}") from None
-    threading.Thread(target=_forward, args=(proc,), name="fak-guard-signals", daemon=True).start()
-    rc = proc.wait()
+    done = threading.Event()
+    threading.Thread(target=_forward, args=(pid, done), name="fak-guard-signals", daemon=True).start()
+    _, status = os.waitpid(pid, 0)
+    done.set()
+    rc = os.waitstatus_to_exitcode(status)
     return 128 - rc if rc < 0 else rc
 
 
-def _forward(proc: subprocess.Popen[bytes]) -> None:
-    while proc.poll() is None:
+def _forward(pid: int, done: threading.Event) -> None:
+    while not done.is_set():
         info = signal.sigwaitinfo(FORWARD)
-        if info.si_code > 0 or info.si_pid == proc.pid:  # from the terminal (the agent has it) or from the agent
+        if done.is_set():
+            return
+        if info.si_code > 0 or info.si_pid == pid:  # from the terminal (the agent has it) or from the agent
             continue
         try:
-            os.kill(proc.pid, info.si_signo)
+            os.kill(pid, info.si_signo)
         except ProcessLookupError:
             return
