@@ -92,7 +92,9 @@ def register(app: typer.Typer) -> None:
             gw.start(failed=lambda: failed[0].removeprefix("boot failed: ") if failed else None)
             launch = agents.launch(argv, prov, gw.url, dict(os.environ), extra_vars=env, local_model=bool(gguf))
             if not quiet:
-                wire = {"anthropic": "Anthropic Messages", "openai": "OpenAI Chat", "responses": "OpenAI Responses"}[prov]
+                from fak.guard import anthropic, chat, responses
+
+                wire = {"anthropic": anthropic, "openai": chat, "responses": responses}[prov].NAME
                 policy_name = getattr(kernel.chain[0], "name", "policy")
                 sys.stderr.write(f"fak guard: {os.path.basename(argv[0])} · {wire} via {gw.url} → {target} · policy "
                                  f"{policy_name} · journal {jpath or 'off'}\n")

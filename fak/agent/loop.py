@@ -21,27 +21,10 @@ from fak.tools import SandboxTools
 PREVIEW = 400  # characters of what the planner saw, kept per call in the report
 
 
-def _refusal(tool: str, v: Any) -> str:
-    return notes.refused(tool, v.reason.value, v.detail)
-
-
 def _view(tool: str, res: Result) -> tuple[str, str, bool]:
     """(what the planner is shown, the outcome label, whether the call failed) for one result."""
-    v = res.meta.get("verdict")
-    if v is not None and not v.allowed:
-        return _refusal(tool, v), f"DENY {v.reason.value}", True
-    rv = res.meta.get("result_verdict")
-    if rv is not None:
-        n = res.payload.get("withheld_bytes") if isinstance(res.payload, dict) else None
-        label = "QUARANTINE" if res.meta.get("quarantined") else "RESULT_DENY"
-        note = notes.withheld(tool, rv.kind.value, rv.reason.value, rv.detail, n)
-        return note, f"{label} {rv.reason.value}", True
-    p = res.payload if isinstance(res.payload, dict) else {}
-    if not res.ok:
-        text = p.get("text") if isinstance(p.get("text"), str) else ""
-        err = str(p.get("error", "error"))
-        return (f"{text}\nerror: {err}" if text else f"error: {err}"), "error", True
-    return res.text, "ok", False
+    s = notes.shown(tool, res)
+    return s.text, s.outcome, s.failed
 
 
 def run_arm(task: Task, arm: str, planner: Planner, *, policy: Any = None, max_turns: int = 12,

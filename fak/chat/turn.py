@@ -40,18 +40,8 @@ def run_tool(kernel: Any, name: str, arguments: str) -> CallShown:
     from fak.abi import ToolCall
 
     call = ToolCall("tool", name, engine="sandbox", args=(arguments or "{}").encode(), meta={"source": "chat"})
-    res = kernel.syscall(call)
-    v = res.meta.get("verdict")
-    rv = res.meta.get("result_verdict")
-    if v is None or not v.allowed:  # refused before running: the model reads why
-        kind, reason, detail = (v.kind.value, v.reason.value, v.detail) if v is not None else ("DENY", "DEFAULT_DENY", "")
-        return CallShown(name, arguments, kind, reason, detail, notes.refused(name, reason, detail))
-    if rv is not None:  # ran, but its result is withheld
-        n = res.payload.get("withheld_bytes") if isinstance(res.payload, dict) else None
-        note = notes.withheld(name, rv.kind.value, rv.reason.value, rv.detail, n)
-        return CallShown(name, arguments, rv.kind.value, rv.reason.value, rv.detail, note)
-    text = res.text if res.ok else f"error: {res.payload.get('error') if isinstance(res.payload, dict) else res.text}"
-    return CallShown(name, arguments, v.kind.value, v.reason.value, v.detail, text)
+    s = notes.shown(name, kernel.syscall(call))
+    return CallShown(name, arguments, s.verdict, s.reason, s.detail, s.text)
 
 
 def _stream(client: Any, model: str, conv: Conversation, tools: list[dict[str, Any]] | None, view: View,

@@ -13,7 +13,7 @@ import json
 from typing import Any
 
 from fak.guard.sse import Event, frame
-from fak.guard.state import Guard
+from fak.guard.state import Guard, flat_text
 
 PATHS = ("/v1/messages", "/v1/messages/count_tokens")
 NAME = "Anthropic Messages"
@@ -21,18 +21,6 @@ NAME = "Anthropic Messages"
 
 def offered(body: dict[str, Any]) -> frozenset[str]:
     return frozenset(t["name"] for t in body.get("tools") or [] if isinstance(t, dict) and isinstance(t.get("name"), str))
-
-
-def result_text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    parts = []
-    for p in content if isinstance(content, list) else [content]:
-        if isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str):
-            parts.append(p["text"])
-        elif p is not None:
-            parts.append(json.dumps(p, ensure_ascii=False))
-    return "\n".join(parts)
 
 
 def admit_results(body: dict[str, Any], guard: Guard, trace: str) -> None:
@@ -48,7 +36,7 @@ def admit_results(body: dict[str, Any], guard: Guard, trace: str) -> None:
                 names[blk.get("id")] = str(blk.get("name"))
             elif blk.get("type") == "tool_result":
                 cid = blk.get("tool_use_id")
-                adm = guard.result(str(cid), names.get(cid, ""), result_text(blk.get("content")), trace)
+                adm = guard.result(str(cid), names.get(cid, ""), flat_text(blk.get("content")), trace)
                 if adm.withheld:
                     content[i] = {**blk, "content": adm.text, "is_error": True}
 

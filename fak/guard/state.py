@@ -17,14 +17,14 @@ from fak.gateway.toolgate import Adjudication, decide
 
 
 def flat_text(content: Any) -> str:
-    """A tool result's text as the admitters read it: a string, or a list's text parts (any other
-    part as its JSON), one per line."""
+    """A tool result's text as the admitters read it, on every wire: a string, or the text parts of
+    a list (any other part as its JSON), one per line; nothing for none."""
     if isinstance(content, str):
         return content
-    if isinstance(content, list):
-        return "\n".join(p["text"] if isinstance(p, dict) and isinstance(p.get("text"), str) else json.dumps(p)
-                         for p in content)
-    return json.dumps(content)
+    if content is None:
+        return ""
+    return "\n".join(p["text"] if isinstance(p, dict) and isinstance(p.get("text"), str) else json.dumps(p)
+                     for p in (content if isinstance(content, list) else [content]) if p is not None)
 
 
 @dataclass
@@ -68,7 +68,7 @@ class Tally:
         return {"decisions": self.decisions, "allowed": self.allowed, "denied": self.denied,
                 "transformed": self.transformed, "quarantined": self.quarantined,
                 "results_admitted": self.results_admitted, "results_withheld": self.results_withheld,
-                "top_reasons": self.reasons.most_common(5)}
+                "top_reasons": dict(self.reasons.most_common(5))}
 
 
 @dataclass

@@ -12,7 +12,6 @@ from fak.guard.state import Tally
 def as_json(tally: Tally, *, agent: str, exit_code: int, journal: str | None) -> dict[str, Any]:
     out: dict[str, Any] = {"fak_guard": "summary", "agent": agent, "exit_code": exit_code, **tally.to_json(),
                            "journal": journal}
-    out["top_reasons"] = dict(tally.reasons.most_common(5))
     if journal:
         out["verify"] = f"fak audit verify {journal}"
     return out
