@@ -87,9 +87,11 @@ def register(app: typer.Typer) -> None:
                 raise FakError(f"--upstream {up!r}: expected an http:// or https:// URL")
             app = proxy_app(up, g)
             target = up
+        inner = getattr(app, "app", None)  # the app behind AdmitResults (in-kernel: it holds the booted model)
         gw = LocalServer(app, HEALTH)
         try:
-            gw.start(failed=lambda: failed[0].removeprefix("boot failed: ") if failed else None)
+            gw.start(failed=lambda: failed[0].removeprefix("boot failed: ") if failed else None,
+                     ready=(lambda: inner.state.booted is not None) if gguf else None)
             launch = agents.launch(argv, prov, gw.url, dict(os.environ), extra_vars=env, local_model=bool(gguf))
             if not quiet:
                 from fak.guard import anthropic, chat, responses
@@ -102,8 +104,7 @@ def register(app: typer.Typer) -> None:
             rc = child.run(launch.argv, launch.env)
         finally:
             gw.stop()
-            booted = getattr(getattr(app, "app", None), "state", None)
-            b = getattr(booted, "booted", None)
+            b = getattr(getattr(inner, "state", None), "booted", None)
             if b is not None:
                 b.close()
             if kernel.journal is not None:

@@ -27,8 +27,10 @@ class LocalServer:
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, name="fak-local-server",
                                        daemon=True)
 
-    def start(self, *, timeout: float = 300.0, failed: Any = None) -> None:
-        """Serve, and wait until the health route answers 200 (the in-kernel model may still be loading)."""
+    def start(self, *, timeout: float = 300.0, failed: Any = None, ready: Any = None) -> None:
+        """Serve, and wait until the health route answers 200. `failed()`: an error message once the
+        app cannot come up; `ready()`: True once asking /health makes sense (a model still loading
+        answers 503, and each of those would be counted as a server error in the request metrics)."""
         self.thread.start()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -37,6 +39,9 @@ class LocalServer:
                 raise FakError(err)
             if not self.thread.is_alive():
                 raise FakError("the local server stopped before it was ready")
+            if ready is not None and not ready():
+                time.sleep(0.05)
+                continue
             try:
                 if httpx.get(self.url + self.health, timeout=2.0).status_code == 200:
                     return
@@ -77,12 +82,7 @@ class InKernelServer:
         self.url = self.local.url
 
     def start(self, timeout: float = 600.0) -> None:
-        # wait for the boot itself before asking /health: every 503 while loading would be counted as
-        # a server error in the request metrics (/stats showed "36 5xx" for one boot)
-        deadline = time.monotonic() + timeout
-        while self.app.state.booted is None and not self._failed and time.monotonic() < deadline:
-            time.sleep(0.05)
-        self.local.start(timeout=max(1.0, deadline - time.monotonic()),
+        self.local.start(timeout=timeout, ready=lambda: self.app.state.booted is not None,
                          failed=lambda: self._failed[0].removeprefix("boot failed: ") if self._failed else None)
 
     @property
