@@ -41,6 +41,15 @@ class Router:
             elif kind == "evict":
                 s.difference_update(hashes)
 
+    def down(self, worker: str) -> None:
+        """Stop routing to a worker (dead or unreachable); its residency view goes with it."""
+        with self._lock:
+            if worker in self.workers and len(self.workers) > 1:
+                self.workers.remove(worker)
+            elif worker in self.workers:
+                self.workers = []
+            self._resident[worker] = set()
+
     def forget(self, worker: str) -> None:
         """Drop a worker's residency view (restarted or lost)."""
         with self._lock:
@@ -64,6 +73,8 @@ class Router:
 
     def route(self, hashes: list[int], loads: dict[str, int]) -> Route:
         """Where a prompt with these leading block hashes goes, given each worker's queue length."""
+        if not self.workers:
+            raise LookupError("no decode worker is up")
         loads = {w: loads.get(w, 0) for w in self.workers}
         least = min(self.workers, key=lambda w: loads[w])  # ties: the first worker
         if self.imbalanced(loads):

@@ -1,0 +1,107 @@
+"""`fak worker --role prefill|decode --listen HOST:PORT`: one P/D worker process (engine/dist nodes).
+
+A head (`fak serve --pd-workers URL,...`, or `fak serve --pd P:D`, which starts these itself) connects,
+checks the model identity and drives it. When ready the worker prints one JSON line on stdout
+({"fak_worker": "ready", "role": ..., "address": "HOST:PORT"}) for whoever started it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+from typing import Optional
+
+import typer
+
+from commands import sched_flags
+
+ROLES = ("prefill", "decode")
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("worker")
+    def worker(
+        role: str = typer.Option(..., "--role", help="prefill | decode."),
+        listen: str = typer.Option("127.0.0.1:0", "--listen", help="HOST:PORT to listen on (port 0: a free one)."),
+        gguf: Optional[str] = typer.Option(None, "--gguf", help="GGUF path or alias (default $FAK_MODEL or gemma3-270m)."),
+        plain: bool = typer.Option(False, "--plain", help="float32 weights (default: quantized blocks resident)."),
+        name: Optional[str] = typer.Option(None, "--name", help="Worker name in stats (default: ROLE-PORT)."),
+        threads: int = typer.Option(0, "--threads", help="numba threads for this worker (0: numba's default)."),
+        prefill_chunk: int = typer.Option(64, "--prefill-chunk", help="Prefill chunk tokens (must match the head's)."),
+        max_running: Optional[int] = sched_flags.MAX_RUNNING,
+        kv_blocks: Optional[int] = sched_flags.KV_BLOCKS,
+        block_tokens: Optional[int] = sched_flags.BLOCK_TOKENS,
+        preempt: Optional[str] = sched_flags.PREEMPT,
+        victim: Optional[str] = sched_flags.VICTIM,
+        shm_mb: int = typer.Option(256, "--shm-mb", help="decode: shared-memory ring size per prefill link (MiB)."),
+        exit_with_parent: bool = typer.Option(False, "--exit-with-parent", help="Exit when stdin closes (the "
+                                              "process that started this one is gone)."),
+    ) -> None:
+        """Serve one prefill or decode worker for a P/D head."""
+        from engine.dist.channel import parse_address
+        from fak.boot import SchedOptions, boot
+        from fak.errors import FakError
+
+        if role not in ROLES:
+            raise FakError(f"--role {role!r}: expected one of {', '.join(ROLES)}")
+        try:
+            host, port = parse_address(listen, "--listen")
+        except ValueError as e:
+            raise FakError(str(e)) from None
+        if threads < 0:
+            raise FakError(f"--threads {threads}: expected a non-negative integer")
+        if shm_mb < 1:
+            raise FakError(f"--shm-mb {shm_mb}: expected a positive integer")
+        sched = SchedOptions.resolve(max_running=max_running, kv_blocks=kv_blocks, block_tokens=block_tokens,
+                                     preempt=preempt, victim=victim)
+        if threads:
+            import numba
+
+            numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+        b = boot(gguf, resident=not plain, sched=sched, show=False, scheduler=False)
+        node = _node(role, b, sched, host, port, name, prefill_chunk, shm_mb << 20)
+        address = f"{node.address[0]}:{node.address[1]}"
+        print(json.dumps({"fak_worker": "ready", "role": role, "name": node.name, "address": address,
+                          "pid": os.getpid()}), flush=True)
+        print(f"fak worker: {role} {node.name} on {address} · {b.boot_line()}", file=sys.stderr, flush=True)
+        stop = threading.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+        if exit_with_parent:
+            threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
+        threading.Thread(target=lambda: (node._stop.wait(), stop.set()), daemon=True).start()
+        stop.wait()
+        node.close()
+
+
+def _node(role: str, b: object, sched: object, host: str, port: int, name: str | None, prefill_chunk: int,
+          shm_bytes: int) -> object:
+    from engine.dist.decode_node import DecodeNode
+    from engine.dist.prefill_node import PrefillNode
+    from engine.errors import EngineError
+    from fak.errors import FakError
+
+    opts = sched.as_kwargs()  # type: ignore[attr-defined]
+    model, tok = b.model, b.tokenizer  # type: ignore[attr-defined]
+    try:
+        if role == "decode":
+            eos = tuple(getattr(tok, "eos_ids", ()) or ()) if tok is not None else ()
+            if not eos and model.config.eos_id is not None:
+                eos = (model.config.eos_id,)
+            node: object = DecodeNode(model, name or f"decode-{port}", host=host, port=port, shm_bytes=shm_bytes,
+                                      tokenizer=tok, eos_ids=eos, prefill_chunk=prefill_chunk, warm=True, **opts)
+            node.worker.sched.warmed.wait()  # type: ignore[attr-defined]
+        else:
+            from engine.model.session import warmup
+
+            node = PrefillNode(model, name or f"prefill-{port}", host=host, port=port,
+                               block_tokens=opts["block_tokens"], prefill_chunk=prefill_chunk)
+            node.worker.submit(warmup).result()  # type: ignore[attr-defined]  # on the thread that runs them
+    except OSError as e:
+        raise FakError(f"--listen {host}:{port}: {e.strerror or e}") from None
+    except EngineError as e:
+        raise FakError(str(e)) from None
+    return node

@@ -1,0 +1,150 @@
+"""LocalWorkers: the `fak worker` processes `fak serve --pd P:D` starts on this host, and their end.
+
+The cores are split, not shared: the prefill worker gets half of them (ceil), the decode workers the
+rest (each its own slice when there are enough, else they share the slice), by CPU affinity and by
+numba/BLAS thread counts, so a long prefill cannot take a core a decode step is waiting for. Each child
+reads its stdin and exits when it closes: a head that dies, even by SIGKILL, takes its workers with it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from fak.errors import FakError
+
+
+def parse_pd(text: str) -> tuple[int, int]:
+    """'1:2' -> (1 prefill, 2 decode); one line of error otherwise."""
+    p, sep, d = text.partition(":")
+    if not sep or not p.strip().isdigit() or not d.strip().isdigit():
+        raise FakError(f"--pd {text!r}: expected PREFILL:DECODE worker counts, e.g. 1:2")
+    n_p, n_d = int(p), int(d)
+    if n_p != 1:
+        raise FakError(f"--pd {text!r}: one prefill worker is supported (got {n_p})")
+    if not 1 <= n_d <= 16:
+        raise FakError(f"--pd {text!r}: expected 1..16 decode workers (got {n_d})")
+    return n_p, n_d
+
+
+def split_cores(cpus: list[int], n_decode: int) -> tuple[list[int], list[list[int]]]:
+    """The prefill worker's cores and each decode worker's (with one core, everyone shares it)."""
+    if len(cpus) < 2:
+        return cpus, [cpus] * n_decode
+    k = -(-len(cpus) // 2)
+    pre, rest = cpus[:k], cpus[k:]
+    if len(rest) >= n_decode:
+        per = len(rest) // n_decode
+        return pre, [rest[i * per : (i + 1) * per] for i in range(n_decode)]
+    return pre, [rest] * n_decode
+
+
+@dataclass
+class Worker:
+    role: str
+    name: str
+    address: str
+    proc: subprocess.Popen[str]
+    cpus: list[int] = field(default_factory=list)
+
+
+class LocalWorkers:
+    def __init__(self, model: str, n_decode: int, *, plain: bool = False, sched_args: list[str] | None = None,
+                 prefill_chunk: int = 64, ready_timeout: float = 300.0, cpus: list[int] | None = None,
+                 env: dict[str, str] | None = None) -> None:
+        self.workers: list[Worker] = []
+        if cpus is None:
+            cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+        pre, dec = split_cores(cpus, n_decode)
+        plan = [("prefill", "prefill-0", pre)] + [("decode", f"decode-{i}", c) for i, c in enumerate(dec)]
+        try:
+            procs = [self._spawn(role, name, model, plain, sched_args or [], prefill_chunk, c, env)
+                     for role, name, c in plan]
+            for (role, name, c), proc in zip(plan, procs):
+                self.workers.append(Worker(role, name, self._ready(proc, name, ready_timeout), proc, c))
+        except BaseException:
+            self.close()
+            for p in locals().get("procs", []):
+                p.kill()
+            raise
+
+    @staticmethod
+    def _spawn(role: str, name: str, model: str, plain: bool, sched_args: list[str], prefill_chunk: int,
+               cpus: list[int], env: dict[str, str] | None) -> subprocess.Popen[str]:
+        n = str(max(1, len(cpus)))
+        child_env = {**os.environ, **(env or {}), "NUMBA_NUM_THREADS": n, "OMP_NUM_THREADS": n,
+                     "OPENBLAS_NUM_THREADS": n, "MKL_NUM_THREADS": n}
+        cmd = [sys.executable, "-m", "commands.main", "worker", "--role", role, "--name", name, "--listen",
+               "127.0.0.1:0", "--gguf", model, "--prefill-chunk", str(prefill_chunk), "--exit-with-parent",
+               *(["--plain"] if plain else []), *sched_args]
+        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, env=child_env)
+        if hasattr(os, "sched_setaffinity") and cpus:
+            try:
+                os.sched_setaffinity(proc.pid, cpus)  # before it starts any thread: they inherit it
+            except OSError:
+                pass
+        # stderr drains all along (a full pipe would block the worker); its last lines explain a failed start
+        tail: deque[str] = deque(maxlen=20)
+        proc.stderr_tail = tail  # type: ignore[attr-defined]
+        threading.Thread(target=lambda: tail.extend(proc.stderr) if proc.stderr else None, daemon=True).start()
+        return proc
+
+    @staticmethod
+    def _ready(proc: subprocess.Popen[str], name: str, timeout: float) -> str:
+        box: list[Any] = []
+        t = threading.Thread(target=lambda: box.append(proc.stdout.readline() if proc.stdout else ""), daemon=True)
+        t.start()
+        t.join(timeout)
+        line = box[0] if box else ""
+        try:
+            msg = json.loads(line) if line else {}
+        except ValueError:
+            msg = {}
+        if msg.get("fak_worker") != "ready":
+            proc.kill()
+            proc.wait(10)
+            time.sleep(0.1)  # the drain thread reads what the worker said last
+            err = [x.strip() for x in proc.stderr_tail if x.strip()]  # type: ignore[attr-defined]
+            why = err[-1] if err else (f"no ready line within {timeout:.0f} s" if not box else "it exited")
+            raise FakError(f"P/D worker {name} did not start: {why}")
+        return str(msg["address"])
+
+    @property
+    def prefill(self) -> Worker:
+        return next(w for w in self.workers if w.role == "prefill")
+
+    @property
+    def decoders(self) -> list[Worker]:
+        return [w for w in self.workers if w.role == "decode"]
+
+    def kill(self, name: str) -> None:
+        """SIGKILL one worker (tests: a decode worker dying mid-stream)."""
+        w = next(w for w in self.workers if w.name == name)
+        w.proc.kill()
+        w.proc.wait(10)
+
+    def close(self, timeout: float = 10.0) -> None:
+        for w in self.workers:
+            if w.proc.poll() is None:
+                w.proc.terminate()
+        deadline = time.monotonic() + timeout
+        for w in self.workers:
+            try:
+                w.proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                w.proc.kill()
+                w.proc.wait(5)
+            for f in (w.proc.stdin, w.proc.stdout):
+                if f is not None:
+                    try:
+                        f.close()
+                    except OSError:
+                        pass
