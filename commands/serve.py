@@ -34,6 +34,12 @@ def register(app: typer.Typer) -> None:
         policy: Optional[str] = typer.Option(None, "--policy", help="Policy JSON for the tool calls the model proposes "
                                              "(default: the coding floor, offered tools known)."),
         journal: Optional[str] = typer.Option(None, "--journal", help="Append every decision to this hash-chained JSONL."),
+        pd: Optional[str] = typer.Option(None, "--pd", help="Prefill/decode disaggregation on this host: P:D worker "
+                                         "processes, e.g. 1:2 (shm transport, cores split between them)."),
+        pd_workers: Optional[str] = typer.Option(None, "--pd-workers", help="Use running `fak worker` processes: "
+                                                 "HOST:PORT,... (one prefill, any decode; tcp transport)."),
+        pd_transport: Optional[str] = typer.Option(None, "--pd-transport", help="P/D KV transport: shm | tcp "
+                                                   "(default shm with --pd, tcp with --pd-workers)."),
     ) -> None:
         """Serve the model over HTTP: OpenAI chat/completions, /v1/models, /tokenize, /health, /metrics."""
         from fak.boot import SchedOptions, boot_for_text
@@ -59,9 +65,20 @@ def register(app: typer.Typer) -> None:
         if host not in ("127.0.0.1", "localhost", "::1") and not key:
             logs.SERVER.warning(f"fak serve: warning: listening on {host} without an API key (--api-key)")
         served = served_name or os.path.basename(name)
+        local, workers = _pd_flags(pd, pd_workers, pd_transport)
         kernel = _kernel(policy, journal)
 
         def _boot() -> object:
+            if local or workers:
+                from fak.boot import boot_pd
+
+                b = boot_pd(name, resident=not plain, sched=sched, local=local, workers=workers,
+                            transport=pd_transport)
+                logs.SERVER.info(b.boot_line(), extra={"model": name})
+                h = b.scheduler  # type: ignore[attr-defined]
+                logs.SERVER.info(f"P/D over {h.transport}: prefill {h.prefill.address} · decode "
+                                 + ", ".join(p.address for p in h.decoders.values()))
+                return b
             b = boot_for_text(name, "fak serve", resident=not plain, sched=sched)
             logs.SERVER.info(b.boot_line(), extra={"model": name})
             return b
@@ -70,6 +87,33 @@ def register(app: typer.Typer) -> None:
             logs.SERVER.warning("fak serve: warning: --live needs a terminal on stderr; running without it")
             live = False
         run_server(_boot, served, host, port, key, cors_origin, max_queue, live, kernel, max_model_len)
+
+
+def _pd_flags(pd: str | None, pd_workers: str | None, transport: str | None) -> tuple[int, list[str]]:
+    """(local decode workers to start, remote worker addresses); bad combinations are one line."""
+    from engine.dist.channel import parse_address
+    from fak.errors import FakError
+    from fak.workers import parse_pd
+
+    if pd and pd_workers:
+        raise FakError("--pd and --pd-workers: give one (local workers, or running ones)")
+    if transport is not None and transport not in ("shm", "tcp"):
+        raise FakError(f"--pd-transport {transport!r}: expected shm or tcp")
+    if transport is not None and not (pd or pd_workers):
+        raise FakError("--pd-transport needs --pd or --pd-workers")
+    if pd:
+        return parse_pd(pd)[1], []
+    if pd_workers:
+        urls = [u.strip() for u in pd_workers.split(",") if u.strip()]
+        for u in urls:
+            try:
+                parse_address(u, "--pd-workers entry")
+            except ValueError as e:
+                raise FakError(str(e)) from None
+        if len(urls) < 2:
+            raise FakError("--pd-workers: need a prefill and at least one decode worker (HOST:PORT,HOST:PORT,...)")
+        return 0, urls
+    return 0, []
 
 
 def _kernel(policy: str | None, journal: str | None) -> object:
@@ -96,8 +140,9 @@ def _live_view(app: object, url: str, stop: object) -> None:
     def view() -> object:
         b = st.booted
         total, errors = st.metrics.request_counts()
+        pd = b.scheduler.pd_stats() if b is not None and hasattr(b.scheduler, "pd_stats") else None
         return serve_view(b.scheduler.stats() if b is not None else None, url, total, errors, st.model_name,
-                          st.boot_status)
+                          st.boot_status, pd)
 
     with Live(view(), console=Console(stderr=True), refresh_per_second=4, transient=False) as lv:
         while not stop.wait(0.25):  # type: ignore[attr-defined]

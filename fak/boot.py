@@ -167,3 +167,59 @@ def boot_for_text(model: str, who: str, *, resident: bool = True, sched: SchedOp
         b.close()
         raise FakError(f"{model}: no tokenizer for text: {who} needs one")
     return b
+
+
+def boot_pd(model: str, *, resident: bool = True, sched: SchedOptions | None = None, local: int = 0,
+            workers: list[str] | None = None, transport: str | None = None, down_after: float = 5.0) -> Booted:
+    """`boot_for_text` for P/D across processes: this process keeps the tokenizer (and a copy of the model
+    for embeddings), the engine is a PDHead over `fak worker` processes: `local` decode workers (and one
+    prefill worker) started here, or the running workers at `workers` (HOST:PORT each; their roles are
+    asked). Transport: shm for local workers, tcp for remote ones, unless given."""
+    from engine.dist.head import PDHead
+    from engine.dist.node import probe
+    from engine.errors import EngineError
+
+    opts = sched or SchedOptions.resolve()
+    b = boot(model, resident=resident, sched=opts, show=False, scheduler=False)
+    if b.tokenizer is None or b.tokenizer.vocab_size < b.model.config.vocab_size:
+        raise FakError(f"{model}: no tokenizer for text: fak serve needs one")
+    started = None
+    try:
+        if local:
+            from fak.workers import LocalWorkers
+
+            args = [f"--{k.replace('_', '-')}={v}" for k, v in opts.as_kwargs().items() if v is not None]
+            started = LocalWorkers(str(b.path) if b.path is not None else model, local, plain=not resident,
+                                   sched_args=args)
+            prefill, decoders = started.prefill.address, [w.address for w in started.decoders]
+        else:
+            roles: dict[str, list[str]] = {"prefill": [], "decode": []}
+            for url in workers or []:
+                try:
+                    hello = probe(url)
+                except (EngineError, ValueError) as e:
+                    raise FakError(f"--pd-workers {url}: {e}") from None
+                roles.setdefault(str(hello.get("role")), []).append(url)
+            if len(roles["prefill"]) != 1 or not roles["decode"]:
+                raise FakError(f"--pd-workers: need exactly one prefill and at least one decode worker, got "
+                               f"{len(roles['prefill'])} prefill and {len(roles['decode'])} decode")
+            prefill, decoders = roles["prefill"][0], roles["decode"]
+        c = b.model.config
+        eos = tuple(getattr(b.tokenizer, "eos_ids", ()) or ()) or ((c.eos_id,) if c.eos_id is not None else ())
+        head = PDHead(prefill, decoders, tokenizer=b.tokenizer, identity=b.model.identity,
+                      vocab_size=int(c.vocab_size), context_length=int(getattr(c, "context_length", 0) or 0),
+                      block_tokens=opts.block_tokens, transport=transport or ("shm" if local else "tcp"),
+                      down_after=down_after, eos_ids=eos)
+    except EngineError as e:
+        if started is not None:
+            started.close()
+        raise FakError(str(e)) from None
+    except BaseException:
+        if started is not None:
+            started.close()
+        raise
+    if started is not None:
+        head.owned.append(started)
+        head.local = started  # type: ignore[attr-defined]
+    b.scheduler = head
+    return b

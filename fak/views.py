@@ -70,11 +70,14 @@ def sched_panel(s: SchedStats) -> Panel:
     return Panel(Group(sched_table(s), Text(""), preemption_table(s)), title="fak engine", expand=False)
 
 
-def serve_view(s: SchedStats | None, url: str, requests: float, errors: float, model: str, status: str = "") -> object:
-    """What `fak serve --live` and `fak top` draw: the engine panel and one line of request counts."""
+def serve_view(s: SchedStats | None, url: str, requests: float, errors: float, model: str, status: str = "",
+               pd: dict[str, Any] | None = None) -> object:
+    """What `fak serve --live` and `fak top` draw: the engine panel (the decode workers' sum under P/D, then
+    the P/D panel) and one line of request counts."""
     if s is None:
         return Text(f"fak serve {url}: {status or 'loading'}")
-    return Group(sched_panel(s), Text(f"{url} · {requests:.0f} requests · {errors:.0f} 5xx · model {model}"))
+    line = Text(f"{url} · {requests:.0f} requests · {errors:.0f} 5xx · model {model}")
+    return Group(sched_panel(s), pd_panel(pd), line) if pd else Group(sched_panel(s), line)
 
 
 def fetch_stats(url: str, headers: dict[str, str]) -> dict[str, Any]:
@@ -95,11 +98,15 @@ def stats_view(url: str, d: dict[str, Any]) -> object:
     from engine.sched.stats import SchedStats
 
     s = SchedStats.from_json(d["sched"]) if d.get("sched") else None
-    return serve_view(s, url, d.get("requests", 0), d.get("errors_5xx", 0), d.get("model", ""), d.get("status", ""))
+    return serve_view(s, url, d.get("requests", 0), d.get("errors_5xx", 0), d.get("model", ""), d.get("status", ""),
+                      d.get("pd"))
 
 
 def _worker_table(name: str, w: dict[str, Any]) -> Table:
-    t = Table(title=f"{name} ({w.get('role', '?')})", show_header=False, box=None, pad_edge=False, title_justify="left")
+    where = f" {w['address']}" if w.get("address") else ""
+    state = "" if w.get("up", True) else " [bold red]DOWN[/]"
+    t = Table(title=f"{name} ({w.get('role', '?')}{where}){state}", show_header=False, box=None, pad_edge=False,
+              title_justify="left")
     t.add_column(style="bold cyan", no_wrap=True)
     t.add_column()
     if w.get("role") == "prefill":
@@ -130,4 +137,8 @@ def pd_panel(stats: dict[str, Any]) -> Panel:
     r = stats.get("router", {})
     parts.append(Text(f"routes: prefix {r.get('prefix', 0)} · least-loaded {r.get('least-loaded', 0)} · "
                       f"balance {r.get('balance', 0)}"))
+    h = stats.get("head")
+    if h:  # across processes: what the head did about workers going down
+        parts.append(Text(f"workers down {h.get('down', 0)} · requests resumed {h.get('resumed', 0)} "
+                          f"({h.get('failed_over', 0)} mid-stream)"))
     return Panel(Group(*parts), title="fak P/D", expand=False)

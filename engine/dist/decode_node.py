@@ -137,6 +137,9 @@ class DecodeNode(Node):
             lane[0].cancel()
 
     def close_workers(self) -> None:
+        for t in self._threads:  # the ring readers see _stop within one recv timeout
+            if t.name.endswith("-ring"):
+                t.join(2)
         for ring in self._rings:
             ring.close()
         self.worker.close()

@@ -349,17 +349,15 @@ class PDHead:
             return self._jobs.get(str(header.get("rid")))
 
     def _on_prefilled(self, h: dict[str, Any]) -> None:
-        job = self._job(h)
-        if job is None:
-            return
         with self._lock:
-            m = self.moved.get(str(h.get("target")))
+            m = self.moved.get(str(h.get("target")))  # counted even if the request already finished there
             if m is not None:
                 m["requests"] += 1
                 m["blocks"] += int(h.get("blocks", 0))
                 m["bytes"] += int(h.get("bytes", 0))
                 m["skipped_blocks"] += int(h.get("skip", 0))
-            if job.phase == "prefill":
+            job = self._jobs.get(str(h.get("rid")))
+            if job is not None and job.phase == "prefill":
                 job.phase = "decoding"
                 if job.cancelled:
                     self._send(self.decoders[job.worker], {"op": "cancel", "rid": job.rid})
@@ -510,12 +508,13 @@ class PDHead:
         """Per-worker figures in PDCluster.stats()'s shape (the fak_pd_* collector and the P/D panel read it)."""
         pf = self.prefill.beat.get("worker", {})
         out: dict[str, Any] = {"prefill": {"role": "prefill", "up": self.prefill.up, "address": self.prefill.address,
-                                           **pf},
+                                           "pid": self.prefill.hello.get("pid"), **pf},
                                "router": dict(self.router.counts), "head": dict(self.counts)}
         with self._lock:
             for name, p in self.decoders.items():
                 w, s = p.beat.get("worker", {}), p.beat.get("sched", {})
-                out[name] = {"role": "decode", "up": p.up, "address": p.address, **w, **self.moved[name],
+                out[name] = {"role": "decode", "up": p.up, "address": p.address, "pid": p.hello.get("pid"), **w,
+                             **self.moved[name],
                              "transfer_s": p.beat.get("transfer_s", 0.0), "prefill_tokens": s.get("prefill_tokens", 0),
                              "imported": s.get("imported", 0), "load": self._load[name]}
         return out

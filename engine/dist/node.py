@@ -12,6 +12,7 @@ so the same workers can be hosted by another supervisor (the Ray issue) without 
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 import time
@@ -91,7 +92,8 @@ class Node:
         who = header.get("as")
         ch.peer = f"{who}@{ch.peer}"
         reply = {"op": "hello", "protocol": PROTOCOL, "role": self.role, "name": self.name,
-                 "identity": self.model.identity.hex(), "layout": asdict(self.layout), **self.hello()}
+                 "identity": self.model.identity.hex(), "layout": asdict(self.layout), "pid": os.getpid(),
+                 **self.hello()}
         if header.get("protocol") != PROTOCOL:
             ch.send({**reply, "error": f"protocol {header.get('protocol')} is not {PROTOCOL}"})
             ch.close()

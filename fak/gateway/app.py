@@ -54,6 +54,10 @@ def create_app(boot: Callable[[], Any], model_name: str, *, api_key: str | None 
         try:
             booted = boot()
             booted.scheduler.on_finish = st.metrics.finished
+            if hasattr(booted.scheduler, "pd_stats"):  # P/D across processes: the fak_pd_* families too
+                from engine.dist.stats import PDCollector
+
+                st.metrics.registry.register(PDCollector(booted.scheduler.pd_stats))
             st.tool_family = _tool_family(booted)
             if booted.scheduler.tokenizer is not None:
                 booted.scheduler.warm_grammar()  # ~3 s holding the GIL: now, not on the first constrained request
@@ -95,7 +99,9 @@ def create_app(boot: Callable[[], Any], model_name: str, *, api_key: str | None 
         b = st.booted
         total, errors = st.metrics.request_counts()
         return JSONResponse({"model": model_name, "status": st.boot_status, "requests": total, "errors_5xx": errors,
-                             "sched": b.scheduler.stats().to_json() if b is not None else None})
+                             "sched": b.scheduler.stats().to_json() if b is not None else None,
+                             "pd": b.scheduler.pd_stats() if b is not None and hasattr(b.scheduler, "pd_stats")
+                             else None})
 
     app.include_router(openai_router)
     app.include_router(embeddings_router)
