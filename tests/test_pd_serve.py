@@ -1,0 +1,138 @@
+"""`fak serve --pd 1:2` on Gemma 3 270M: a head process and three `fak worker` processes (one prefill, two
+decode, shm transport). Greedy completions equal the colocated server's; SIGKILL of a decode worker
+process mid-stream: every stream still completes with the tokens a healthy run gives; the P/D figures
+reach /fak/stats and /metrics; bad P/D flags are one line and exit 2."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import httpx
+import pytest
+from serve_helpers import REPO, Server
+
+pytestmark = [pytest.mark.serve, pytest.mark.gemma, pytest.mark.timeout(600)]
+
+PROMPTS = ["The history of the printing press", "def fibonacci(n):", "A recipe for bread:\n1.",
+           "The three laws of motion are", "Dear diary, today I", "SELECT name FROM users WHERE"]
+NEW = 48
+
+
+def _complete(url: str, prompt: str, out: dict[str, object], key: str, started: threading.Event | None = None) -> None:
+    body = {"model": "gemma3-270m", "prompt": prompt, "max_tokens": NEW, "temperature": 0, "stream": True}
+    text, chunks = "", 0
+    with httpx.stream("POST", url + "/v1/completions", json=body, timeout=120) as r:
+        assert r.status_code == 200, r.read()
+        for line in r.iter_lines():
+            if not line.startswith("data: {"):
+                continue
+            c = json.loads(line[6:])["choices"][0]
+            text += c["text"]
+            chunks += 1
+            if chunks == 4 and started is not None:
+                started.set()
+            if c.get("finish_reason"):
+                out[key] = (text, c["finish_reason"])
+
+
+def _run_all(url: str, on_started: object = None) -> dict[str, object]:
+    out: dict[str, object] = {}
+    started = threading.Event()
+    ts = [threading.Thread(target=_complete, args=(url, p, out, p, started)) for p in PROMPTS]
+    for t in ts:
+        t.start()
+    if on_started is not None:
+        assert started.wait(120)
+        on_started()  # type: ignore[operator]
+    for t in ts:
+        t.join(180)
+    return out
+
+
+def _stats(url: str) -> dict[str, object]:
+    return dict(httpx.get(url + "/fak/stats", timeout=10).json())
+
+
+@pytest.fixture(scope="module")
+def colocated() -> dict[str, object]:
+    s = Server("--gguf", "gemma3-270m")
+    try:
+        return _run_all(s.url)
+    finally:
+        s.stop()
+
+
+def test_pd_serve_equals_colocated_and_survives_a_decode_worker_kill(colocated: dict[str, object]) -> None:
+    s = Server("--gguf", "gemma3-270m", "--pd", "1:2", boot_timeout=300)
+    try:
+        healthy = _run_all(s.url)
+        assert healthy == colocated and len(healthy) == len(PROMPTS)
+        pd = _stats(s.url)["pd"]
+        decoders = {k: v for k, v in pd.items() if isinstance(v, dict) and v.get("role") == "decode"}
+        assert len(decoders) == 2 and all(v["up"] and v["prefill_tokens"] == 0 for v in decoders.values())
+        assert sum(v["requests"] for v in decoders.values()) == len(PROMPTS) == pd["prefill"]["requests"]
+        assert s.metric("fak_pd_imports_total") >= 0 and "fak_pd_bytes_moved_total" in httpx.get(s.url + "/metrics").text
+
+        killed: list[str] = []
+
+        def kill_busiest() -> None:
+            now = _stats(s.url)["pd"]
+            name = max((k for k in decoders), key=lambda k: now[k]["load"])
+            killed.append(name)
+            os.kill(int(now[name]["pid"]), signal.SIGKILL)
+
+        after = _run_all(s.url, kill_busiest)
+        assert after == healthy  # every stream completed, same greedy text, nothing lost or repeated
+        pd = _stats(s.url)["pd"]
+        assert pd[killed[0]]["up"] is False and pd["head"]["down"] == 1 and pd["head"]["failed_over"] >= 1
+        again = _run_all(s.url)  # the survivor serves everything now
+        assert again == healthy
+        pids = [int(v["pid"]) for v in pd.values() if isinstance(v, dict) and v.get("pid")]
+        assert len(pids) == 3
+    finally:
+        assert s.stop() == 0
+    deadline = time.monotonic() + 15
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(_alive(p) for p in pids)  # no worker outlives its head
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+def _fak(*args: str) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("FAK_")}
+    return subprocess.run([sys.executable, "-m", "commands.main", *args], capture_output=True, text=True, cwd=REPO,
+                          env=clean, timeout=120)
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["serve", "--pd", "2:1"], "one prefill worker is supported"),
+    (["serve", "--pd", "1:x"], "expected PREFILL:DECODE"),
+    (["serve", "--pd", "1:2", "--pd-workers", "127.0.0.1:1,127.0.0.1:2"], "give one"),
+    (["serve", "--pd", "1:1", "--pd-transport", "rdma"], "expected shm or tcp"),
+    (["serve", "--pd-transport", "tcp"], "needs --pd or --pd-workers"),
+    (["serve", "--pd-workers", "nowhere"], "is not HOST:PORT"),
+    (["worker", "--role", "router"], "expected one of prefill, decode"),
+    (["worker", "--role", "decode", "--listen", "localhost"], "is not HOST:PORT"),
+])
+def test_bad_pd_flags_are_one_line_exit_2(args: list[str], msg: str) -> None:
+    r = _fak(*args, "--port", "0") if args[0] == "serve" else _fak(*args)
+    assert r.returncode == 2, r.stderr
+    assert msg in r.stderr and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_pd_workers_unreachable_is_one_line_exit_2() -> None:
+    r = _fak("serve", "--port", "0", "--gguf", "synthetic", "--pd-workers", "127.0.0.1:1,127.0.0.1:2")
+    assert r.returncode == 2 and "--pd-workers 127.0.0.1:1" in r.stderr and "Traceback" not in r.stderr
