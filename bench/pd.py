@@ -60,14 +60,25 @@ class Figures:
     tokens: list[list[list[int]]] = field(default_factory=list)  # per round, every request's tokens
 
 
-def make_arm(kind: str, model: Any) -> Any:
+def make_arm(kind: str, model: Any, path: str | None = None, plain: bool = False) -> Any:
     from engine.dist.cluster import PDCluster
     from engine.sched.scheduler import NativeScheduler
 
     if kind == "colo":
         return NativeScheduler(model, block_tokens=BT, prefill_chunk=CHUNK, prefill_budget=BUDGET, warm=True)
+    if kind.startswith("proc"):  # fak serve --pd 1:N's engine: worker processes with the cores split, shm
+        from engine.dist.head import PDHead
+        from fak.workers import LocalWorkers
+
+        if path is None:
+            raise SystemExit("process arms need a GGUF model (not synthetic)")
+        lw = LocalWorkers(path, int(kind[4:]), plain=plain, sched_args=[f"--block-tokens={BT}"], prefill_chunk=CHUNK)
+        head = PDHead(lw.prefill.address, [w.address for w in lw.decoders], identity=model.identity,
+                      vocab_size=model.config.vocab_size, block_tokens=BT, transport="shm")
+        head.owned.append(lw)
+        return head
     if not kind.startswith("pd"):
-        raise SystemExit(f"unknown arm {kind!r} (colo, pdN, pdNs)")
+        raise SystemExit(f"unknown arm {kind!r} (colo, pdN, pdNs, procN)")
     split = kind.endswith("s")
     n = int(kind[2:-1] if split else kind[2:])
     c = PDCluster(model, decode_workers=n, transport="inproc", block_tokens=BT, prefill_chunk=CHUNK,
@@ -113,6 +124,8 @@ def one_round(arm: Any, shorts: list[list[int]], longs: list[list[int]], new: in
         lane = getattr(h, "_lane", None)
         if lane is not None and lane.first_token_at is not None:
             fig.ttft_long.append(lane.first_token_at - t)
+        elif getattr(h, "_job", None) is not None and r.ttft_s is not None:  # a cluster's or head's handle
+            fig.ttft_long.append(r.ttft_s)
     fig.short_rate.append(sum(len(r.token_ids) for r in rs) / wall)
     fig.wall.append(wall)
     fig.tokens.append([r.token_ids for r in rs] + [r.token_ids for _, _, r in lr])
@@ -122,7 +135,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="gemma3-270m", help='an alias/GGUF path, or "synthetic"')
     ap.add_argument("--plain", action="store_true", help="float32 weights instead of resident quantized blocks")
-    ap.add_argument("--arms", default="colo,pd1,pd1s")
+    ap.add_argument("--arms", default="colo,pd1,pd1s,proc1,proc2")
     ap.add_argument("--short", type=int, default=8)
     ap.add_argument("--short-prompt", type=int, default=16)
     ap.add_argument("--new", type=int, default=128)
@@ -146,6 +159,11 @@ def main() -> None:
             print(f"resident load failed ({exc}); using plain float32")
             model, kind = load_model(a.model, progress=False), "plain"
     vocab = model.config.vocab_size
+    path = None
+    if a.model != "synthetic":
+        from engine.gguf.aliases import resolve_model
+
+        path = str(resolve_model(a.model))
     print(f"model {a.model} ({kind}) loaded in {time.perf_counter() - t:.1f} s; cpus {os.cpu_count()}, "
           f"load avg {os.getloadavg()[0]:.1f}; numba threads {__import__('numba').get_num_threads()}")
     arms = a.arms.split(",")
@@ -154,7 +172,7 @@ def main() -> None:
     objs = {}
     for k in arms:
         t = time.perf_counter()
-        objs[k] = make_arm(k, model)
+        objs[k] = make_arm(k, model, path, a.plain)
         warm(objs[k], vocab)
         print(f"  arm {k}: built and warmed in {time.perf_counter() - t:.1f} s", flush=True)
     lens = [int(x) for x in np.linspace(a.long_min, a.long_max, a.long)]
@@ -175,7 +193,7 @@ def main() -> None:
                       flush=True)
             same = all(figs[k].tokens[r] == figs["colo"].tokens[r] for k in arms)
             print(f"  round {r + 1}: greedy tokens identical across arms: {same}")
-        stats = {k: objs[k].stats() for k in arms if k != "colo"}
+        stats = {k: objs[k].pd_stats() if k.startswith("proc") else objs[k].stats() for k in arms if k != "colo"}
     finally:
         for o in objs.values():
             o.close()
@@ -201,6 +219,8 @@ def main() -> None:
             if w.get("role") != "decode":
                 continue
             rate = w["bytes"] / w["transfer_s"] / 1e9 if w["transfer_s"] else float("nan")
+            if "imports" not in w:
+                w = {**w, "imports": w.get("imported", 0)}
             print(f"  {name}: {w['requests']} requests, {w['imports']} imports, {w['blocks']} blocks / "
                   f"{w['bytes'] / 2**20:.1f} MiB moved, {w['skipped_blocks']} skipped (resident), import time "
                   f"{w['transfer_s'] * 1e3:.1f} ms ({rate:.2f} GB/s incl. waiting for the loop thread), "

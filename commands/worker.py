@@ -37,6 +37,8 @@ def register(app: typer.Typer) -> None:
         preempt: Optional[str] = sched_flags.PREEMPT,
         victim: Optional[str] = sched_flags.VICTIM,
         shm_mb: int = typer.Option(256, "--shm-mb", help="decode: shared-memory ring size per prefill link (MiB)."),
+        key: Optional[str] = typer.Option(None, "--key", help="Seal KV frame descriptors with this cluster key; "
+                                          "every worker of a cluster needs the same one [FAK_PD_KEY]."),
         exit_with_parent: bool = typer.Option(False, "--exit-with-parent", help="Exit when stdin closes (the "
                                               "process that started this one is gone)."),
     ) -> None:
@@ -61,8 +63,12 @@ def register(app: typer.Typer) -> None:
             import numba
 
             numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+        secret = (key or os.environ.get("FAK_PD_KEY") or "").encode()
+        if host not in ("127.0.0.1", "localhost", "::1"):
+            print(f"fak worker: warning: listening on {host}: the P/D wire has no authentication; use a private "
+                  "network (and --key, so frames from outside the cluster are refused)", file=sys.stderr)
         b = boot(gguf, resident=not plain, sched=sched, show=False, scheduler=False)
-        node = _node(role, b, sched, host, port, name, prefill_chunk, shm_mb << 20)
+        node = _node(role, b, sched, host, port, name, prefill_chunk, shm_mb << 20, secret)
         address = f"{node.address[0]}:{node.address[1]}"
         print(json.dumps({"fak_worker": "ready", "role": role, "name": node.name, "address": address,
                           "pid": os.getpid()}), flush=True)
@@ -78,7 +84,7 @@ def register(app: typer.Typer) -> None:
 
 
 def _node(role: str, b: object, sched: object, host: str, port: int, name: str | None, prefill_chunk: int,
-          shm_bytes: int) -> object:
+          shm_bytes: int, key: bytes) -> object:
     from engine.dist.decode_node import DecodeNode
     from engine.dist.prefill_node import PrefillNode
     from engine.errors import EngineError
@@ -91,13 +97,13 @@ def _node(role: str, b: object, sched: object, host: str, port: int, name: str |
             eos = tuple(getattr(tok, "eos_ids", ()) or ()) if tok is not None else ()
             if not eos and model.config.eos_id is not None:
                 eos = (model.config.eos_id,)
-            node: object = DecodeNode(model, name or f"decode-{port}", host=host, port=port, shm_bytes=shm_bytes,
+            node: object = DecodeNode(model, name or f"decode-{port}", host=host, port=port, shm_bytes=shm_bytes, key=key,
                                       tokenizer=tok, eos_ids=eos, prefill_chunk=prefill_chunk, warm=True, **opts)
             node.worker.sched.warmed.wait()  # type: ignore[attr-defined]
         else:
             from engine.model.session import warmup
 
-            node = PrefillNode(model, name or f"prefill-{port}", host=host, port=port,
+            node = PrefillNode(model, name or f"prefill-{port}", host=host, port=port, key=key,
                                block_tokens=opts["block_tokens"], prefill_chunk=prefill_chunk)
             node.worker.submit(warmup).result()  # type: ignore[attr-defined]  # on the thread that runs them
     except OSError as e:

@@ -12,6 +12,7 @@ import time
 
 import numpy as np
 import pytest
+from rich.console import Console
 from sched_helpers import model, rand_prompt, solo
 
 from engine.dist.channel import Channel, ChannelClosed, parse_address
@@ -25,6 +26,7 @@ from engine.grammar.spec import GrammarSpec
 from engine.model.sampling import SamplingParams
 from engine.sched.lane import FinishReason, Request
 from engine.sched.scheduler import NativeScheduler
+from fak.views import stats_view
 
 pytestmark = pytest.mark.timeout(300)
 BT, CHUNK = 16, 64
@@ -150,6 +152,12 @@ def test_decode_node_lost_mid_stream_requests_resume_with_same_tokens(how: str) 
         assert not c.head.decoders["decode-0"].up and c.head.pd_stats()["decode-0"]["up"] is False
         after = c.head.admit(_copy(reqs[0])).result(timeout=60)  # later requests avoid the lost node
         assert after.token_ids == want[0] and c.head.router.workers == ["decode-1"]
+        con = Console(width=200, record=True, color_system=None)  # what fak top / fak serve --live draw
+        con.print(stats_view("http://h", {"sched": c.head.stats().to_json(), "pd": c.head.pd_stats(), "model": "m",
+                                          "status": "ready", "requests": 9}))
+        out = con.export_text()
+        assert "decode-0 (decode" in out and "DOWN" in out and "workers down 1" in out
+        assert f"requests resumed {c.head.counts['resumed']}" in out and "decode-1 (decode" in out
 
 
 def test_streams_continue_across_a_failover_without_repeats() -> None:

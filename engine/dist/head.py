@@ -381,6 +381,8 @@ class PDHead:
         with self._lock:
             if job.phase == "done":
                 return
+            if job.cancelled and job.phase == "prefill":  # cancelled while its prefilled ack was on the way
+                self._send(self.decoders[job.worker], {"op": "cancel", "rid": job.rid})
             job.phase = "decoding"
             lps = h.get("lp") or []
             for i, t in enumerate(h.get("t", ())):
