@@ -97,22 +97,37 @@ class Model:
         head=False the final hidden state after the output norm instead, [rows, hidden].
         Does not advance kv.length. `trace` collects the residual stream (oracle tests).
         """
-        c, w = self.config, self.weights
         ids = np.asarray(ids, dtype=np.int64)
-        rows = int(ids.shape[0])
-        if rows != sum(ln.n for ln in lanes):
+        if int(ids.shape[0]) != sum(ln.n for ln in lanes):
             raise ValueError("ids do not match the lanes' token counts")
+        x = self.embed_rows(ids)
+        if trace is not None:
+            trace.append(x.copy())
+        x = self.run_layers(x, lanes, decode, 0, self.config.n_layers, trace=trace)
+        return self.finish(x, lanes, all_logits, head, trace)
+
+    # The three parts of a forward, so a pipeline can run them in different processes (engine/dist/pipeline.py):
+    # the embedding and the head where the scheduler is, a band of layers on each stage.
+    def embed_rows(self, ids: np.ndarray) -> np.ndarray:
+        """The residual stream's first state: token embeddings [rows, hidden] (scaled for gemma)."""
+        x = linear.take(self.weights.token_embd, np.asarray(ids, dtype=np.int64))
+        if self.config.embed_scale != 1.0:
+            x *= np.float32(self.config.embed_scale)
+        return x
+
+    def run_layers(self, x: np.ndarray, lanes: list[LaneInput], decode: bool, lo: int, hi: int,
+                   kv_layer0: int = 0, trace: list[np.ndarray] | None = None) -> np.ndarray:
+        """Layers lo..hi-1 on the residual stream x [rows, hidden]; layer li's K/V go to layer li - kv_layer0
+        of each lane's pool (a pipeline stage's pool holds only its own layers)."""
+        c, w = self.config, self.weights
+        rows = int(x.shape[0])
         blas = not decode and self.prefill_blas
         mm = linear.matmul_prefill if blas else linear.matmul
         positions = np.concatenate([np.arange(ln.start, ln.start + ln.n) for ln in lanes])
-        x = linear.take(w.token_embd, ids)
-        if c.embed_scale != 1.0:
-            x *= np.float32(c.embed_scale)
-        if trace is not None:
-            trace.append(x.copy())
         groups = attention_groups(lanes, blas)
         tables: dict[tuple[float, float], tuple[np.ndarray, np.ndarray]] = {}
-        for li, lw in enumerate(w.layers):
+        for li in range(lo, hi):
+            lw = w.layers[li]
             key = (c.rope_theta(li), c.rope_pos_scale(li))
             if key not in tables:
                 tables[key] = rope_tables(positions, key[0], c.head_dim, key[1], w.rope_freqs)
@@ -133,7 +148,7 @@ class Model:
             k = apply_rope(k, cos, sin, c.rope_style)
             att = np.empty_like(q)
             for g in groups:
-                g.attend(li, q, k, v, att, c.window(li), c.scale, c.attn_softcap)
+                g.attend(li - kv_layer0, q, k, v, att, c.window(li), c.scale, c.attn_softcap)
             o = mm(att.reshape(rows, c.q_dim), lw.wo)
             if lw.post_attn_norm is not None:
                 o = rmsnorm(o, lw.post_attn_norm, c.norm_eps)
@@ -146,6 +161,13 @@ class Model:
             x = x + d
             if trace is not None:
                 trace.append(x.copy())
+        return x
+
+    def finish(self, x: np.ndarray, lanes: list[LaneInput], all_logits: bool = False, head: bool = True,
+               trace: list[np.ndarray] | None = None) -> np.ndarray:
+        """Output norm of each lane's last row (every row with all_logits), then the LM head (head=True)."""
+        c, w = self.config, self.weights
+        rows = int(x.shape[0])
         last = np.arange(rows) if all_logits else np.cumsum([ln.n for ln in lanes]) - 1
         hl = rmsnorm(x[last], w.output_norm, c.norm_eps)
         if trace is not None:

@@ -79,6 +79,26 @@ class BlockPool:
         """Bytes of one block, K and V, all layers (what a swap moves per block)."""
         return 2 * self.n_layers * self.block_tokens * self.n_kv_heads * self.head_dim * self.k.itemsize
 
+    # -- block contents as a whole (all layers): what swap and copy-on-write move. A pool whose layers live
+    # elsewhere (a pipeline's, engine/dist/pipeline.py) overrides these three and keeps the allocator.
+    def read_blocks(self, blocks: list[int]) -> bytes:
+        """K then V of `blocks`, all layers, as host bytes."""
+        ids = np.asarray(blocks, dtype=np.int64)
+        return np.ascontiguousarray(self.k[:, ids]).tobytes() + np.ascontiguousarray(self.v[:, ids]).tobytes()
+
+    def write_blocks(self, blocks: list[int], data: bytes) -> None:
+        """Fill `blocks` from read_blocks() bytes."""
+        n = len(blocks)
+        ids = np.asarray(blocks, dtype=np.int64)
+        shape = (self.n_layers, n, self.block_tokens, self.n_kv_heads, self.head_dim)
+        half = len(data) // 2
+        self.k[:, ids] = np.frombuffer(data, dtype=self.k.dtype, count=half // self.k.itemsize).reshape(shape)
+        self.v[:, ids] = np.frombuffer(data, dtype=self.v.dtype, offset=half).reshape(shape)
+
+    def copy_block(self, src: int, dst: int) -> None:
+        self.k[:, dst] = self.k[:, src]
+        self.v[:, dst] = self.v[:, src]
+
     def _grow(self) -> None:
         old = self.capacity
         new = old * 2
@@ -164,8 +184,7 @@ class PageTable:
 
 def export_blocks(pool: BlockPool, blocks: list[int]) -> bytes:
     """K then V of `blocks` (all layers) as host bytes: what a swap-out moves off the pool."""
-    ids = np.asarray(blocks, dtype=np.int64)
-    return np.ascontiguousarray(pool.k[:, ids]).tobytes() + np.ascontiguousarray(pool.v[:, ids]).tobytes()
+    return pool.read_blocks(blocks)
 
 
 def import_blocks(pool: BlockPool, data: bytes) -> list[int]:
@@ -177,9 +196,5 @@ def import_blocks(pool: BlockPool, data: bytes) -> list[int]:
     if not pool.growable and pool.num_free < n:
         raise KVExhausted(f"KV pool has {pool.num_free} free blocks, swap-in needs {n}")
     blocks = [pool.allocate() for _ in range(n)]
-    ids = np.asarray(blocks, dtype=np.int64)
-    shape = (pool.n_layers, n, pool.block_tokens, pool.n_kv_heads, pool.head_dim)
-    half = len(data) // 2
-    pool.k[:, ids] = np.frombuffer(data, dtype=pool.k.dtype, count=half // pool.k.itemsize).reshape(shape)
-    pool.v[:, ids] = np.frombuffer(data, dtype=pool.v.dtype, offset=half).reshape(shape)
+    pool.write_blocks(blocks, data)
     return blocks

@@ -139,8 +139,7 @@ def _reserve(sessions: Sequence[Session], counts: Sequence[int]) -> None:
         for i in _cow_blocks(s.kv, n):
             old = s.kv.blocks[i]
             new = s.pool.allocate()
-            s.pool.k[:, new] = s.pool.k[:, old]
-            s.pool.v[:, new] = s.pool.v[:, old]
+            s.pool.copy_block(old, new)
             s.pool.release(old)
             s.kv.blocks[i] = new
         s.kv.reserve(s.kv.length + n)

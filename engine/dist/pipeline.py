@@ -1,0 +1,392 @@
+"""Pipeline parallelism behind the scheduler's model-call seam: PipelineModel, StagedPool, Pipeline.
+
+The scheduler is unchanged. It runs a PipelineModel, whose forward embeds the ids here, sends the hidden
+rows through the stages (each a band of layers with its own KV, engine/dist/stage.py) and applies the
+final norm and LM head here, so the logits, the sampling and every lane's state stay with the scheduler.
+Its pool is a StagedPool: the scheduler's allocator (block ids, refcounts, prefix cache, budget) with no
+tensors of its own; copy-on-write, swap-out and swap-in act on every stage's blocks of those ids.
+
+Micro-batches: a forward of many lanes is cut into up to `micro_batches` groups sent back to back, so
+while stage 2 runs group 1, stage 1 runs group 2 (each row's numbers do not depend on its batch mates:
+the decode kernels are row-stable). A decode step moves lanes x hidden x 4 bytes per link plus a header
+of a few ints per lane: block tables travel as deltas (engine/dist/stage.py), never the history.
+
+Stages run in this process (threads, `transport="inproc"`) or in `fak worker --role stage` processes
+(engine/dist/stage_node.py) over shared-memory rings (`shm`, one host) or TCP channels (`tcp`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+import time
+import weakref
+from concurrent.futures import Future
+from typing import Any
+
+import numpy as np
+
+from engine.dist.channel import Channel, parse_address
+from engine.dist.links import ChannelLink, QueueLink, RingReceiver, RingSender
+from engine.dist.node import PROTOCOL
+from engine.dist.partition import PartitionPlan
+from engine.dist.stage import Stage, serve
+from engine.dist.transport import TransportTimeout
+from engine.errors import EngineError
+from engine.model.forward import LaneInput, Model
+from engine.model.kv import BlockPool
+
+TRANSPORTS = ("inproc", "shm", "tcp")
+
+
+class LocalStage:
+    """A stage in this process: the Stage object and the thread running its loop."""
+
+    def __init__(self, stage: Stage) -> None:
+        self.stage = stage
+        self.stop = threading.Event()
+        self.thread: threading.Thread | None = None
+
+    def start(self, inbound: Any, outbound: Any) -> None:
+        self.thread = threading.Thread(target=serve, args=(self.stage, inbound, outbound, self.stop),
+                                       name=f"fak-stage-{self.stage.lo}-{self.stage.hi}", daemon=True)
+        self.thread.start()
+
+    def read(self, blocks: list[int]) -> bytes:
+        return self.stage.read(blocks)
+
+    def write(self, blocks: list[int], data: bytes) -> None:
+        self.stage.write(blocks, data)
+
+    def copy(self, src: int, dst: int) -> None:
+        self.stage.copy(src, dst)
+
+    def reset_pool(self, num_blocks: int | None, block_tokens: int) -> None:
+        s = self.stage
+        s.pool = BlockPool(s.hi - s.lo, s.pool.n_kv_heads, s.pool.head_dim, num_blocks, block_tokens)
+        s.tables.clear()
+
+    @property
+    def block_bytes(self) -> int:
+        return self.stage.block_bytes
+
+    def info(self) -> dict[str, Any]:
+        return self.stage.info()
+
+    def close(self) -> None:
+        self.stop.set()
+        if self.thread is not None:
+            self.thread.join(5)
+
+
+class RemoteStage:
+    """A `fak worker --role stage` process, driven over its control channel (a reader thread routes the
+    replies and keeps the latest heartbeat; a stage that goes away fails the calls waiting on it)."""
+
+    def __init__(self, address: str, timeout: float = 30.0) -> None:
+        host, port = parse_address(address, "stage worker")
+        self.address = address
+        self.ch = Channel.connect(host, port, timeout=timeout, peer=f"stage {address}")
+        self.ch.send({"op": "hello", "as": "head", "protocol": PROTOCOL})
+        self.hello, _ = self.ch.recv(timeout)
+        if self.hello.get("error"):
+            self.ch.close()
+            raise EngineError(f"stage worker {address}: {self.hello['error']}")
+        if self.hello.get("role") != "stage":
+            self.ch.close()
+            raise EngineError(f"{address} is a {self.hello.get('role')} worker, not a stage worker")
+        self.layers = tuple(self.hello["layers"])
+        self._ids = itertools.count()
+        self._waiting: dict[int, Future[tuple[dict[str, Any], Any]]] = {}
+        self._lock = threading.Lock()
+        self.beat: dict[str, Any] = {}
+        self.up = True
+        self._block_bytes = 0
+        threading.Thread(target=self._read, name=f"fak-stage-{address}", daemon=True).start()
+
+    def _read(self) -> None:
+        try:
+            while True:
+                header, blobs = self.ch.recv()
+                if header.get("op") == "stats":
+                    self.beat = header
+                    continue
+                with self._lock:
+                    fut = self._waiting.pop(int(header.get("id", -1)), None)
+                if fut is not None:
+                    fut.set_result((header, bytes(blobs[0]) if blobs else None))
+        except Exception as e:
+            self.up = False
+            with self._lock:
+                waiting, self._waiting = list(self._waiting.values()), {}
+            for fut in waiting:
+                fut.set_exception(EngineError(f"stage worker {self.address} went away: {e}"))
+
+    def call(self, msg: dict[str, Any], blob: Any = None, timeout: float = 120.0) -> tuple[dict[str, Any], Any]:
+        fut: Future[tuple[dict[str, Any], Any]] = Future()
+        with self._lock:
+            rid = next(self._ids)
+            self._waiting[rid] = fut
+        try:
+            if blob is None:
+                self.ch.send({**msg, "id": rid})
+            else:
+                self.ch.send({**msg, "id": rid}, blob)
+            header, data = fut.result(timeout)
+        except Exception as e:
+            with self._lock:
+                self._waiting.pop(rid, None)
+            raise EngineError(f"stage {self.address}: {msg['op']} failed: {e}") from None
+        if header.get("error"):
+            raise EngineError(f"stage {self.address}: {msg['op']}: {header['error']}")
+        return header, data
+
+    def read(self, blocks: list[int]) -> bytes:
+        return self.call({"op": "read", "blocks": blocks})[1] or b""
+
+    def write(self, blocks: list[int], data: bytes) -> None:
+        self.call({"op": "write", "blocks": blocks}, data)
+
+    def copy(self, src: int, dst: int) -> None:
+        self.call({"op": "copy", "src": src, "dst": dst})
+
+    def reset_pool(self, num_blocks: int | None, block_tokens: int) -> None:
+        reply = self.call({"op": "pool", "num_blocks": num_blocks, "block_tokens": block_tokens})[0]
+        self._block_bytes = int(reply["block_bytes"])
+
+    @property
+    def block_bytes(self) -> int:
+        return self._block_bytes
+
+    def info(self) -> dict[str, Any]:
+        return dict(self.beat.get("info") or self.call({"op": "info"})[0].get("info", {}))
+
+    def close(self) -> None:
+        self.ch.close()
+
+
+class Pipeline:
+    """The head's driver: hidden rows through the stages, in micro-batches, and the stages' control."""
+
+    def __init__(self, model: Model, stages: list[Any], outbound: Any, inbound: Any, *, micro_batches: int = 0,
+                 transport: str = "inproc", timeout: float = 600.0) -> None:
+        self.model, self.stages, self.out, self.back = model, stages, outbound, inbound
+        self.micro_batches = micro_batches or len(stages)
+        self.transport, self.timeout = transport, timeout
+        self._keys = itertools.count()
+        self._sent: dict[int, list[int]] = {}  # block table last sent per lane key (every stage saw the same)
+        self._drops: list[int] = []
+        self._seq = itertools.count()
+        self.owned: list[Any] = []
+        self.stats: dict[str, float] = {"forwards": 0, "messages": 0, "wall_s": 0.0, "rows": 0, "bytes": 0,
+                                        "header_bytes": 0, "decode_forwards": 0, "decode_bytes": 0,
+                                        "decode_header_bytes": 0, "decode_lanes": 0}
+
+    def _key(self, kv: Any) -> int:
+        key = getattr(kv, "_pipe_key", None)
+        if key is None:
+            key = next(self._keys)
+            kv._pipe_key = key
+            weakref.finalize(kv, self._drops.append, key)  # the stages forget it with the next message
+        return int(key)
+
+    def _lane(self, ln: LaneInput) -> list[Any]:
+        key, blocks = self._key(ln.kv), list(ln.kv.blocks)
+        sent = self._sent.get(key)
+        if sent == blocks:
+            op = None
+        elif sent is not None and blocks[: len(sent)] == sent:
+            op = ["+", blocks[len(sent):]]
+        else:
+            op = ["=", blocks]
+        self._sent[key] = blocks
+        return [key, ln.start, ln.n, op]
+
+    def run(self, x: np.ndarray, lanes: list[LaneInput], decode: bool) -> np.ndarray:
+        t0 = time.perf_counter()
+        n = len(lanes)
+        k = max(1, min(self.micro_batches, n))
+        bounds = [round(i * n / k) for i in range(k + 1)]
+        rows = np.cumsum([0] + [ln.n for ln in lanes])
+        drops, self._drops = self._drops, []
+        for key in drops:
+            self._sent.pop(key, None)
+        seq = next(self._seq)
+        sent_bytes = header_bytes = 0
+        for g in range(k):
+            a, b = bounds[g], bounds[g + 1]
+            hdr = {"op": "fwd", "seq": seq, "g": g, "decode": decode, "drop": drops if g == 0 else [],
+                   "lanes": [self._lane(ln) for ln in lanes[a:b]]}
+            part = np.ascontiguousarray(x[rows[a] : rows[b]], dtype=np.float32)
+            self.out.send(hdr, part)
+            sent_bytes += part.nbytes
+            header_bytes += len(json.dumps(hdr, separators=(",", ":")))
+        ys: list[np.ndarray | None] = [None] * k
+        errors = []
+        for _ in range(k):
+            try:
+                h, blob = self.back.recv(self.timeout)
+            except TransportTimeout:
+                raise EngineError(f"pipeline: no answer from the last stage within {self.timeout} s") from None
+            if h.get("seq") != seq:
+                raise EngineError(f"pipeline: answer for step {h.get('seq')} while waiting for {seq}")
+            if h.get("error"):
+                errors.append(str(h["error"]))
+                continue
+            ys[int(h["g"])] = np.frombuffer(blob, dtype=np.float32).reshape(-1, x.shape[1]).copy()
+        if errors:
+            raise EngineError(f"pipeline forward failed: {errors[0]}")
+        st = self.stats
+        st["forwards"] += 1
+        st["messages"] += k
+        st["wall_s"] += time.perf_counter() - t0
+        st["rows"] += int(x.shape[0])
+        st["bytes"] += sent_bytes
+        st["header_bytes"] += header_bytes
+        if decode and int(x.shape[0]) == n:  # one row per lane: a pure decode step
+            st["decode_forwards"] += 1
+            st["decode_bytes"] += sent_bytes
+            st["decode_header_bytes"] += header_bytes
+            st["decode_lanes"] += n
+        self.last = {"lanes": n, "rows": int(x.shape[0]), "bytes": sent_bytes, "header_bytes": header_bytes,
+                     "micro_batches": k}
+        return np.concatenate(ys)  # type: ignore[arg-type]
+
+    def stage_stats(self) -> list[dict[str, Any]]:
+        wall = self.stats["wall_s"] or 1.0
+        out = []
+        for s in self.stages:
+            info = s.info()
+            info["utilisation"] = info.get("busy_s", 0.0) / wall
+            info["bubble"] = max(0.0, 1.0 - info["utilisation"])
+            out.append(info)
+        return out
+
+    def close(self) -> None:
+        for s in self.stages:
+            s.close()
+        for link in (self.out, self.back):
+            try:
+                link.close()
+            except Exception:
+                pass
+        for thing in self.owned:
+            thing.close()
+
+
+class StagedPool(BlockPool):
+    """The scheduler's pool for a pipeline: allocator and refcounts here, K/V on the stages."""
+
+    def __init__(self, pipeline: Pipeline, config: Any, num_blocks: int | None, block_tokens: int) -> None:
+        super().__init__(0, config.n_kv_heads, config.head_dim, num_blocks=num_blocks, block_tokens=block_tokens)
+        self.pipeline = pipeline
+        self.total_layers = int(config.n_layers)
+        for s in pipeline.stages:
+            s.reset_pool(num_blocks, block_tokens)
+        self._sizes = [s.block_bytes for s in pipeline.stages]
+
+    @property
+    def block_bytes(self) -> int:
+        return sum(self._sizes)
+
+    def read_blocks(self, blocks: list[int]) -> bytes:
+        return b"".join(s.read(blocks) for s in self.pipeline.stages)
+
+    def write_blocks(self, blocks: list[int], data: bytes) -> None:
+        at = 0
+        for s, per in zip(self.pipeline.stages, self._sizes):
+            n = per * len(blocks)
+            s.write(blocks, data[at : at + n])
+            at += n
+
+    def copy_block(self, src: int, dst: int) -> None:
+        for s in self.pipeline.stages:
+            s.copy(src, dst)
+
+
+class PipelineModel(Model):
+    """A Model whose layers run on pipeline stages; the embedding and the head run here."""
+
+    def __init__(self, model: Model, pipeline: Pipeline) -> None:
+        super().__init__(model.config, model.weights, name=model.name, tensor_types=model.tensor_types,
+                         identity=model.identity)
+        self.prefill_blas = model.prefill_blas
+        self.pipeline = pipeline
+        self._pool: StagedPool | None = None
+
+    def new_pool(self, num_blocks: int | None = None, block_tokens: int = 16) -> BlockPool:
+        if self._pool is not None:
+            raise EngineError("a pipeline serves one KV pool (one scheduler)")
+        self._pool = StagedPool(self.pipeline, self.config, num_blocks, block_tokens)
+        return self._pool
+
+    def forward(self, ids: np.ndarray, lanes: list[LaneInput], decode: bool,
+                trace: list[np.ndarray] | None = None, all_logits: bool = False, head: bool = True) -> np.ndarray:
+        if trace is not None:
+            raise EngineError("a pipeline forward cannot trace the residual stream")
+        ids = np.asarray(ids, dtype=np.int64)
+        x = self.pipeline.run(self.embed_rows(ids), lanes, decode)
+        return self.finish(x, lanes, all_logits, head)
+
+    def embed(self, ids: list[int] | np.ndarray) -> np.ndarray:
+        raise EngineError("embeddings are not served by a pipeline (its one KV pool is the scheduler's)")
+
+    def close(self) -> None:
+        self.pipeline.close()
+
+
+def local_pipeline(model: Model, plan: PartitionPlan, *, micro_batches: int = 0) -> PipelineModel:
+    """Every stage a thread of this process, linked by queues (the reference the process links match)."""
+    stages = [LocalStage(Stage(model, lo, hi)) for lo, hi in plan.bands]
+    links = [QueueLink() for _ in range(len(stages) + 1)]
+    for i, s in enumerate(stages):
+        s.start(links[i], links[i + 1])
+    return PipelineModel(model, Pipeline(model, stages, links[0], links[-1], micro_batches=micro_batches))
+
+
+def remote_pipeline(model: Model, addresses: list[str], *, transport: str = "tcp", micro_batches: int = 0,
+                    ring_bytes: int = 64 << 20, timeout: float = 30.0) -> PipelineModel:
+    """Stages in `fak worker --role stage` processes, in layer order, linked stage to stage (tcp or shm)."""
+    if transport not in ("tcp", "shm"):
+        raise EngineError(f"pipeline transport across processes is tcp or shm, not {transport!r}")
+    stages: list[RemoteStage] = []
+    try:
+        for a in addresses:
+            stages.append(RemoteStage(a, timeout))
+        bands = [s.layers for s in stages]
+        edges = [0] + [hi for _, hi in bands]
+        if [lo for lo, _ in bands] != edges[:-1] or edges[-1] != model.config.n_layers:
+            raise EngineError(f"stage workers hold layers {['%d:%d' % b for b in bands]}: they must cover "
+                              f"0:{model.config.n_layers} in order, without gaps or overlaps")
+        for s in stages:
+            if s.hello.get("identity") != model.identity.hex():
+                raise EngineError(f"stage worker {s.address} serves another model")
+        ins = [s.call({"op": "inbound", "transport": transport, "ring_bytes": ring_bytes})[0] for s in stages]
+        back: Any
+        sink_ch = None
+        if transport == "shm":
+            back = RingReceiver(ring_bytes)
+            nexts = [i.get("ring") for i in ins[1:]] + [back.name]
+        else:
+            nexts = [s.address for s in stages[1:]] + [None]
+        for s, nxt in zip(stages, nexts):
+            s.call({"op": "outbound", "transport": transport, "next": nxt})
+        if transport == "tcp":
+            host, port = parse_address(stages[-1].address)
+            sink_ch = Channel.connect(host, port, peer=f"stage {stages[-1].address} (results)")
+            sink_ch.send({"op": "hello", "as": "sink", "protocol": PROTOCOL})
+            sink_ch.recv(timeout)
+            back = ChannelLink(sink_ch)
+            host, port = parse_address(stages[0].address)
+            up = Channel.connect(host, port, peer=f"stage {stages[0].address}")
+            up.send({"op": "hello", "as": "upstream", "protocol": PROTOCOL})
+            up.recv(timeout)
+            out: Any = ChannelLink(up)
+        else:
+            out = RingSender(str(ins[0]["ring"]))
+    except BaseException:
+        for s in stages:
+            s.close()
+        raise
+    return PipelineModel(model, Pipeline(model, stages, out, back, micro_batches=micro_batches, transport=transport))

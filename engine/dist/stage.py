@@ -1,0 +1,116 @@
+"""Stage: one pipeline stage, a band of layers [lo, hi) with a KV pool that holds only those layers.
+
+The head's scheduler owns the block allocator (engine/dist/pipeline.py StagedPool); a stage's pool is
+storage indexed by the same block ids, grown to fit them. A forward message carries, per lane, a key, its
+start position, its token count and its block table as a delta against what this stage was last told
+(None: unchanged, ["+", ids]: appended, ["=", ids]: replaced): a decode step moves one hidden row per lane
+and a few ints, never the history. Control calls (swap out / in, copy-on-write) act on the same block ids.
+
+`serve(stage, inbound, outbound)` is a stage's loop, the same for a thread in the head's process and for
+a `fak worker --role stage` process: forward messages in order, each result to the next stage or back.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import numpy as np
+
+from engine.dist.transport import TransportClosed, TransportTimeout
+from engine.errors import EngineError
+from engine.model.forward import LaneInput
+from engine.model.kv import BlockPool, PageTable
+
+
+class Stage:
+    def __init__(self, model: Any, lo: int, hi: int, block_tokens: int = 16, num_blocks: int | None = None) -> None:
+        c = model.config
+        if not 0 <= lo < hi <= c.n_layers:
+            raise EngineError(f"stage layers {lo}:{hi}: expected 0 <= lo < hi <= {c.n_layers}")
+        self.model, self.lo, self.hi = model, lo, hi
+        self.pool = BlockPool(hi - lo, c.n_kv_heads, c.head_dim, num_blocks=num_blocks, block_tokens=block_tokens)
+        self.tables: dict[int, list[int]] = {}
+        self.lock = threading.Lock()  # a forward and a control call never interleave
+        self.stats: dict[str, float] = {"steps": 0, "rows": 0, "busy_s": 0.0, "bytes_in": 0, "bytes_out": 0}
+
+    def _fit(self, blocks: list[int]) -> None:
+        top = max(blocks, default=-1)
+        while top >= self.pool.capacity:
+            if not self.pool.growable:
+                raise EngineError(f"stage {self.lo}:{self.hi}: block {top} beyond its pool of {self.pool.capacity}")
+            self.pool._grow()
+
+    def run(self, header: dict[str, Any], blob: memoryview) -> np.ndarray:
+        """One forward message: hidden rows in, hidden rows out (this band's layers applied)."""
+        t0 = time.perf_counter()
+        hidden = int(self.model.config.hidden)
+        x = np.frombuffer(blob, dtype=np.float32).reshape(-1, hidden).copy()
+        with self.lock:
+            for key in header.get("drop", ()):
+                self.tables.pop(int(key), None)
+            lanes = []
+            for key, start, n, op in header["lanes"]:
+                if op is not None:
+                    kind, ids = op
+                    self._fit(ids)
+                    self.tables[key] = list(ids) if kind == "=" else self.tables[key] + list(ids)
+                blocks = self.tables[key]
+                lanes.append(LaneInput(PageTable(self.pool, blocks, start), int(n), int(start)))
+            y = self.model.run_layers(x, lanes, bool(header["decode"]), self.lo, self.hi, kv_layer0=self.lo)
+        st = self.stats
+        st["steps"] += 1
+        st["rows"] += x.shape[0]
+        st["busy_s"] += time.perf_counter() - t0
+        st["bytes_in"] += len(blob)
+        st["bytes_out"] += y.nbytes
+        return np.ascontiguousarray(y, dtype=np.float32)
+
+    # -- control (the head's pipeline idle between forwards: ordered against them by the caller)
+    def read(self, blocks: list[int]) -> bytes:
+        with self.lock:
+            self._fit(blocks)
+            return self.pool.read_blocks(blocks)
+
+    def write(self, blocks: list[int], data: bytes | memoryview) -> None:
+        with self.lock:
+            self._fit(blocks)
+            self.pool.write_blocks(blocks, bytes(data))
+
+    def copy(self, src: int, dst: int) -> None:
+        with self.lock:
+            self._fit([src, dst])
+            self.pool.copy_block(src, dst)
+
+    @property
+    def block_bytes(self) -> int:
+        return self.pool.block_bytes
+
+    def info(self) -> dict[str, Any]:
+        return {"layers": [self.lo, self.hi], "pool_blocks": self.pool.capacity, "tables": len(self.tables),
+                **self.stats}
+
+
+def serve(stage: Stage, inbound: Any, outbound: Any, stop: threading.Event) -> None:
+    """Forward messages from `inbound`, results to `outbound`, until stopped or a link closes. An error in
+    a forward goes downstream as the message's error, so the head fails that step instead of waiting."""
+    while not stop.is_set():
+        try:
+            header, blob = inbound.recv(0.2)
+        except TransportTimeout:
+            continue
+        except TransportClosed:
+            return
+        if header.get("error"):
+            out, y = header, np.zeros(0, np.float32)
+        else:
+            try:
+                y = stage.run(header, blob)
+                out = header
+            except Exception as e:  # reported, not raised: the loop must outlive a bad message
+                out, y = {**header, "error": f"stage {stage.lo}:{stage.hi}: {type(e).__name__}: {e}"}, np.zeros(0, np.float32)
+        try:
+            outbound.send(out, y)
+        except TransportClosed:
+            return
