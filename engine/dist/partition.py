@@ -55,17 +55,16 @@ class PartitionPlan:
         if not 1 <= stages <= n:
             raise EngineError(f"--stages {stages}: expected 1..{n} (the model has {n} layers)")
         sizes = layer_bytes(model)
-        total = sum(sizes) or n
+        if not sum(sizes):
+            sizes = [1] * n  # nothing to weigh (no weights loaded): equal layer counts
+        pref = [0]
+        for b in sizes:
+            pref.append(pref[-1] + b)
         cuts: list[int] = []
-        acc = 0
-        for i, s in enumerate(sizes[:-1]):
-            acc += s or total / n
-            # cut after layer i when the running sum crosses the next stage's share, leaving a layer per stage
-            want = total * (len(cuts) + 1) / stages
-            if len(cuts) < stages - 1 and acc >= want - (s or total / n) / 2 and n - (i + 1) >= stages - 1 - len(cuts):
-                cuts.append(i + 1)
-        while len(cuts) < stages - 1:  # degenerate sizes: fill with the last layers
-            cuts.append((cuts[-1] if cuts else 0) + 1)
+        for j in range(1, stages):  # each cut where the running bytes come closest to j/stages of the total
+            target = pref[-1] * j / stages
+            lo, hi = (cuts[-1] if cuts else 0) + 1, n - (stages - j)
+            cuts.append(min(range(lo, hi + 1), key=lambda i: (abs(pref[i] - target), i)))
         return cls(n, tuple(cuts))
 
     @staticmethod

@@ -71,7 +71,7 @@ class LocalStage:
     def block_bytes(self) -> int:
         return self.stage.block_bytes
 
-    def info(self) -> dict[str, Any]:
+    def info(self, fresh: bool = True) -> dict[str, Any]:
         return self.stage.info()
 
     def close(self) -> None:
@@ -159,8 +159,13 @@ class RemoteStage:
     def block_bytes(self) -> int:
         return self._block_bytes
 
-    def info(self) -> dict[str, Any]:
-        return dict(self.beat.get("info") or self.call({"op": "info"})[0].get("info", {}))
+    def info(self, fresh: bool = True) -> dict[str, Any]:
+        """This stage's figures: asked now, or (fresh=False, for a metrics scrape) its last heartbeat's."""
+        if not fresh and self.beat.get("info"):
+            return dict(self.beat["info"])
+        if not self.up:
+            return {"layers": list(self.layers), "up": False}
+        return dict(self.call({"op": "info"})[0].get("info", {}))
 
     def close(self) -> None:
         self.ch.close()
@@ -224,13 +229,21 @@ class Pipeline:
             header_bytes += len(json.dumps(hdr, separators=(",", ":")))
         ys: list[np.ndarray | None] = [None] * k
         errors = []
-        for _ in range(k):
+        deadline = time.monotonic() + self.timeout
+        got = 0
+        while got < k:
             try:
-                h, blob = self.back.recv(self.timeout)
+                h, blob = self.back.recv(0.5)
             except TransportTimeout:
-                raise EngineError(f"pipeline: no answer from the last stage within {self.timeout} s") from None
-            if h.get("seq") != seq:
-                raise EngineError(f"pipeline: answer for step {h.get('seq')} while waiting for {seq}")
+                gone = [s for s in self.stages if not getattr(s, "up", True)]
+                if gone:
+                    raise EngineError(f"pipeline: stage worker {gone[0].address} went away") from None
+                if time.monotonic() > deadline:
+                    raise EngineError(f"pipeline: no answer from the last stage within {self.timeout} s") from None
+                continue
+            if h.get("seq") != seq:  # a step that failed earlier left answers behind: not ours
+                continue
+            got += 1
             if h.get("error"):
                 errors.append(str(h["error"]))
                 continue
@@ -253,11 +266,12 @@ class Pipeline:
                      "micro_batches": k}
         return np.concatenate(ys)  # type: ignore[arg-type]
 
-    def stage_stats(self) -> list[dict[str, Any]]:
+    def stage_stats(self, fresh: bool = True) -> list[dict[str, Any]]:
+        """Per stage: layers, steps, rows, busy time, bytes; utilisation = busy / the pipeline's forward time."""
         wall = self.stats["wall_s"] or 1.0
         out = []
         for s in self.stages:
-            info = s.info()
+            info = s.info(fresh)
             info["utilisation"] = info.get("busy_s", 0.0) / wall
             info["bubble"] = max(0.0, 1.0 - info["utilisation"])
             out.append(info)
