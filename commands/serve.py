@@ -40,6 +40,16 @@ def register(app: typer.Typer) -> None:
                                                  "HOST:PORT,... (one prefill, any decode; tcp transport)."),
         pd_transport: Optional[str] = typer.Option(None, "--pd-transport", help="P/D KV transport: shm | tcp "
                                                    "(default shm with --pd, tcp with --pd-workers)."),
+        stages: int = typer.Option(0, "--stages", help="Pipeline the layers over N local stage processes (split by "
+                                   "weight bytes; the scheduler, embedding and head stay here)."),
+        cuts: Optional[str] = typer.Option(None, "--cuts", help="Explicit pipeline cut points, e.g. 9,18 (with "
+                                           "--stages, or instead of it)."),
+        stage_workers: Optional[str] = typer.Option(None, "--stage-workers", help="Use running `fak worker --role "
+                                                    "stage` processes: HOST:PORT,... in layer order (tcp)."),
+        stage_transport: Optional[str] = typer.Option(None, "--stage-transport", help="Stage links: inproc | shm | "
+                                                      "tcp (default shm for --stages, tcp for --stage-workers)."),
+        micro_batches: int = typer.Option(0, "--micro-batches", help="Pipeline: groups of lanes in flight at once, "
+                                          "one scheduler each (0: one per stage)."),
     ) -> None:
         """Serve the model over HTTP: OpenAI chat/completions, /v1/models, /tokenize, /health, /metrics."""
         from fak.boot import SchedOptions, boot_for_text
@@ -66,9 +76,20 @@ def register(app: typer.Typer) -> None:
             logs.SERVER.warning(f"fak serve: warning: listening on {host} without an API key (--api-key)")
         served = served_name or os.path.basename(name)
         local, workers = _pd_flags(pd, pd_workers, pd_transport)
+        pipe = _stage_flags(stages, cuts, stage_workers, stage_transport, micro_batches, bool(local or workers))
         kernel = _kernel(policy, journal)
 
         def _boot() -> object:
+            if pipe is not None:
+                from fak.boot import boot_pipeline
+
+                b = boot_pipeline(name, resident=not plain, sched=sched, **pipe)
+                logs.SERVER.info(b.boot_line(), extra={"model": name})
+                p = b.scheduler.model.pipeline  # type: ignore[attr-defined]
+                bands = [f"{s['layers'][0]}:{s['layers'][1]}" for s in p.stage_stats()]
+                logs.SERVER.info(f"pipeline over {p.transport}: {len(bands)} stages, layers {' '.join(bands)}, "
+                                 f"{len(b.scheduler.groups)} groups of lanes in flight")  # type: ignore[attr-defined]
+                return b
             if local or workers:
                 from fak.boot import boot_pd
 
@@ -116,6 +137,46 @@ def _pd_flags(pd: str | None, pd_workers: str | None, transport: str | None) -> 
     return 0, []
 
 
+def _stage_flags(stages: int, cuts: str | None, workers: str | None, transport: str | None, micro_batches: int,
+                 pd: bool) -> dict[str, object] | None:
+    """boot_pipeline's arguments, or None without pipeline flags; bad combinations are one line."""
+    from engine.dist.channel import parse_address
+    from engine.dist.partition import PartitionPlan
+    from engine.errors import EngineError
+    from fak.errors import FakError
+
+    if not (stages or cuts or workers):
+        if transport is not None or micro_batches:
+            raise FakError("--stage-transport / --micro-batches need --stages, --cuts or --stage-workers")
+        return None
+    if pd:
+        raise FakError("--stages with --pd: pipeline stages and P/D workers are not combined yet (pick one)")
+    if stages < 0 or micro_batches < 0:
+        raise FakError("--stages / --micro-batches: expected a non-negative integer")
+    if transport is not None and transport not in ("inproc", "shm", "tcp"):
+        raise FakError(f"--stage-transport {transport!r}: expected inproc, shm or tcp")
+    if workers and (stages or cuts):
+        raise FakError("--stage-workers: the workers' --layers say where the cuts are (drop --stages / --cuts)")
+    if workers:
+        if transport == "inproc":
+            raise FakError("--stage-workers run in other processes: --stage-transport tcp or shm")
+        urls = [u.strip() for u in workers.split(",") if u.strip()]
+        for u in urls:
+            try:
+                parse_address(u, "--stage-workers entry")
+            except ValueError as e:
+                raise FakError(str(e)) from None
+        return {"workers": urls, "transport": transport, "micro_batches": micro_batches}
+    try:
+        cut_list = PartitionPlan.parse_cuts(cuts) if cuts else None
+    except EngineError as e:
+        raise FakError(str(e)) from None
+    if cut_list is not None and stages and len(cut_list) != stages - 1:
+        raise FakError(f"--cuts {cuts} makes {len(cut_list) + 1} stages, --stages says {stages}")
+    return {"stages": stages or (len(cut_list) + 1 if cut_list else 0), "cuts": cut_list, "transport": transport,
+            "micro_batches": micro_batches}
+
+
 def _kernel(policy: str | None, journal: str | None) -> object:
     """The kernel that adjudicates the model's tool calls (bad files are one line before listening)."""
     from fak.journal import Journal
@@ -141,8 +202,13 @@ def _live_view(app: object, url: str, stop: object) -> None:
         b = st.booted
         total, errors = st.metrics.request_counts()
         pd = b.scheduler.pd_stats() if b is not None and hasattr(b.scheduler, "pd_stats") else None
+        pipe = getattr(getattr(b.scheduler, "model", None), "pipeline", None) if b is not None else None
+        if pipe is not None:
+            from engine.dist.pipeline_stats import pipeline_stats
+
+            pipe = pipeline_stats(pipe)
         return serve_view(b.scheduler.stats() if b is not None else None, url, total, errors, st.model_name,
-                          st.boot_status, pd)
+                          st.boot_status, pd, pipe)
 
     with Live(view(), console=Console(stderr=True), refresh_per_second=4, transient=False) as lv:
         while not stop.wait(0.25):  # type: ignore[attr-defined]

@@ -18,13 +18,14 @@ import typer
 
 from commands import sched_flags
 
-ROLES = ("prefill", "decode")
+ROLES = ("prefill", "decode", "stage")
 
 
 def register(app: typer.Typer) -> None:
     @app.command("worker")
     def worker(
-        role: str = typer.Option(..., "--role", help="prefill | decode."),
+        role: str = typer.Option(..., "--role", help="prefill | decode | stage."),
+        layers: Optional[str] = typer.Option(None, "--layers", help="stage: the band of layers LO:HI it runs."),
         listen: str = typer.Option("127.0.0.1:0", "--listen", help="HOST:PORT to listen on (port 0: a free one)."),
         gguf: Optional[str] = typer.Option(None, "--gguf", help="GGUF path or alias (default $FAK_MODEL or gemma3-270m)."),
         plain: bool = typer.Option(False, "--plain", help="float32 weights (default: quantized blocks resident)."),
@@ -53,6 +54,7 @@ def register(app: typer.Typer) -> None:
             host, port = parse_address(listen, "--listen")
         except ValueError as e:
             raise FakError(str(e)) from None
+        band = _band(role, layers)
         if threads < 0:
             raise FakError(f"--threads {threads}: expected a non-negative integer")
         if shm_mb < 1:
@@ -68,7 +70,10 @@ def register(app: typer.Typer) -> None:
             print(f"fak worker: warning: listening on {host}: the P/D wire has no authentication; use a private "
                   "network (and --key, so frames from outside the cluster are refused)", file=sys.stderr)
         b = boot(gguf, resident=not plain, sched=sched, show=False, scheduler=False)
-        node = _node(role, b, sched, host, port, name, prefill_chunk, shm_mb << 20, secret)
+        if band is not None:
+            node = _stage(b, band, host, port, name)
+        else:
+            node = _node(role, b, sched, host, port, name, prefill_chunk, shm_mb << 20, secret)
         address = f"{node.address[0]}:{node.address[1]}"
         print(json.dumps({"fak_worker": "ready", "role": role, "name": node.name, "address": address,
                           "pid": os.getpid()}), flush=True)
@@ -81,6 +86,44 @@ def register(app: typer.Typer) -> None:
         threading.Thread(target=lambda: (node._stop.wait(), stop.set()), daemon=True).start()
         stop.wait()
         node.close()
+
+
+def _band(role: str, layers: str | None) -> tuple[int, int] | None:
+    from fak.errors import FakError
+
+    if role != "stage":
+        if layers is not None:
+            raise FakError("--layers is for --role stage")
+        return None
+    lo, sep, hi = (layers or "").partition(":")
+    if not sep or not lo.strip().isdigit() or not hi.strip().isdigit():
+        raise FakError(f"--layers {layers!r}: expected LO:HI, e.g. 0:9 (a stage worker needs its band)")
+    return int(lo), int(hi)
+
+
+def _stage(b: object, band: tuple[int, int], host: str, port: int, name: str | None) -> object:
+    from engine.dist.stage_node import StageNode
+    from engine.errors import EngineError
+    from fak.errors import FakError
+
+    model = b.model  # type: ignore[attr-defined]
+    try:
+        node = StageNode(model, band[0], band[1], name, host=host, port=port)
+    except OSError as e:
+        raise FakError(f"--listen {host}:{port}: {e.strerror or e}") from None
+    except EngineError as e:
+        raise FakError(f"--layers {band[0]}:{band[1]}: {e}") from None
+    _keep_band(model, *band)
+    return node
+
+
+def _keep_band(model: object, lo: int, hi: int) -> None:
+    """Drop the weights this stage never reads (the other layers, the embedding, the head)."""
+    w = model.weights  # type: ignore[attr-defined]
+    for i in range(len(w.layers)):
+        if not lo <= i < hi:
+            w.layers[i] = None
+    w.token_embd = w.output = None
 
 
 def _node(role: str, b: object, sched: object, host: str, port: int, name: str | None, prefill_chunk: int,

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +76,7 @@ class Booted:
     resident: bool
     load_s: float
     warm_s: float
+    owned: list[Any] = field(default_factory=list)  # closed after the scheduler (a pipeline's stages)
 
     @property
     def text_ok(self) -> bool:
@@ -94,6 +95,8 @@ class Booted:
     def close(self) -> None:
         if self.scheduler is not None:
             self.scheduler.close()
+        for thing in self.owned:
+            thing.close()
 
 
 def boot(model: str | None = None, *, resident: bool = True, sched: SchedOptions | None = None,
@@ -222,4 +225,52 @@ def boot_pd(model: str, *, resident: bool = True, sched: SchedOptions | None = N
         head.owned.append(started)
         head.local = started  # type: ignore[attr-defined]
     b.scheduler = head
+    return b
+
+
+def boot_pipeline(model: str, *, resident: bool = True, sched: SchedOptions | None = None, stages: int = 0,
+                  cuts: list[int] | None = None, workers: list[str] | None = None, transport: str | None = None,
+                  micro_batches: int = 0) -> Booted:
+    """`boot_for_text` with the layers on pipeline stages: `stages` bands split by bytes (or at `cuts`), run
+    by `fak worker --role stage` processes started here (shm), by threads (transport "inproc"), or the
+    running stage workers at `workers` (tcp). The scheduler, the embedding and the LM head stay here;
+    `micro_batches` groups of lanes (0: one per stage) are in flight at once, one scheduler each."""
+    from engine.dist.partition import PartitionPlan
+    from engine.dist.pipeline import local_pipeline, remote_pipeline
+    from engine.dist.pipeline_sched import PipelinedScheduler
+    from engine.errors import EngineError
+
+    opts = sched or SchedOptions.resolve()
+    b = boot(model, resident=resident, sched=opts, show=False, scheduler=False)
+    if b.tokenizer is None or b.tokenizer.vocab_size < b.model.config.vocab_size:
+        raise FakError(f"{model}: no tokenizer for text: fak serve needs one")
+    started = None
+    try:
+        if workers:
+            pm = remote_pipeline(b.model, workers, transport=transport or "tcp")
+        else:
+            plan = PartitionPlan.at(b.model, cuts) if cuts else PartitionPlan.by_bytes(b.model, stages)
+            if transport == "inproc":
+                pm = local_pipeline(b.model, plan)
+            else:
+                from fak.workers import LocalStages
+
+                started = LocalStages(str(b.path) if b.path is not None else model, plan.bands, plain=not resident)
+                pm = remote_pipeline(b.model, [w.address for w in started.workers], transport=transport or "shm")
+                pm.pipeline.owned.append(started)
+        c = b.model.config
+        eos = tuple(getattr(b.tokenizer, "eos_ids", ()) or ()) or ((c.eos_id,) if c.eos_id is not None else ())
+        # one scheduler per group of lanes in flight (default: one per stage, so every stage has a step to run)
+        s = PipelinedScheduler(pm, micro_batches, tokenizer=b.tokenizer, eos_ids=eos, warm=True, **opts.as_kwargs())
+        s.wait_warm()
+    except EngineError as e:
+        if started is not None:
+            started.close()
+        raise FakError(str(e)) from None
+    except BaseException:
+        if started is not None:
+            started.close()
+        raise
+    b.scheduler = s
+    b.owned.append(pm)
     return b

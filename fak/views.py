@@ -71,13 +71,33 @@ def sched_panel(s: SchedStats) -> Panel:
 
 
 def serve_view(s: SchedStats | None, url: str, requests: float, errors: float, model: str, status: str = "",
-               pd: dict[str, Any] | None = None) -> object:
-    """What `fak serve --live` and `fak top` draw: the engine panel (the decode workers' sum under P/D, then
-    the P/D panel) and one line of request counts."""
+               pd: dict[str, Any] | None = None, pipeline: dict[str, Any] | None = None) -> object:
+    """What `fak serve --live` and `fak top` draw: the engine panel (the decode workers' sum under P/D), the
+    P/D or pipeline panel when there is one, and one line of request counts."""
     if s is None:
         return Text(f"fak serve {url}: {status or 'loading'}")
     line = Text(f"{url} · {requests:.0f} requests · {errors:.0f} 5xx · model {model}")
-    return Group(sched_panel(s), pd_panel(pd), line) if pd else Group(sched_panel(s), line)
+    extra = ([pd_panel(pd)] if pd else []) + ([pipeline_panel(pipeline)] if pipeline else [])
+    return Group(sched_panel(s), *extra, line)
+
+
+def pipeline_panel(stats: dict[str, Any]) -> Panel:
+    """A pipeline's figures (engine/dist/pipeline_stats.py): a row per stage, then the links' bytes per step."""
+    t = Table(box=None, pad_edge=False)
+    for col in ("stage", "layers", "steps", "step time", "utilisation", "bubble", "rows", "in"):
+        t.add_column(col, justify="right" if col not in ("stage", "layers") else "left")
+    for i, st in enumerate(stats.get("stages", [])):
+        lo, hi = st.get("layers", [0, 0])
+        steps = st.get("steps", 0)
+        mean = f"{1e3 * st.get('busy_s', 0.0) / steps:.2f} ms" if steps else "-"
+        down = "" if st.get("up", True) else " [bold red]DOWN[/]"
+        t.add_row(f"{i}{down}", f"{lo}:{hi}", f"{steps:.0f}", mean, f"{100 * st.get('utilisation', 0.0):.0f}%",
+                  f"{100 * st.get('bubble', 0.0):.0f}%", f"{st.get('rows', 0):.0f}", _bytes(st.get("bytes_in", 0)))
+    h = stats.get("head", {})
+    line = Text(f"{h.get('transport', '?')} links · {h.get('micro_batches', 0)} micro-batches · "
+                f"{h.get('forwards', 0):.0f} forwards · decode step {h.get('decode_bytes_per_step', 0):.0f} B rows + "
+                f"{h.get('decode_header_bytes_per_step', 0):.0f} B header per link")
+    return Panel(Group(t, line), title="fak pipeline", expand=False)
 
 
 def fetch_stats(url: str, headers: dict[str, str]) -> dict[str, Any]:
@@ -99,7 +119,7 @@ def stats_view(url: str, d: dict[str, Any]) -> object:
 
     s = SchedStats.from_json(d["sched"]) if d.get("sched") else None
     return serve_view(s, url, d.get("requests", 0), d.get("errors_5xx", 0), d.get("model", ""), d.get("status", ""),
-                      d.get("pd"))
+                      d.get("pd"), d.get("pipeline"))
 
 
 def _worker_table(name: str, w: dict[str, Any]) -> Table:

@@ -55,35 +55,44 @@ class Worker:
     cpus: list[int] = field(default_factory=list)
 
 
+def _cpus() -> list[int]:
+    return sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+
+
 class LocalWorkers:
+    """`fak serve --pd 1:N`'s workers: one prefill, N decode."""
+
     def __init__(self, model: str, n_decode: int, *, plain: bool = False, sched_args: list[str] | None = None,
                  prefill_chunk: int = 64, ready_timeout: float = 300.0, cpus: list[int] | None = None,
                  env: dict[str, str] | None = None) -> None:
+        pre, dec = split_cores(cpus if cpus is not None else _cpus(), n_decode)
+        extra = [*(sched_args or []), "--prefill-chunk", str(prefill_chunk)]
+        self._launch([("prefill", "prefill-0", pre, extra)] +
+                     [("decode", f"decode-{i}", c, extra) for i, c in enumerate(dec)], model, plain, ready_timeout, env)
+
+    def _launch(self, plan: list[tuple[str, str, list[int], list[str]]], model: str, plain: bool,
+                ready_timeout: float, env: dict[str, str] | None) -> None:
         self.workers: list[Worker] = []
-        if cpus is None:
-            cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
-        pre, dec = split_cores(cpus, n_decode)
-        plan = [("prefill", "prefill-0", pre)] + [("decode", f"decode-{i}", c) for i, c in enumerate(dec)]
+        procs: list[subprocess.Popen[str]] = []
         try:
-            procs = [self._spawn(role, name, model, plain, sched_args or [], prefill_chunk, c, env)
-                     for role, name, c in plan]
-            for (role, name, c), proc in zip(plan, procs):
+            for role, name, c, args in plan:
+                procs.append(self._spawn(role, name, model, plain, args, c, env))
+            for (role, name, c, _), proc in zip(plan, procs):
                 self.workers.append(Worker(role, name, self._ready(proc, name, ready_timeout), proc, c))
         except BaseException:
             self.close()
-            for p in locals().get("procs", []):
+            for p in procs:
                 p.kill()
             raise
 
     @staticmethod
-    def _spawn(role: str, name: str, model: str, plain: bool, sched_args: list[str], prefill_chunk: int,
-               cpus: list[int], env: dict[str, str] | None) -> subprocess.Popen[str]:
+    def _spawn(role: str, name: str, model: str, plain: bool, args: list[str], cpus: list[int],
+               env: dict[str, str] | None) -> subprocess.Popen[str]:
         n = str(max(1, len(cpus)))
         child_env = {**os.environ, **(env or {}), "NUMBA_NUM_THREADS": n, "OMP_NUM_THREADS": n,
                      "OPENBLAS_NUM_THREADS": n, "MKL_NUM_THREADS": n}
         cmd = [sys.executable, "-m", "commands.main", "worker", "--role", role, "--name", name, "--listen",
-               "127.0.0.1:0", "--gguf", model, "--prefill-chunk", str(prefill_chunk), "--exit-with-parent",
-               *(["--plain"] if plain else []), *sched_args]
+               "127.0.0.1:0", "--gguf", model, "--exit-with-parent", *(["--plain"] if plain else []), *args]
         proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True, env=child_env)
         if hasattr(os, "sched_setaffinity") and cpus:
@@ -148,3 +157,20 @@ class LocalWorkers:
                         f.close()
                     except OSError:
                         pass
+
+
+class LocalStages(LocalWorkers):
+    """`fak serve --stages N`'s workers: one `fak worker --role stage` per band, the cores split evenly."""
+
+    def __init__(self, model: str, bands: list[tuple[int, int]], *, plain: bool = False, ready_timeout: float = 300.0,
+                 cpus: list[int] | None = None, env: dict[str, str] | None = None) -> None:
+        cpus = cpus if cpus is not None else _cpus()
+        n = len(bands)
+        per = max(1, len(cpus) // n)
+        shares = [cpus[i * per : (i + 1) * per] if len(cpus) >= n else cpus for i in range(n)]
+        self._launch([("stage", f"stage-{i}", shares[i], ["--layers", f"{lo}:{hi}"])
+                      for i, (lo, hi) in enumerate(bands)], model, plain, ready_timeout, env)
+
+    @property
+    def addresses(self) -> list[str]:
+        return [w.address for w in self.workers]

@@ -102,6 +102,29 @@ def test_decode_step_moves_one_hidden_row_per_lane(transport: str) -> None:
             n.close()
 
 
+@pytest.mark.parametrize("transport", ["inproc", "shm"])
+def test_groups_keep_several_forwards_in_flight_same_tokens(want: list[list[int]], transport: str) -> None:
+    from engine.dist.pipeline_sched import PipelinedScheduler
+
+    m = model()
+    pm, nodes = _pipeline(m, PartitionPlan.by_bytes(m, 3), transport)
+    try:
+        with PipelinedScheduler(pm, 3, block_tokens=BT, prefill_chunk=CHUNK, kv_blocks=60, preempt="swap") as s:
+            hs = [s.admit(Request(r.prompt, max_new_tokens=r.max_new_tokens)) for r in _reqs()]
+            res = [h.result(timeout=120) for h in hs]
+            assert [r.token_ids for r in res] == want
+            assert sorted(s.loads().values()) == [0, 0, 0]
+            st = s.stats()
+            assert st.admitted == 16 and st.finished == {"length": 16} and st.max_blocks == 60
+            assert all(g.stats().admitted > 0 for g in s.groups.values())  # every group took lanes
+        p = pm.pipeline  # type: ignore[attr-defined]
+        assert p.stats["in_flight_max"] >= 2  # forwards of different groups overlapped in the stages
+    finally:
+        pm.close()  # type: ignore[attr-defined]
+        for n in nodes:
+            n.close()
+
+
 def test_partition_plans_are_checked() -> None:
     m = model()
     assert PartitionPlan.by_bytes(m, 1).bands == [(0, 3)]
@@ -158,13 +181,14 @@ def test_remote_stages_must_cover_the_model_in_order() -> None:
             n.close()
 
 
-def test_pipeline_refuses_a_second_pool_and_embeddings() -> None:
+def test_pipeline_refuses_foreign_pools_and_embeddings() -> None:
+    from engine import Session
+
     m = model()
     pm = local_pipeline(m, PartitionPlan.by_bytes(m, 2))
     try:
-        pm.new_pool(None, BT)
-        with pytest.raises(EngineError, match="one KV pool"):
-            pm.new_pool(None, BT)
+        with pytest.raises(EngineError, match="one of its own pools"):
+            Session(pm, pool=m.new_pool(None, BT)).prefill([1, 2, 3])
         with pytest.raises(EngineError, match="embeddings"):
             pm.embed([1, 2, 3])
     finally:

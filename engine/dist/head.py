@@ -34,7 +34,7 @@ from engine.dist.workers import shareable_blocks
 from engine.errors import EngineError
 from engine.sched.lane import FinishReason, Handle, LaneResult, LaneState, Request, TextTracker, now, validate_request
 from engine.sched.prefix_cache import chain_hashes
-from engine.sched.stats import SchedStats
+from engine.sched.stats import SchedStats, merge_stats
 
 T = TypeVar("T")
 MAX_ATTEMPTS = 4  # a request re-routed this many times (each decode node it lands on dying) gives up
@@ -485,26 +485,9 @@ class PDHead:
     def stats(self) -> SchedStats:
         """The decode nodes' scheduler snapshots summed (what fak serve's panels and /metrics read)."""
         snaps = [SchedStats.from_json(p.beat["sched"]) for p in self.decoders.values() if p.up and p.beat.get("sched")]
-        if not snaps:
-            return SchedStats(block_tokens=self.block_tokens)
-        total: dict[str, Any] = {}
-        for f in ("running", "waiting", "preempted", "tokens_per_s", "used_blocks", "cached_blocks",
-                  "reclaimable_blocks", "pool_blocks", "steps", "tokens_generated", "prefill_tokens", "imported",
-                  "admitted", "preemptions_swap", "preemptions_recompute", "swap_bytes_out", "swap_bytes_in",
-                  "readmitted", "prefix_queries", "prefix_hits", "prefix_hit_tokens", "prefix_tainted_refused",
-                  "max_running_observed", "max_running"):
-            total[f] = sum(getattr(s, f) for s in snaps)
-        maxes = [s.max_blocks for s in snaps]
-        finished: dict[str, int] = {}
-        for s in snaps:
-            for k, v in s.finished.items():
-                finished[k] = finished.get(k, 0) + v
         with self._lock:
             waiting = sum(1 for j in self._jobs.values() if j.phase in ("queued", "prefill")) + self._queue.qsize()
-        total["waiting"] += waiting
-        return SchedStats(**total, max_blocks=None if None in maxes else sum(m or 0 for m in maxes),
-                          block_tokens=self.block_tokens, finished=finished, preempt_mode=snaps[0].preempt_mode,
-                          victim_rule=snaps[0].victim_rule)
+        return merge_stats(snaps, self.block_tokens, waiting)
 
     def pd_stats(self) -> dict[str, Any]:
         """Per-worker figures in PDCluster.stats()'s shape (the fak_pd_* collector and the P/D panel read it)."""

@@ -19,7 +19,7 @@ def layer_bytes(model: Any) -> list[int]:
     """Weight bytes of each layer (resident blocks or float32 arrays, whatever the model holds)."""
     out = []
     for lw in model.weights.layers:
-        out.append(sum(int(getattr(v, "nbytes", 0)) for v in vars(lw).values() if v is not None))
+        out.append(0 if lw is None else sum(int(getattr(v, "nbytes", 0)) for v in vars(lw).values() if v is not None))
     return out
 
 

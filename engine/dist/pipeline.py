@@ -6,9 +6,11 @@ final norm and LM head here, so the logits, the sampling and every lane's state 
 Its pool is a StagedPool: the scheduler's allocator (block ids, refcounts, prefix cache, budget) with no
 tensors of its own; copy-on-write, swap-out and swap-in act on every stage's blocks of those ids.
 
-Micro-batches: a forward of many lanes is cut into up to `micro_batches` groups sent back to back, so
-while stage 2 runs group 1, stage 1 runs group 2 (each row's numbers do not depend on its batch mates:
-the decode kernels are row-stable). A decode step moves lanes x hidden x 4 bytes per link plus a header
+Several forwards in flight: `run` is thread-safe, and a PipelinedScheduler (engine/dist/pipeline_sched.py)
+runs one scheduler per group of lanes over one pipeline, so while stage 2 runs group A's step, stage 1
+runs group B's. (A forward can also be cut into `micro_batches` pieces sent back to back; for decode that
+re-reads every stage's weights per piece, so it is off by default.) Each row's numbers do not depend on
+its batch mates (the decode kernels are row-stable). A decode step moves lanes x hidden x 4 bytes per link plus a header
 of a few ints per lane: block tables travel as deltas (engine/dist/stage.py), never the history.
 
 Stages run in this process (threads, `transport="inproc"`) or in `fak worker --role stage` processes
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import queue
 import threading
 import time
 import weakref
@@ -53,23 +56,17 @@ class LocalStage:
                                        name=f"fak-stage-{self.stage.lo}-{self.stage.hi}", daemon=True)
         self.thread.start()
 
-    def read(self, blocks: list[int]) -> bytes:
-        return self.stage.read(blocks)
+    def read(self, pid: int, blocks: list[int]) -> bytes:
+        return self.stage.read(pid, blocks)
 
-    def write(self, blocks: list[int], data: bytes) -> None:
-        self.stage.write(blocks, data)
+    def write(self, pid: int, blocks: list[int], data: bytes) -> None:
+        self.stage.write(pid, blocks, data)
 
-    def copy(self, src: int, dst: int) -> None:
-        self.stage.copy(src, dst)
+    def copy(self, pid: int, src: int, dst: int) -> None:
+        self.stage.copy(pid, src, dst)
 
-    def reset_pool(self, num_blocks: int | None, block_tokens: int) -> None:
-        s = self.stage
-        s.pool = BlockPool(s.hi - s.lo, s.pool.n_kv_heads, s.pool.head_dim, num_blocks, block_tokens)
-        s.tables.clear()
-
-    @property
-    def block_bytes(self) -> int:
-        return self.stage.block_bytes
+    def reset_pool(self, pid: int, num_blocks: int | None, block_tokens: int) -> int:
+        return self.stage.reset_pool(pid, num_blocks, block_tokens)
 
     def info(self, fresh: bool = True) -> dict[str, Any]:
         return self.stage.info()
@@ -102,7 +99,6 @@ class RemoteStage:
         self._lock = threading.Lock()
         self.beat: dict[str, Any] = {}
         self.up = True
-        self._block_bytes = 0
         threading.Thread(target=self._read, name=f"fak-stage-{address}", daemon=True).start()
 
     def _read(self) -> None:
@@ -142,22 +138,18 @@ class RemoteStage:
             raise EngineError(f"stage {self.address}: {msg['op']}: {header['error']}")
         return header, data
 
-    def read(self, blocks: list[int]) -> bytes:
-        return self.call({"op": "read", "blocks": blocks})[1] or b""
+    def read(self, pid: int, blocks: list[int]) -> bytes:
+        return self.call({"op": "read", "pool": pid, "blocks": blocks})[1] or b""
 
-    def write(self, blocks: list[int], data: bytes) -> None:
-        self.call({"op": "write", "blocks": blocks}, data)
+    def write(self, pid: int, blocks: list[int], data: bytes) -> None:
+        self.call({"op": "write", "pool": pid, "blocks": blocks}, data)
 
-    def copy(self, src: int, dst: int) -> None:
-        self.call({"op": "copy", "src": src, "dst": dst})
+    def copy(self, pid: int, src: int, dst: int) -> None:
+        self.call({"op": "copy", "pool": pid, "src": src, "dst": dst})
 
-    def reset_pool(self, num_blocks: int | None, block_tokens: int) -> None:
-        reply = self.call({"op": "pool", "num_blocks": num_blocks, "block_tokens": block_tokens})[0]
-        self._block_bytes = int(reply["block_bytes"])
-
-    @property
-    def block_bytes(self) -> int:
-        return self._block_bytes
+    def reset_pool(self, pid: int, num_blocks: int | None, block_tokens: int) -> int:
+        reply = self.call({"op": "pool", "pool": pid, "num_blocks": num_blocks, "block_tokens": block_tokens})[0]
+        return int(reply["block_bytes"])
 
     def info(self, fresh: bool = True) -> dict[str, Any]:
         """This stage's figures: asked now, or (fresh=False, for a metrics scrape) its last heartbeat's."""
@@ -177,16 +169,23 @@ class Pipeline:
     def __init__(self, model: Model, stages: list[Any], outbound: Any, inbound: Any, *, micro_batches: int = 0,
                  transport: str = "inproc", timeout: float = 600.0) -> None:
         self.model, self.stages, self.out, self.back = model, stages, outbound, inbound
-        self.micro_batches = micro_batches or len(stages)
+        self.micro_batches = micro_batches or 1  # splitting one forward re-reads every weight per piece
         self.transport, self.timeout = transport, timeout
         self._keys = itertools.count()
         self._sent: dict[int, list[int]] = {}  # block table last sent per lane key (every stage saw the same)
         self._drops: list[int] = []
         self._seq = itertools.count()
+        self._pool_ids = itertools.count()
+        self._send_lock = threading.Lock()
+        self._waiting: dict[int, queue.Queue[tuple[dict[str, Any], Any]]] = {}
+        self._reader_error = ""
+        self._closed = False
+        self.last: dict[str, int] = {}
         self.owned: list[Any] = []
         self.stats: dict[str, float] = {"forwards": 0, "messages": 0, "wall_s": 0.0, "rows": 0, "bytes": 0,
                                         "header_bytes": 0, "decode_forwards": 0, "decode_bytes": 0,
-                                        "decode_header_bytes": 0, "decode_lanes": 0}
+                                        "decode_header_bytes": 0, "decode_lanes": 0, "in_flight_max": 0}
+        threading.Thread(target=self._collect, name="fak-pipeline-results", daemon=True).start()
 
     def _key(self, kv: Any) -> int:
         key = getattr(kv, "_pipe_key", None)
@@ -208,63 +207,94 @@ class Pipeline:
         self._sent[key] = blocks
         return [key, ln.start, ln.n, op]
 
-    def run(self, x: np.ndarray, lanes: list[LaneInput], decode: bool) -> np.ndarray:
+    def run(self, x: np.ndarray, lanes: list[LaneInput], decode: bool, pool: int = 0) -> np.ndarray:
+        """One forward of `lanes` (all in KV pool `pool`) through the stages. Thread-safe: several schedulers
+        over one pipeline keep several forwards in flight, each stage working on whichever arrived first."""
         t0 = time.perf_counter()
         n = len(lanes)
         k = max(1, min(self.micro_batches, n))
         bounds = [round(i * n / k) for i in range(k + 1)]
         rows = np.cumsum([0] + [ln.n for ln in lanes])
-        drops, self._drops = self._drops, []
-        for key in drops:
-            self._sent.pop(key, None)
-        seq = next(self._seq)
+        box: queue.Queue[tuple[dict[str, Any], Any]] = queue.Queue()
         sent_bytes = header_bytes = 0
-        for g in range(k):
-            a, b = bounds[g], bounds[g + 1]
-            hdr = {"op": "fwd", "seq": seq, "g": g, "decode": decode, "drop": drops if g == 0 else [],
-                   "lanes": [self._lane(ln) for ln in lanes[a:b]]}
-            part = np.ascontiguousarray(x[rows[a] : rows[b]], dtype=np.float32)
-            self.out.send(hdr, part)
-            sent_bytes += part.nbytes
-            header_bytes += len(json.dumps(hdr, separators=(",", ":")))
+        with self._send_lock:
+            drops, self._drops = self._drops, []
+            for key in drops:
+                self._sent.pop(key, None)
+            seq = next(self._seq)
+            self._waiting[seq] = box
+            self.stats["in_flight_max"] = max(self.stats["in_flight_max"], len(self._waiting))
+            for g in range(k):
+                a, b = bounds[g], bounds[g + 1]
+                hdr = {"op": "fwd", "seq": seq, "g": g, "pool": pool, "decode": decode,
+                       "drop": drops if g == 0 else [], "lanes": [self._lane(ln) for ln in lanes[a:b]]}
+                part = np.ascontiguousarray(x[rows[a] : rows[b]], dtype=np.float32)
+                self.out.send(hdr, part)
+                sent_bytes += part.nbytes
+                header_bytes += len(json.dumps(hdr, separators=(",", ":")))
         ys: list[np.ndarray | None] = [None] * k
         errors = []
         deadline = time.monotonic() + self.timeout
-        got = 0
-        while got < k:
+        try:
+            for _ in range(k):
+                while True:
+                    try:
+                        h, y = box.get(timeout=0.5)
+                        break
+                    except queue.Empty:
+                        gone = [s for s in self.stages if not getattr(s, "up", True)]
+                        if gone or self._reader_error:
+                            why = self._reader_error or f"stage worker {gone[0].address} went away"
+                            raise EngineError(f"pipeline: {why}") from None
+                        if time.monotonic() > deadline:
+                            raise EngineError(f"pipeline: no answer from the last stage within {self.timeout} s") from None
+                if h.get("error"):
+                    errors.append(str(h["error"]))
+                    continue
+                ys[int(h["g"])] = y
+        finally:
+            with self._send_lock:
+                self._waiting.pop(seq, None)
+        if errors:
+            raise EngineError(f"pipeline forward failed: {errors[0]}")
+        with self._send_lock:
+            st = self.stats
+            st["forwards"] += 1
+            st["messages"] += k
+            st["wall_s"] += time.perf_counter() - t0
+            st["rows"] += int(x.shape[0])
+            st["bytes"] += sent_bytes
+            st["header_bytes"] += header_bytes
+            if decode and int(x.shape[0]) == n:  # one row per lane: a pure decode step
+                st["decode_forwards"] += 1
+                st["decode_bytes"] += sent_bytes
+                st["decode_header_bytes"] += header_bytes
+                st["decode_lanes"] += n
+            self.last = {"lanes": n, "rows": int(x.shape[0]), "bytes": sent_bytes, "header_bytes": header_bytes,
+                         "micro_batches": k}
+        return np.concatenate(ys)  # type: ignore[arg-type]
+
+    def _collect(self) -> None:
+        """The results reader: every answer from the last stage to the forward waiting for it (by step)."""
+        hidden = int(self.model.config.hidden)
+        while not self._closed:
             try:
                 h, blob = self.back.recv(0.5)
             except TransportTimeout:
-                gone = [s for s in self.stages if not getattr(s, "up", True)]
-                if gone:
-                    raise EngineError(f"pipeline: stage worker {gone[0].address} went away") from None
-                if time.monotonic() > deadline:
-                    raise EngineError(f"pipeline: no answer from the last stage within {self.timeout} s") from None
                 continue
-            if h.get("seq") != seq:  # a step that failed earlier left answers behind: not ours
-                continue
-            got += 1
-            if h.get("error"):
-                errors.append(str(h["error"]))
-                continue
-            ys[int(h["g"])] = np.frombuffer(blob, dtype=np.float32).reshape(-1, x.shape[1]).copy()
-        if errors:
-            raise EngineError(f"pipeline forward failed: {errors[0]}")
-        st = self.stats
-        st["forwards"] += 1
-        st["messages"] += k
-        st["wall_s"] += time.perf_counter() - t0
-        st["rows"] += int(x.shape[0])
-        st["bytes"] += sent_bytes
-        st["header_bytes"] += header_bytes
-        if decode and int(x.shape[0]) == n:  # one row per lane: a pure decode step
-            st["decode_forwards"] += 1
-            st["decode_bytes"] += sent_bytes
-            st["decode_header_bytes"] += header_bytes
-            st["decode_lanes"] += n
-        self.last = {"lanes": n, "rows": int(x.shape[0]), "bytes": sent_bytes, "header_bytes": header_bytes,
-                     "micro_batches": k}
-        return np.concatenate(ys)  # type: ignore[arg-type]
+            except Exception as e:  # the link is gone: every waiting forward fails now, not at its timeout
+                if not self._closed:
+                    self._reader_error = f"the results link closed ({e})"
+                return
+            with self._send_lock:
+                box = self._waiting.get(int(h.get("seq", -1)))
+            if box is not None:  # else a step that failed earlier left answers behind: dropped
+                y = None if h.get("error") else np.frombuffer(blob, dtype=np.float32).reshape(-1, hidden).copy()
+                box.put((h, y))
+
+    def new_pool_id(self) -> int:
+        with self._send_lock:
+            return next(self._pool_ids)
 
     def stage_stats(self, fresh: bool = True) -> list[dict[str, Any]]:
         """Per stage: layers, steps, rows, busy time, bytes; utilisation = busy / the pipeline's forward time."""
@@ -278,6 +308,7 @@ class Pipeline:
         return out
 
     def close(self) -> None:
+        self._closed = True
         for s in self.stages:
             s.close()
         for link in (self.out, self.back):
@@ -290,33 +321,31 @@ class Pipeline:
 
 
 class StagedPool(BlockPool):
-    """The scheduler's pool for a pipeline: allocator and refcounts here, K/V on the stages."""
+    """The scheduler's pool for a pipeline: allocator and refcounts here, K/V on the stages (pool `pid` there)."""
 
     def __init__(self, pipeline: Pipeline, config: Any, num_blocks: int | None, block_tokens: int) -> None:
         super().__init__(0, config.n_kv_heads, config.head_dim, num_blocks=num_blocks, block_tokens=block_tokens)
         self.pipeline = pipeline
-        self.total_layers = int(config.n_layers)
-        for s in pipeline.stages:
-            s.reset_pool(num_blocks, block_tokens)
-        self._sizes = [s.block_bytes for s in pipeline.stages]
+        self.pid = pipeline.new_pool_id()
+        self._sizes = [s.reset_pool(self.pid, num_blocks, block_tokens) for s in pipeline.stages]
 
     @property
     def block_bytes(self) -> int:
         return sum(self._sizes)
 
     def read_blocks(self, blocks: list[int]) -> bytes:
-        return b"".join(s.read(blocks) for s in self.pipeline.stages)
+        return b"".join(s.read(self.pid, blocks) for s in self.pipeline.stages)
 
     def write_blocks(self, blocks: list[int], data: bytes) -> None:
         at = 0
         for s, per in zip(self.pipeline.stages, self._sizes):
             n = per * len(blocks)
-            s.write(blocks, data[at : at + n])
+            s.write(self.pid, blocks, data[at : at + n])
             at += n
 
     def copy_block(self, src: int, dst: int) -> None:
         for s in self.pipeline.stages:
-            s.copy(src, dst)
+            s.copy(self.pid, src, dst)
 
 
 class PipelineModel(Model):
@@ -327,20 +356,20 @@ class PipelineModel(Model):
                          identity=model.identity)
         self.prefill_blas = model.prefill_blas
         self.pipeline = pipeline
-        self._pool: StagedPool | None = None
 
     def new_pool(self, num_blocks: int | None = None, block_tokens: int = 16) -> BlockPool:
-        if self._pool is not None:
-            raise EngineError("a pipeline serves one KV pool (one scheduler)")
-        self._pool = StagedPool(self.pipeline, self.config, num_blocks, block_tokens)
-        return self._pool
+        """A scheduler's pool (each scheduler over this pipeline gets its own on every stage)."""
+        return StagedPool(self.pipeline, self.config, num_blocks, block_tokens)
 
     def forward(self, ids: np.ndarray, lanes: list[LaneInput], decode: bool,
                 trace: list[np.ndarray] | None = None, all_logits: bool = False, head: bool = True) -> np.ndarray:
         if trace is not None:
             raise EngineError("a pipeline forward cannot trace the residual stream")
         ids = np.asarray(ids, dtype=np.int64)
-        x = self.pipeline.run(self.embed_rows(ids), lanes, decode)
+        pools = {id(ln.kv.pool) for ln in lanes}
+        if len(pools) != 1 or not isinstance(lanes[0].kv.pool, StagedPool):
+            raise EngineError("a pipeline forward takes lanes of one of its own pools")
+        x = self.pipeline.run(self.embed_rows(ids), lanes, decode, lanes[0].kv.pool.pid)
         return self.finish(x, lanes, all_logits, head)
 
     def embed(self, ids: list[int] | np.ndarray) -> np.ndarray:

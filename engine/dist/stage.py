@@ -30,17 +30,34 @@ class Stage:
         if not 0 <= lo < hi <= c.n_layers:
             raise EngineError(f"stage layers {lo}:{hi}: expected 0 <= lo < hi <= {c.n_layers}")
         self.model, self.lo, self.hi = model, lo, hi
-        self.pool = BlockPool(hi - lo, c.n_kv_heads, c.head_dim, num_blocks=num_blocks, block_tokens=block_tokens)
+        # one pool per scheduler the head runs over this pipeline (each a group of lanes in flight), by id
+        self.pools: dict[int, BlockPool] = {0: self.new_pool(num_blocks, block_tokens)}
         self.tables: dict[int, list[int]] = {}
         self.lock = threading.Lock()  # a forward and a control call never interleave
         self.stats: dict[str, float] = {"steps": 0, "rows": 0, "busy_s": 0.0, "bytes_in": 0, "bytes_out": 0}
 
-    def _fit(self, blocks: list[int]) -> None:
+    def new_pool(self, num_blocks: int | None, block_tokens: int) -> BlockPool:
+        c = self.model.config
+        return BlockPool(self.hi - self.lo, c.n_kv_heads, c.head_dim, num_blocks=num_blocks, block_tokens=block_tokens)
+
+    def reset_pool(self, pid: int, num_blocks: int | None, block_tokens: int) -> int:
+        """(Re)create pool `pid` to the head's budget; returns its bytes per block."""
+        with self.lock:
+            self.pools[pid] = self.new_pool(num_blocks, block_tokens)
+            return self.pools[pid].block_bytes
+
+    def pool(self, pid: int) -> BlockPool:
+        try:
+            return self.pools[pid]
+        except KeyError:
+            raise EngineError(f"stage {self.lo}:{self.hi}: no KV pool {pid}") from None
+
+    def _fit(self, pool: BlockPool, blocks: list[int]) -> None:
         top = max(blocks, default=-1)
-        while top >= self.pool.capacity:
-            if not self.pool.growable:
-                raise EngineError(f"stage {self.lo}:{self.hi}: block {top} beyond its pool of {self.pool.capacity}")
-            self.pool._grow()
+        while top >= pool.capacity:
+            if not pool.growable:
+                raise EngineError(f"stage {self.lo}:{self.hi}: block {top} beyond its pool of {pool.capacity}")
+            pool._grow()
 
     def run(self, header: dict[str, Any], blob: memoryview) -> np.ndarray:
         """One forward message: hidden rows in, hidden rows out (this band's layers applied)."""
@@ -48,16 +65,17 @@ class Stage:
         hidden = int(self.model.config.hidden)
         x = np.frombuffer(blob, dtype=np.float32).reshape(-1, hidden).copy()
         with self.lock:
+            pool = self.pool(int(header.get("pool", 0)))
             for key in header.get("drop", ()):
                 self.tables.pop(int(key), None)
             lanes = []
             for key, start, n, op in header["lanes"]:
                 if op is not None:
                     kind, ids = op
-                    self._fit(ids)
+                    self._fit(pool, ids)
                     self.tables[key] = list(ids) if kind == "=" else self.tables[key] + list(ids)
                 blocks = self.tables[key]
-                lanes.append(LaneInput(PageTable(self.pool, blocks, start), int(n), int(start)))
+                lanes.append(LaneInput(PageTable(pool, blocks, start), int(n), int(start)))
             y = self.model.run_layers(x, lanes, bool(header["decode"]), self.lo, self.hi, kv_layer0=self.lo)
         st = self.stats
         st["steps"] += 1
@@ -68,28 +86,27 @@ class Stage:
         return np.ascontiguousarray(y, dtype=np.float32)
 
     # -- control (the head's pipeline idle between forwards: ordered against them by the caller)
-    def read(self, blocks: list[int]) -> bytes:
+    def read(self, pid: int, blocks: list[int]) -> bytes:
         with self.lock:
-            self._fit(blocks)
-            return self.pool.read_blocks(blocks)
+            pool = self.pool(pid)
+            self._fit(pool, blocks)
+            return pool.read_blocks(blocks)
 
-    def write(self, blocks: list[int], data: bytes | memoryview) -> None:
+    def write(self, pid: int, blocks: list[int], data: bytes | memoryview) -> None:
         with self.lock:
-            self._fit(blocks)
-            self.pool.write_blocks(blocks, bytes(data))
+            pool = self.pool(pid)
+            self._fit(pool, blocks)
+            pool.write_blocks(blocks, bytes(data))
 
-    def copy(self, src: int, dst: int) -> None:
+    def copy(self, pid: int, src: int, dst: int) -> None:
         with self.lock:
-            self._fit([src, dst])
-            self.pool.copy_block(src, dst)
-
-    @property
-    def block_bytes(self) -> int:
-        return self.pool.block_bytes
+            pool = self.pool(pid)
+            self._fit(pool, [src, dst])
+            pool.copy_block(src, dst)
 
     def info(self) -> dict[str, Any]:
-        return {"layers": [self.lo, self.hi], "pool_blocks": self.pool.capacity, "tables": len(self.tables),
-                **self.stats}
+        return {"layers": [self.lo, self.hi], "pools": len(self.pools),
+                "pool_blocks": sum(p.capacity for p in self.pools.values()), "tables": len(self.tables), **self.stats}
 
 
 def serve(stage: Stage, inbound: Any, outbound: Any, stop: threading.Event) -> None:

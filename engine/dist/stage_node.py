@@ -19,7 +19,6 @@ from engine.dist.links import ChannelLink, RingReceiver, RingSender
 from engine.dist.node import PROTOCOL, Node
 from engine.dist.stage import Stage, serve
 from engine.errors import EngineError
-from engine.model.kv import BlockPool
 
 
 class _Later:
@@ -49,7 +48,7 @@ class StageNode(Node):
         self.stage = Stage(model, lo, hi)
         self.out = _Later()
         self._ring: RingReceiver | None = None
-        super().__init__(model, name or f"stage-{lo}-{hi}", KVLayout.of(self.stage.pool), host, port, beat_s)
+        super().__init__(model, name or f"stage-{lo}-{hi}", KVLayout.of(self.stage.pools[0]), host, port, beat_s)
 
     def hello(self) -> dict[str, Any]:
         return {"layers": [self.stage.lo, self.stage.hi]}
@@ -68,13 +67,9 @@ class StageNode(Node):
             extra: dict[str, Any] = {}
             blob = None
             if op == "pool":
-                s = self.stage
-                with s.lock:
-                    nb = header.get("num_blocks")
-                    s.pool = BlockPool(s.hi - s.lo, s.pool.n_kv_heads, s.pool.head_dim,
-                                       None if nb is None else int(nb), int(header["block_tokens"]))
-                    s.tables.clear()
-                extra = {"block_bytes": s.pool.block_bytes}
+                nb = header.get("num_blocks")
+                extra = {"block_bytes": self.stage.reset_pool(int(header.get("pool", 0)), None if nb is None else int(nb),
+                                                              int(header["block_tokens"]))}
             elif op == "inbound":
                 if header.get("transport") == "shm":
                     self._ring = RingReceiver(int(header.get("ring_bytes") or 64 << 20))
@@ -91,11 +86,11 @@ class StageNode(Node):
                     down.recv(30.0)
                     self.out.set(ChannelLink(down))
             elif op == "read":
-                blob = self.stage.read([int(b) for b in header["blocks"]])
+                blob = self.stage.read(int(header.get("pool", 0)), [int(b) for b in header["blocks"]])
             elif op == "write":
-                self.stage.write([int(b) for b in header["blocks"]], blobs[0])
+                self.stage.write(int(header.get("pool", 0)), [int(b) for b in header["blocks"]], blobs[0])
             elif op == "copy":
-                self.stage.copy(int(header["src"]), int(header["dst"]))
+                self.stage.copy(int(header.get("pool", 0)), int(header["src"]), int(header["dst"]))
             elif op == "info":
                 extra = {"info": self.stage.info()}
             else:

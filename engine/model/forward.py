@@ -51,7 +51,8 @@ class Weights:
     @property
     def nbytes(self) -> int:
         seen: dict[int, int] = {}
-        for obj in [self.token_embd, self.output_norm, self.output, *[v for lw in self.layers for v in vars(lw).values()]]:
+        layers = [lw for lw in self.layers if lw is not None]  # a pipeline stage keeps only its band
+        for obj in [self.token_embd, self.output_norm, self.output, *[v for lw in layers for v in vars(lw).values()]]:
             if obj is not None:
                 seen[id(obj)] = int(obj.nbytes)
         return sum(seen.values())

@@ -97,6 +97,30 @@ def snapshot(c: dict[str, int], finished: dict[str, int], last_victim: Victim | 
     )
 
 
+_SUMMED = ("running", "waiting", "preempted", "tokens_per_s", "used_blocks", "cached_blocks", "reclaimable_blocks",
+           "pool_blocks", "steps", "tokens_generated", "prefill_tokens", "imported", "admitted", "preemptions_swap",
+           "preemptions_recompute", "swap_bytes_out", "swap_bytes_in", "readmitted", "prefix_queries", "prefix_hits",
+           "prefix_hit_tokens", "prefix_tainted_refused", "max_running_observed", "max_running")
+
+
+def merge_stats(snaps: list[SchedStats], block_tokens: int = 16, extra_waiting: int = 0) -> SchedStats:
+    """Several schedulers seen as one (P/D decode workers, pipeline groups): counts and gauges summed, a
+    budget only if every one has one, `extra_waiting` requests queued in front of them all."""
+    if not snaps:
+        return SchedStats(block_tokens=block_tokens, waiting=extra_waiting)
+    total: dict[str, object] = {f: sum(getattr(s, f) for s in snaps) for f in _SUMMED}
+    total["waiting"] = int(total["waiting"]) + extra_waiting  # type: ignore[call-overload]
+    finished: dict[str, int] = {}
+    for s in snaps:
+        for k, v in s.finished.items():
+            finished[k] = finished.get(k, 0) + v
+    maxes = [s.max_blocks for s in snaps]
+    last = [s.last_victim for s in snaps if s.last_victim is not None]
+    return SchedStats(**total, max_blocks=None if None in maxes else sum(m or 0 for m in maxes),  # type: ignore[arg-type]
+                      block_tokens=block_tokens, finished=finished, last_victim=last[-1] if last else None,
+                      preempt_mode=snaps[0].preempt_mode, victim_rule=snaps[0].victim_rule)
+
+
 class RateMeter:
     """Events per second over a sliding window (loop thread only)."""
 

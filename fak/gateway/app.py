@@ -58,6 +58,11 @@ def create_app(boot: Callable[[], Any], model_name: str, *, api_key: str | None 
                 from engine.dist.stats import PDCollector
 
                 st.metrics.registry.register(PDCollector(booted.scheduler.pd_stats))
+            pipe = getattr(getattr(booted.scheduler, "model", None), "pipeline", None)
+            if pipe is not None:  # pipeline stages: the fak_pipeline_* families
+                from engine.dist.pipeline_stats import PipelineCollector, pipeline_stats
+
+                st.metrics.registry.register(PipelineCollector(lambda: pipeline_stats(pipe)))
             st.tool_family = _tool_family(booted)
             if booted.scheduler.tokenizer is not None:
                 booted.scheduler.warm_grammar()  # ~3 s holding the GIL: now, not on the first constrained request
@@ -101,7 +106,7 @@ def create_app(boot: Callable[[], Any], model_name: str, *, api_key: str | None 
         return JSONResponse({"model": model_name, "status": st.boot_status, "requests": total, "errors_5xx": errors,
                              "sched": b.scheduler.stats().to_json() if b is not None else None,
                              "pd": b.scheduler.pd_stats() if b is not None and hasattr(b.scheduler, "pd_stats")
-                             else None})
+                             else None, "pipeline": _pipeline(b)})
 
     app.include_router(openai_router)
     app.include_router(embeddings_router)
@@ -109,6 +114,16 @@ def create_app(boot: Callable[[], Any], model_name: str, *, api_key: str | None 
     app.include_router(responses_router)
     app.include_router(fak_router)
     return app
+
+
+def _pipeline(b: Any) -> dict[str, Any] | None:
+    """A pipeline's figures for /fak/stats (None without stages)."""
+    pipe = getattr(getattr(getattr(b, "scheduler", None), "model", None), "pipeline", None)
+    if pipe is None:
+        return None
+    from engine.dist.pipeline_stats import pipeline_stats
+
+    return pipeline_stats(pipe)
 
 
 def _tool_family(b: Any) -> type:
