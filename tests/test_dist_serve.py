@@ -1,7 +1,10 @@
-"""`fak serve --pd 1:2` on Gemma 3 270M: a head process and three `fak worker` processes (one prefill, two
-decode, shm transport). Greedy completions equal the colocated server's; SIGKILL of a decode worker
-process mid-stream: every stream still completes with the tokens a healthy run gives; the P/D figures
-reach /fak/stats and /metrics; bad P/D flags are one line and exit 2."""
+"""`fak serve` with its engine spread over processes, on Gemma 3 270M.
+
+`--pd 1:2`: a head process and three `fak worker` processes (one prefill, two decode, shm transport).
+Greedy completions equal the colocated server's; SIGKILL of a decode worker process mid-stream: every
+stream still completes with the tokens a healthy run gives; the P/D figures reach /fak/stats and /metrics.
+`--stages 2`: two `fak worker --role stage` processes (layers 0:9, 9:18): the same completions; the
+pipeline figures reach /fak/stats and /metrics. Bad P/D and pipeline flags are one line and exit 2."""
 
 from __future__ import annotations
 
@@ -111,6 +114,19 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def test_stages_serve_equals_colocated(colocated: dict[str, object]) -> None:
+    s = Server("--gguf", "gemma3-270m", "--stages", "2", boot_timeout=300)
+    try:
+        assert _run_all(s.url) == colocated
+        p = _stats(s.url)["pipeline"]
+        assert [st["layers"] for st in p["stages"]] == [[0, 9], [9, 18]] and p["head"]["transport"] == "shm"
+        assert p["head"]["forwards"] > 0 and p["head"]["in_flight_max"] >= 2  # both groups' steps overlapped
+        assert s.metric("fak_pipeline_stages") == 2
+        assert 0 < s.metric("fak_pipeline_decode_bytes_per_step") <= 640 * 4 * len(PROMPTS)
+    finally:
+        assert s.stop() == 0
+
+
 def _fak(*args: str) -> subprocess.CompletedProcess[str]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("FAK_")}
     return subprocess.run([sys.executable, "-m", "commands.main", *args], capture_output=True, text=True, cwd=REPO,
@@ -126,11 +142,25 @@ def _fak(*args: str) -> subprocess.CompletedProcess[str]:
     (["serve", "--pd-workers", "nowhere"], "is not HOST:PORT"),
     (["worker", "--role", "router"], "expected one of prefill, decode"),
     (["worker", "--role", "decode", "--listen", "localhost"], "is not HOST:PORT"),
+    (["worker", "--role", "stage"], "a stage worker needs its band"),
+    (["worker", "--role", "decode", "--layers", "0:3"], "--layers is for --role stage"),
+    (["serve", "--stages", "2", "--pd", "1:1"], "not combined yet"),
+    (["serve", "--stages", "2", "--stage-transport", "ib"], "expected inproc, shm or tcp"),
+    (["serve", "--micro-batches", "2"], "need --stages"),
+    (["serve", "--stages", "3", "--cuts", "9"], "makes 2 stages, --stages says 3"),
+    (["serve", "--cuts", "9,x"], "expected layer indices"),
+    (["serve", "--stage-workers", "127.0.0.1:1", "--cuts", "9"], "drop --stages / --cuts"),
+    (["serve", "--stage-workers", "h:1", "--stage-transport", "inproc"], "tcp or shm"),
 ])
 def test_bad_pd_flags_are_one_line_exit_2(args: list[str], msg: str) -> None:
     r = _fak(*args, "--port", "0") if args[0] == "serve" else _fak(*args)
     assert r.returncode == 2, r.stderr
     assert msg in r.stderr and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_bad_cut_for_the_model_is_one_line_exit_2() -> None:
+    r = _fak("serve", "--port", "0", "--gguf", "synthetic", "--cuts", "30")
+    assert r.returncode == 2 and "must be in 1.." in r.stderr and "Traceback" not in r.stderr
 
 
 def test_pd_workers_unreachable_is_one_line_exit_2() -> None:
