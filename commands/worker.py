@@ -113,17 +113,19 @@ def _stage(b: object, band: tuple[int, int], host: str, port: int, name: str | N
         raise FakError(f"--listen {host}:{port}: {e.strerror or e}") from None
     except EngineError as e:
         raise FakError(f"--layers {band[0]}:{band[1]}: {e}") from None
-    _keep_band(model, *band)
+    _keep_band(model, *band, last=band[1] == model.config.n_layers)
     return node
 
 
-def _keep_band(model: object, lo: int, hi: int) -> None:
-    """Drop the weights this stage never reads (the other layers, the embedding, the head)."""
+def _keep_band(model: object, lo: int, hi: int, last: bool) -> None:
+    """Drop the weights this stage never reads: the other layers, and the embedding and head unless it is
+    the last stage (which applies the LM head)."""
     w = model.weights  # type: ignore[attr-defined]
     for i in range(len(w.layers)):
         if not lo <= i < hi:
             w.layers[i] = None
-    w.token_embd = w.output = None
+    if not last:
+        w.token_embd = w.output = None
 
 
 def _node(role: str, b: object, sched: object, host: str, port: int, name: str | None, prefill_chunk: int,

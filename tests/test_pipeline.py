@@ -94,8 +94,9 @@ def test_decode_step_moves_one_hidden_row_per_lane(transport: str) -> None:
         # the header: a few ints per lane, the same late in the run (positions ~70) as early (~31): no history
         early, late = seen[1]["header_bytes"], seen[-1]["header_bytes"]
         assert late <= early + 6 * 8 and late < 6 * 40 + 200
-        for st in p.stage_stats():
-            assert st["bytes_in"] == st["bytes_out"]  # hidden rows in, hidden rows out
+        ss = p.stage_stats()
+        assert ss[0]["bytes_out"] == ss[1]["bytes_in"]  # the stage-to-stage link: hidden rows only
+        assert all(x["return_bytes"] == 6 * m.config.vocab_size * 4 for x in seen)  # the last stage: logits back
     finally:
         pm.close()  # type: ignore[attr-defined]
         for n in nodes:
@@ -149,9 +150,14 @@ def test_by_bytes_balances_uneven_layers() -> None:
         class weights:
             layers = [SimpleNamespace(a=np.zeros(n, np.uint8), b=None) for n in (10, 10, 10, 10, 10, 50)]
 
-    plan = PartitionPlan.by_bytes(Fake, 2)
+    plan = PartitionPlan.by_bytes(Fake, 2, head_last=False)
     sizes = [sum((10, 10, 10, 10, 10, 50)[lo:hi]) for lo, hi in plan.bands]
     assert plan.bands == [(0, 5), (5, 6)] and sizes == [50, 50]
+    Fake.weights.layers[-1].a = np.zeros(10, np.uint8)  # six equal layers: cut in the middle
+    Fake.weights.output = None
+    assert PartitionPlan.by_bytes(Fake, 2).bands == [(0, 3), (3, 6)]
+    Fake.weights.output = np.zeros(20, np.uint8)  # an LM head of 2 layers' bytes counts on the last stage
+    assert PartitionPlan.by_bytes(Fake, 2).bands == [(0, 4), (4, 6)]
 
 
 def test_stage_failure_fails_the_step_not_hangs() -> None:

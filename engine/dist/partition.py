@@ -50,13 +50,17 @@ class PartitionPlan:
         return cls(int(model.config.n_layers), tuple(int(x) for x in cuts))
 
     @classmethod
-    def by_bytes(cls, model: Any, stages: int) -> PartitionPlan:
+    def by_bytes(cls, model: Any, stages: int, head_last: bool = True) -> PartitionPlan:
+        """Cuts that balance the stages' weight bytes; with `head_last` the LM head counts on the last stage
+        (engine/dist/pipeline.py runs it there)."""
         n = int(model.config.n_layers)
         if not 1 <= stages <= n:
             raise EngineError(f"--stages {stages}: expected 1..{n} (the model has {n} layers)")
         sizes = layer_bytes(model)
         if not sum(sizes):
             sizes = [1] * n  # nothing to weigh (no weights loaded): equal layer counts
+        elif head_last:
+            sizes[-1] += int(getattr(model.weights.output, "nbytes", 0) or 0)
         pref = [0]
         for b in sizes:
             pref.append(pref[-1] + b)

@@ -167,8 +167,9 @@ class Pipeline:
     """The head's driver: hidden rows through the stages, in micro-batches, and the stages' control."""
 
     def __init__(self, model: Model, stages: list[Any], outbound: Any, inbound: Any, *, micro_batches: int = 0,
-                 transport: str = "inproc", timeout: float = 600.0) -> None:
+                 transport: str = "inproc", timeout: float = 600.0, head_last: bool = True) -> None:
         self.model, self.stages, self.out, self.back = model, stages, outbound, inbound
+        self.head_last = head_last  # the last stage applies the norm and the LM head (returns logits)
         self.micro_batches = micro_batches or 1  # splitting one forward re-reads every weight per piece
         self.transport, self.timeout = transport, timeout
         self._keys = itertools.count()
@@ -184,7 +185,8 @@ class Pipeline:
         self.owned: list[Any] = []
         self.stats: dict[str, float] = {"forwards": 0, "messages": 0, "wall_s": 0.0, "rows": 0, "bytes": 0,
                                         "header_bytes": 0, "decode_forwards": 0, "decode_bytes": 0,
-                                        "decode_header_bytes": 0, "decode_lanes": 0, "in_flight_max": 0}
+                                        "decode_header_bytes": 0, "decode_lanes": 0, "in_flight_max": 0,
+                                        "return_bytes": 0}
         threading.Thread(target=self._collect, name="fak-pipeline-results", daemon=True).start()
 
     def _key(self, kv: Any) -> int:
@@ -207,7 +209,8 @@ class Pipeline:
         self._sent[key] = blocks
         return [key, ln.start, ln.n, op]
 
-    def run(self, x: np.ndarray, lanes: list[LaneInput], decode: bool, pool: int = 0) -> np.ndarray:
+    def run(self, x: np.ndarray, lanes: list[LaneInput], decode: bool, pool: int = 0,
+            finish: dict[str, bool] | None = None) -> np.ndarray:
         """One forward of `lanes` (all in KV pool `pool`) through the stages. Thread-safe: several schedulers
         over one pipeline keep several forwards in flight, each stage working on whichever arrived first."""
         t0 = time.perf_counter()
@@ -228,6 +231,8 @@ class Pipeline:
                 a, b = bounds[g], bounds[g + 1]
                 hdr = {"op": "fwd", "seq": seq, "g": g, "pool": pool, "decode": decode,
                        "drop": drops if g == 0 else [], "lanes": [self._lane(ln) for ln in lanes[a:b]]}
+                if finish is not None:
+                    hdr["finish"] = finish
                 part = np.ascontiguousarray(x[rows[a] : rows[b]], dtype=np.float32)
                 self.out.send(hdr, part)
                 sent_bytes += part.nbytes
@@ -270,13 +275,15 @@ class Pipeline:
                 st["decode_bytes"] += sent_bytes
                 st["decode_header_bytes"] += header_bytes
                 st["decode_lanes"] += n
+            back = sum(y.nbytes for y in ys if y is not None)
+            st["return_bytes"] += back
             self.last = {"lanes": n, "rows": int(x.shape[0]), "bytes": sent_bytes, "header_bytes": header_bytes,
-                         "micro_batches": k}
+                         "micro_batches": k, "return_bytes": back}
         return np.concatenate(ys)  # type: ignore[arg-type]
 
     def _collect(self) -> None:
         """The results reader: every answer from the last stage to the forward waiting for it (by step)."""
-        hidden = int(self.model.config.hidden)
+        hidden, vocab = int(self.model.config.hidden), int(self.model.config.vocab_size)
         while not self._closed:
             try:
                 h, blob = self.back.recv(0.5)
@@ -289,7 +296,8 @@ class Pipeline:
             with self._send_lock:
                 box = self._waiting.get(int(h.get("seq", -1)))
             if box is not None:  # else a step that failed earlier left answers behind: dropped
-                y = None if h.get("error") else np.frombuffer(blob, dtype=np.float32).reshape(-1, hidden).copy()
+                width = hidden if not h.get("finish") or not h["finish"].get("head", True) else vocab
+                y = None if h.get("error") else np.frombuffer(blob, dtype=np.float32).reshape(-1, width).copy()
                 box.put((h, y))
 
     def new_pool_id(self) -> int:
@@ -369,7 +377,10 @@ class PipelineModel(Model):
         pools = {id(ln.kv.pool) for ln in lanes}
         if len(pools) != 1 or not isinstance(lanes[0].kv.pool, StagedPool):
             raise EngineError("a pipeline forward takes lanes of one of its own pools")
-        x = self.pipeline.run(self.embed_rows(ids), lanes, decode, lanes[0].kv.pool.pid)
+        pid = lanes[0].kv.pool.pid
+        if self.pipeline.head_last:
+            return self.pipeline.run(self.embed_rows(ids), lanes, decode, pid, {"all_logits": all_logits, "head": head})
+        x = self.pipeline.run(self.embed_rows(ids), lanes, decode, pid)
         return self.finish(x, lanes, all_logits, head)
 
     def embed(self, ids: list[int] | np.ndarray) -> np.ndarray:
@@ -379,17 +390,18 @@ class PipelineModel(Model):
         self.pipeline.close()
 
 
-def local_pipeline(model: Model, plan: PartitionPlan, *, micro_batches: int = 0) -> PipelineModel:
+def local_pipeline(model: Model, plan: PartitionPlan, *, micro_batches: int = 0, head_last: bool = True) -> PipelineModel:
     """Every stage a thread of this process, linked by queues (the reference the process links match)."""
     stages = [LocalStage(Stage(model, lo, hi)) for lo, hi in plan.bands]
     links = [QueueLink() for _ in range(len(stages) + 1)]
     for i, s in enumerate(stages):
         s.start(links[i], links[i + 1])
-    return PipelineModel(model, Pipeline(model, stages, links[0], links[-1], micro_batches=micro_batches))
+    return PipelineModel(model, Pipeline(model, stages, links[0], links[-1], micro_batches=micro_batches,
+                                         head_last=head_last))
 
 
 def remote_pipeline(model: Model, addresses: list[str], *, transport: str = "tcp", micro_batches: int = 0,
-                    ring_bytes: int = 64 << 20, timeout: float = 30.0) -> PipelineModel:
+                    ring_bytes: int = 256 << 20, timeout: float = 30.0, head_last: bool = True) -> PipelineModel:
     """Stages in `fak worker --role stage` processes, in layer order, linked stage to stage (tcp or shm)."""
     if transport not in ("tcp", "shm"):
         raise EngineError(f"pipeline transport across processes is tcp or shm, not {transport!r}")
@@ -432,4 +444,5 @@ def remote_pipeline(model: Model, addresses: list[str], *, transport: str = "tcp
         for s in stages:
             s.close()
         raise
-    return PipelineModel(model, Pipeline(model, stages, out, back, micro_batches=micro_batches, transport=transport))
+    return PipelineModel(model, Pipeline(model, stages, out, back, micro_batches=micro_batches, transport=transport,
+                                         head_last=head_last))

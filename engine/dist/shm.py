@@ -50,6 +50,17 @@ def _wait(ready: Callable[[], bool], timeout: float | None, what: str) -> None:
         delay = min(0.001, delay * 2 or 1e-6)
 
 
+def _untrack(shm: shared_memory.SharedMemory) -> None:
+    """An attaching process must not own the ring: Python < 3.13 registers every attach with the resource
+    tracker, which unlinks the segment when this process exits (under the receiver that created it)."""
+    try:
+        from multiprocessing import resource_tracker
+
+        resource_tracker.unregister(shm._name, "shared_memory")  # type: ignore[attr-defined]
+    except Exception:
+        pass
+
+
 class _Ring:
     def __init__(self, shm: shared_memory.SharedMemory) -> None:
         self.shm = shm
@@ -152,6 +163,7 @@ class ShmSender:
             self._shm = shared_memory.SharedMemory(name=name, create=False)
         except FileNotFoundError:
             raise TransportClosed(f"shm transport: no ring named {name!r} (the receiver is gone)") from None
+        _untrack(self._shm)
         self._ring = _Ring(self._shm)
         self._closed = False
 

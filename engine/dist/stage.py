@@ -1,6 +1,8 @@
 """Stage: one pipeline stage, a band of layers [lo, hi) with a KV pool that holds only those layers.
 
-The head's scheduler owns the block allocator (engine/dist/pipeline.py StagedPool); a stage's pool is
+With `finish` in a message, the last stage also applies the output norm and the LM head and returns
+logits (for small models the head is the biggest matrix: it belongs to a stage, not to the scheduler's
+process). The head's scheduler owns the block allocator (engine/dist/pipeline.py StagedPool); a stage's pool is
 storage indexed by the same block ids, grown to fit them. A forward message carries, per lane, a key, its
 start position, its token count and its block table as a delta against what this stage was last told
 (None: unchanged, ["+", ids]: appended, ["=", ids]: replaced): a decode step moves one hidden row per lane
@@ -77,6 +79,9 @@ class Stage:
                 blocks = self.tables[key]
                 lanes.append(LaneInput(PageTable(pool, blocks, start), int(n), int(start)))
             y = self.model.run_layers(x, lanes, bool(header["decode"]), self.lo, self.hi, kv_layer0=self.lo)
+            fin = header.get("finish")
+            if fin is not None and self.hi == self.model.config.n_layers:  # the last stage holds the LM head too
+                y = self.model.finish(y, lanes, bool(fin.get("all_logits")), bool(fin.get("head", True)))
         st = self.stats
         st["steps"] += 1
         st["rows"] += x.shape[0]
