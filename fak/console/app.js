@@ -54,6 +54,7 @@ function show() {
   for (const v of views) $("#view-" + v).hidden = v !== tab;
   document.querySelectorAll("#tabs a").forEach((a) => a.classList.toggle("active", a.dataset.tab === tab));
   if (tab === "decisions") refreshDecisions();
+  if (tab === "engine" && samples.length) { charts.forEach(draw); tiles(samples[samples.length - 1]); }
 }
 window.addEventListener("hashchange", show);
 
@@ -204,34 +205,44 @@ const samples = [];
 function setupCharts() {
   const box = $("#charts");
   for (const c of charts) {
-    c.canvas = el("canvas", { id: "chart-" + c.id, width: "360", height: "140" });
+    c.canvas = el("canvas", { id: "chart-" + c.id });
+    c.caption = el("figcaption", { text: c.title });
     c.legend = el("div", { class: "legend" });
-    box.append(el("figure", { class: "chart", "data-chart": c.id }, el("figcaption", { text: c.title }), c.canvas, c.legend));
+    box.append(el("figure", { class: "chart", "data-chart": c.id }, c.caption, c.canvas, c.legend));
   }
 }
 
 const fmt = (v) => (v == null ? "–" : Math.abs(v) >= 100 || Number.isInteger(v) ? String(Math.round(v)) : v.toFixed(2));
+function niceCeil(v) {  // 1, 2 or 5 times a power of ten, at or above v
+  const p = Math.pow(10, Math.floor(Math.log10(v)));
+  for (const m of [1, 2, 5, 10]) if (m * p >= v) return m * p;
+  return 10 * p;
+}
 
 function draw(c) {
-  const ctx = c.canvas.getContext("2d"), W = c.canvas.width, H = c.canvas.height, pad = 22;
+  const dpr = window.devicePixelRatio || 1, cw = c.canvas.clientWidth || 360, ch = c.canvas.clientHeight || 140;
+  if (c.canvas.width !== Math.round(cw * dpr)) { c.canvas.width = Math.round(cw * dpr); c.canvas.height = Math.round(ch * dpr); }
+  const ctx = c.canvas.getContext("2d"), W = cw, H = ch, pad = 16, left = 34;
+  ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
   ctx.clearRect(0, 0, W, H);
   const values = c.series.map(([, f]) => samples.map((s) => { try { return f(s); } catch (e) { return null; } }));
-  let hi = c.max || 0;
+  let hi = 0;
   for (const vs of values) for (const v of vs) if (v != null && v > hi) hi = v;
-  hi = hi > 0 ? hi * (c.max ? 1 : 1.1) : 1;
+  hi = c.max || (hi > 0 ? niceCeil(hi) : 1);
   ctx.strokeStyle = "#e5e7eb"; ctx.fillStyle = "#6b7280"; ctx.font = "10px sans-serif"; ctx.lineWidth = 1;
+  ctx.textAlign = "right"; ctx.textBaseline = "middle";
   for (const f of [0, 0.5, 1]) {
-    const y = H - pad + f * (2 * pad - H);
-    ctx.beginPath(); ctx.moveTo(pad, y); ctx.lineTo(W - 4, y); ctx.stroke();
-    ctx.fillText(fmt(hi * f), 2, y - 2);
+    const y = H - pad - f * (H - 2 * pad);
+    ctx.beginPath(); ctx.moveTo(left, y); ctx.lineTo(W - 4, y); ctx.stroke();
+    ctx.fillText(fmt(hi * f), left - 4, y);
   }
-  const x = (i) => pad + (i + SPAN - samples.length) * (W - pad - 4) / (SPAN - 1);
+  const x = (i) => left + (i + SPAN - samples.length) * (W - left - 4) / (SPAN - 1);
   values.forEach((vs, k) => {
-    ctx.strokeStyle = COLORS[k]; ctx.lineWidth = 1.6; ctx.beginPath();
+    ctx.strokeStyle = COLORS[k]; ctx.lineWidth = 1.6; ctx.lineJoin = "round"; ctx.beginPath();
     let on = false;
     vs.forEach((v, i) => {
       if (v == null) { on = false; return; }
-      const y = H - pad - (v / hi) * (H - 2 * pad);
+      const y = H - pad - (Math.min(v, hi) / hi) * (H - 2 * pad);
       if (on) ctx.lineTo(x(i), y); else ctx.moveTo(x(i), y);
       on = true;
     });
@@ -248,18 +259,24 @@ function draw(c) {
 
 function tiles(s) {
   const t = $("#tiles"); t.textContent = "";
-  const sc = s.sched || {};
-  const k = s.kernel || {};
-  const items = [["model", s.model], ["status", s.status], ["tokens generated", sc.tokens_generated],
-    ["prefill tokens", sc.prefill_tokens], ["decode steps", sc.steps], ["requests", s.requests],
-    ["max running seen", sc.max_running_observed], ["tool calls judged", k.submits], ["denied", k.denies]];
+  const sc = s.sched || {}, k = s.kernel || {}, kv = s.kv || {};
+  const kvChart = charts.find((c) => c.id === "kv");
+  kvChart.caption.textContent = kv.growable ? "KV blocks (no budget: the pool grows)" : "KV blocks used / budget";
+  const items = [["tokens generated", sc.tokens_generated], ["prefill tokens", sc.prefill_tokens],
+    ["decode steps", sc.steps], ["requests", s.requests], ["5xx", s.errors_5xx],
+    ["max running seen", sc.max_running_observed == null ? null : sc.max_running_observed + (sc.max_running ? " / " + sc.max_running : "")],
+    ["KV budget", kv.budget == null ? null : kv.budget + (kv.growable ? " (grows)" : "") + " × " + sc.block_tokens + " tok"],
+    ["preempt", sc.preempt_mode && sc.preempt_mode + " · " + sc.victim_rule],
+    ["tool calls judged", k.submits], ["denied", k.denies]];
   for (const [name, v] of items) t.append(el("div", { class: "tile" }, el("span", { text: name }), el("b", { text: v == null ? "–" : String(v) })));
   const w = $("#workers"); w.textContent = "";
   if (s.workers && s.workers.length) {
-    const keys = ["name", "role", "requests", "imports", "blocks", "bytes", "refused", "prefill_tokens"];
+    const keys = ["name", "role", "up", "address", "requests", "imports", "blocks", "bytes", "refused", "prefill_tokens", "imported", "load"];
     const tb = el("tbody");
-    for (const r of s.workers) tb.append(el("tr", {}, ...keys.map((key) => el("td", { text: r[key] == null ? "–" : String(r[key]) }))));
-    w.append(el("h3", { text: "P/D workers" }), el("table", {}, el("thead", {}, el("tr", {}, ...keys.map((key) => el("th", { text: key })))), tb));
+    for (const r of s.workers) tb.append(el("tr", { class: r.up === false ? "refused" : "" },
+      ...keys.map((key) => el("td", { text: r[key] == null ? "–" : String(r[key]) }))));
+    w.append(el("h3", { text: "P/D workers" }), el("table", { id: "workers-table" },
+      el("thead", {}, el("tr", {}, ...keys.map((key) => el("th", { text: key })))), tb));
   }
 }
 

@@ -126,13 +126,12 @@ def histogram_quantiles(hist: Any, qs: tuple[float, ...] = QUANTILES) -> dict[st
 
 
 def _workers(b: Any) -> list[dict[str, Any]]:
-    """P/D: one row per worker when the booted engine is a cluster (engine/dist/cluster.py `stats()`)."""
-    for owner in (b, getattr(b, "scheduler", None)):
-        cluster = getattr(owner, "cluster", None)
-        if cluster is not None and callable(getattr(cluster, "stats", None)):
-            stats = cluster.stats()
-            return [{"name": k, **v} for k, v in stats.items() if isinstance(v, dict) and "role" in v]
-    return []
+    """P/D: one row per worker when the engine is split (a scheduler with `pd_stats()`, in
+    PDCluster.stats()'s shape: {"prefill": {...}, "<decoder>": {"role": "decode", ...}, "router": ...})."""
+    pd = getattr(b.scheduler, "pd_stats", None) if b is not None else None
+    if not callable(pd):
+        return []
+    return [{"name": k, **v} for k, v in pd().items() if isinstance(v, dict) and "role" in v]
 
 
 @router.get("/v1/fak/stats")
@@ -144,7 +143,7 @@ async def stats(request: Request) -> dict[str, Any]:
     total, errors_5xx = st.metrics.request_counts()
     out: dict[str, Any] = {"model": st.model_name, "status": st.boot_status, "time": time.time(),
                            "requests": total, "errors_5xx": errors_5xx, "sched": s,
-                           "kernel": st.kernel.stats(), "workers": _workers(b) if b is not None else [],
+                           "kernel": st.kernel.stats(), "workers": _workers(b),
                            "ttft_s": histogram_quantiles(st.metrics.ttft), "itl_s": histogram_quantiles(st.metrics.itl)}
     if s is not None:
         queries = s["prefix_queries"]
