@@ -68,6 +68,17 @@ def test_no_console_serves_no_page() -> None:
     assert kernel.journal is None  # no tap either
 
 
+@pytest.mark.serve
+def test_no_console_flag() -> None:
+    s = Server("--gguf", "synthetic", "--no-console")
+    try:
+        assert httpx.get(s.url + "/", timeout=10).status_code == 404
+        assert httpx.get(s.url + "/v1/fak/stats", timeout=10).status_code == 404
+        assert httpx.get(s.url + "/fak/stats", timeout=10).status_code == 200  # the rest of the server is there
+    finally:
+        assert s.stop() == 0
+
+
 def test_decisions_tail_filters_and_keeps_pre_kernel_refusals(tmp_path: Path) -> None:
     from fak.abi import ToolCall
     from fak.gateway.toolgate import decide
@@ -211,6 +222,10 @@ def test_stats_route_is_401_without_the_key(server: Server) -> None:
 @pytest.mark.browser
 def test_chat_streams_a_reply(page) -> None:  # type: ignore[no-untyped-def]
     assert page.evaluate("sessionStorage.getItem('fak.apiKey')") == KEY  # kept in the tab's session storage
+    page.goto(page.url.split("#")[0] + "#chat")
+    page.reload()
+    page.wait_for_function("samples.length >= 2", timeout=10000)  # two stats polls answered with the kept key
+    assert page.is_hidden("#keyform")  # asked once
     _settings(page, max_tokens=16, system="You are brief.")
     # every text the reply bubble shows, as it changes (a streamed reply grows in several steps)
     page.evaluate("""() => { window.__texts = [];
