@@ -268,6 +268,27 @@ def test_forced_destructive_call_shows_refused_with_reason(page) -> None:  # typ
 @pytest.mark.serve
 @pytest.mark.gemma
 @pytest.mark.browser
+def test_chat_bad_input_is_one_line(page) -> None:  # type: ignore[no-untyped-def]
+    page.click("#clear")
+    _settings(page, max_tokens=16, tools=None)
+    page.fill("#tools", "[{not json")
+    page.fill("#prompt", "hi")
+    page.press("#prompt", "Enter")
+    page.wait_for_selector("#chat-error:has-text('tools: not valid JSON')")
+    assert page.query_selector(".msg") is None  # nothing sent
+    page.fill("#tools", "")
+    page.fill("#max-tokens", "0")
+    page.fill("#prompt", "hi")
+    page.press("#prompt", "Enter")
+    err = page.wait_for_selector("#chat-error:has-text('max_tokens')").inner_text()
+    assert "\n" not in err and "500" not in err  # the server's 400, one line
+    page.wait_for_selector(".msg.assistant.failed:has-text('(no reply)')")
+    page.click("#clear")
+
+
+@pytest.mark.serve
+@pytest.mark.gemma
+@pytest.mark.browser
 def test_engine_charts_move_under_load(page, server: Server) -> None:  # type: ignore[no-untyped-def]
     page.goto(page.url.split("#")[0] + "#engine")
     page.wait_for_selector("canvas#chart-tps[data-samples]", timeout=10000)

@@ -81,6 +81,9 @@ def test_pd_serve_equals_colocated_and_survives_a_decode_worker_kill(colocated: 
         assert len(decoders) == 2 and all(v["up"] and v["prefill_tokens"] == 0 for v in decoders.values())
         assert sum(v["requests"] for v in decoders.values()) == len(PROMPTS) == pd["prefill"]["requests"]
         assert s.metric("fak_pd_imports_total") >= 0 and "fak_pd_bytes_moved_total" in httpx.get(s.url + "/metrics").text
+        rows = httpx.get(s.url + "/v1/fak/stats", timeout=10).json()["workers"]  # the web console's P/D rows
+        assert sorted((w["name"], w["role"], w["up"]) for w in rows) == sorted(
+            [("prefill", "prefill", True)] + [(k, "decode", True) for k in decoders])
 
         killed: list[str] = []
 

@@ -126,7 +126,7 @@ async function send(text) {
   box.scrollTop = box.scrollHeight;
   $("#send").disabled = true; $("#stop").disabled = false;
   aborter = new AbortController();
-  let reply = "", calls = [], usage = null;
+  let reply = "", calls = [], usage = null, failed = false;
   try {
     const r = await api("/v1/chat/completions", { method: "POST", json: body, signal: aborter.signal });
     if (!r.ok) throw new Error(await errorText(r));
@@ -158,7 +158,7 @@ async function send(text) {
       }
     }
   } catch (e) {
-    if (e.name !== "AbortError") $("#chat-error").textContent = e.message;
+    if (e.name !== "AbortError") { $("#chat-error").textContent = e.message; failed = true; }
   } finally {
     out.classList.remove("streaming");
     $("#send").disabled = false; $("#stop").disabled = true; aborter = null;
@@ -167,6 +167,7 @@ async function send(text) {
     out.insertBefore(el("pre", { class: "tool-call", text: c.name + " " + c.arguments }), meta);
   }
   if (usage) meta.textContent = usage.completion_tokens + " tokens";
+  if (failed && !reply) { out.classList.add("failed"); textEl.textContent = "(no reply)"; return; }  // not in the history
   history.push({ role: "user", content: text }, { role: "assistant", content: reply });
 }
 

@@ -17,11 +17,12 @@ import threading
 import time
 from collections import deque
 from importlib.resources import files
-from typing import Any, Literal, Optional
+from typing import Any, Optional
 
 from fastapi import APIRouter, FastAPI, Query, Request
 from fastapi.responses import Response
 
+from fak.abi import VerdictKind
 from fak.gateway.errors import APIError
 
 STATIC = {"/": ("index.html", "text/html; charset=utf-8"),
@@ -29,7 +30,6 @@ STATIC = {"/": ("index.html", "text/html; charset=utf-8"),
           "/console/app.css": ("app.css", "text/css; charset=utf-8")}
 STATIC_PATHS = tuple(STATIC)  # public: the auth middleware lets them through
 QUANTILES = (0.5, 0.9, 0.99)
-Verdicts = Literal["ALLOW", "DENY", "TRANSFORM", "QUARANTINE", "REQUIRE_WITNESS", "INDETERMINATE", "DEFER"]
 
 router = APIRouter()
 
@@ -155,11 +155,11 @@ async def stats(request: Request) -> dict[str, Any]:
 
 @router.get("/v1/fak/decisions")
 async def decisions(request: Request, limit: int = Query(100, ge=1, le=1000),
-                    verdict: Optional[Verdicts] = None,
+                    verdict: Optional[VerdictKind] = None,
                     tool: Optional[str] = Query(None, min_length=1, max_length=256)) -> dict[str, Any]:
     """The newest decisions first (since the server started), filtered by verdict and/or tool name."""
     tap: DecisionTap = request.app.state.decisions
-    rows, seen = tap.tail(limit, verdict, tool)
+    rows, seen = tap.tail(limit, verdict.value if verdict is not None else None, tool)
     path = tap.path
     return {"decisions": rows, "seen": seen, "journal": str(path) if path is not None else None}
 
