@@ -55,6 +55,7 @@ def test_page_is_public_json_routes_need_the_key() -> None:
     page = client.get("/")
     assert page.status_code == 200 and "text/html" in page.headers["content-type"] and "fak console" in page.text
     assert client.get("/console/app.js").status_code == 200 and client.get("/console/app.css").status_code == 200
+    assert page.headers["content-security-policy"].startswith("default-src 'self'")
     for method, path in (("GET", "/v1/fak/stats"), ("GET", "/v1/fak/decisions"), ("POST", "/v1/fak/audit/verify")):
         r = client.request(method, path)
         assert r.status_code == 401 and "API key" in r.json()["error"]["message"], path
@@ -180,7 +181,10 @@ def page(browser, server: Server):  # type: ignore[no-untyped-def]
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     pg = browser.new_page(viewport={"width": 1280, "height": 860})
     errors: list[str] = []
+    urls: list[str] = []
     pg.on("pageerror", lambda e: errors.append(str(e)))
+    pg.on("console", lambda m: errors.append(m.text) if m.type == "error" and not _expected_4xx(m.text) else None)
+    pg.on("request", lambda r: urls.append(r.url))
     pg.goto(server.url + "/#engine")
     pg.wait_for_selector("#keyform:not([hidden])", timeout=15000)  # the stats poll got a 401
     pg.fill("#key", "wrong")
@@ -190,8 +194,13 @@ def page(browser, server: Server):  # type: ignore[no-untyped-def]
     pg.click("#keyform button")
     pg.wait_for_selector("#keyform", state="hidden")
     yield pg
-    assert errors == [], errors  # no script error on any view
+    assert errors == [], errors  # no script error, no CSP violation on any view
+    assert urls and all(u.startswith(server.url + "/") for u in urls), {u for u in urls if not u.startswith(server.url)}
     pg.close()
+
+
+def _expected_4xx(text: str) -> bool:  # Chromium logs every 4xx; the tests provoke 401s and 400s on purpose
+    return text.startswith("Failed to load resource: the server responded with a status of 4")
 
 
 def _shot(pg, name: str) -> None:  # type: ignore[no-untyped-def]
@@ -224,7 +233,7 @@ def test_chat_streams_a_reply(page) -> None:  # type: ignore[no-untyped-def]
     assert page.evaluate("sessionStorage.getItem('fak.apiKey')") == KEY  # kept in the tab's session storage
     page.goto(page.url.split("#")[0] + "#chat")
     page.reload()
-    page.wait_for_function("samples.length >= 2", timeout=10000)  # two stats polls answered with the kept key
+    page.wait_for_function("() => samples.length >= 2", timeout=10000)  # two stats polls answered with the kept key
     assert page.is_hidden("#keyform")  # asked once
     _settings(page, max_tokens=16, system="You are brief.")
     # every text the reply bubble shows, as it changes (a streamed reply grows in several steps)
@@ -310,17 +319,17 @@ def test_engine_charts_move_under_load(page, server: Server) -> None:  # type: i
 
     threading.Thread(target=load, daemon=True).start()
     value = "e => Number(document.querySelector(e).dataset.value || 0)"
-    page.wait_for_function(f"({value})(\"[data-chart=lanes] [data-series=running]\") >= 2", timeout=60000)
-    page.wait_for_function(f"({value})(\"[data-chart=tps] [data-series='tok/s']\") > 0", timeout=60000)
-    page.wait_for_function(f"({value})(\"[data-chart=kv] [data-series=used]\") > 0", timeout=60000)
+    page.wait_for_function(f"() => ({value})(\"[data-chart=lanes] [data-series=running]\") >= 2", timeout=60000)
+    page.wait_for_function(f"() => ({value})(\"[data-chart=tps] [data-series='tok/s']\") > 0", timeout=60000)
+    page.wait_for_function(f"() => ({value})(\"[data-chart=kv] [data-series=used]\") > 0", timeout=60000)
     n0 = int(page.get_attribute("#chart-tps", "data-samples"))
-    page.wait_for_function(f"Number(document.querySelector('#chart-tps').dataset.samples) > {n0}", timeout=5000)
+    page.wait_for_function(f"() => Number(document.querySelector('#chart-tps').dataset.samples) > {n0}", timeout=5000)
     _shot(page, "engine")
     assert page.evaluate("document.querySelector('#chart-tps').toDataURL()") != before  # the lines moved
     assert done.wait(120)
-    page.wait_for_function(f"({value})(\"[data-chart=ttft] [data-series=p50]\") > 0", timeout=10000)
+    page.wait_for_function(f"() => ({value})(\"[data-chart=ttft] [data-series=p50]\") > 0", timeout=10000)
     assert len(made) == 4
-    page.wait_for_function(f"Number(document.querySelector(\".tile:nth-child(1) b\").innerText) >= {base + sum(made)}",
+    page.wait_for_function(f"() => Number(document.querySelector(\".tile:nth-child(1) b\").innerText) >= {base + sum(made)}",
                            timeout=5000)
     assert page.inner_text(".tile:nth-child(1) span") == "tokens generated"
 
@@ -337,7 +346,7 @@ def test_decisions_table_shows_the_deny_and_verifies(page, server: Server) -> No
     row = page.wait_for_selector("#decisions tbody tr.refused:has-text('POLICY_BLOCK')", timeout=10000)
     assert "Bash" in row.inner_text() and "DENY" in row.inner_text() and "policy:coding-floor" in row.inner_text()
     page.select_option("#f-verdict", "ALLOW")
-    page.wait_for_function("!document.querySelector('#decisions tbody').innerText.includes('POLICY_BLOCK')",
+    page.wait_for_function("() => !document.querySelector('#decisions tbody').innerText.includes('POLICY_BLOCK')",
                            timeout=10000)
     page.select_option("#f-verdict", "DENY")
     page.fill("#f-text", "home directory")

@@ -29,6 +29,9 @@ STATIC = {"/": ("index.html", "text/html; charset=utf-8"),
           "/console/app.js": ("app.js", "text/javascript; charset=utf-8"),
           "/console/app.css": ("app.css", "text/css; charset=utf-8")}
 STATIC_PATHS = tuple(STATIC)  # public: the auth middleware lets them through
+# the page may load and call nothing but this server (no CDN, no inline script), nor be framed
+HEADERS = {"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff",
+           "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'"}
 QUANTILES = (0.5, 0.9, 0.99)
 
 router = APIRouter()
@@ -82,7 +85,7 @@ def _static(name: str, media: str) -> Any:
     body = (files("fak") / "console" / name).read_bytes()  # read once: the files ship in the package
 
     async def serve() -> Response:
-        return Response(body, media_type=media, headers={"Cache-Control": "no-cache"})
+        return Response(body, media_type=media, headers=HEADERS)
 
     return serve
 
