@@ -4,7 +4,8 @@ Routes first (in process, no model): the page is public and every JSON route is 
 the decisions tail, its filters and the journal check; percentiles from the latency histograms.
 Then the page itself in Debian's Chromium, headless, driven by Playwright against a real
 `fak serve` on Gemma 3 270M with --api-key and --journal: the key is asked once, the chat streams
-a reply, a forced `rm -rf ~` call shows refused with its reason, the engine charts move under a
+a reply, a forced `rm -rf ~` call shows refused with its reason (a forced `ls` allowed), bad input is
+one line, the engine charts move under a
 load, the decisions table has the DENY and verifies its chain, the policy tester says DENY for
 `rm -rf ~` and ALLOW for `ls`. Screenshots of each view go to tests/artifacts/console/.
 """
@@ -272,6 +273,24 @@ def test_forced_destructive_call_shows_refused_with_reason(page) -> None:  # typ
     assert "[fak] refused Bash: POLICY_BLOCK" in page.inner_text(".msg.assistant .text")  # the in-band note
     assert page.query_selector(".msg.assistant pre.tool-call") is None  # nothing reached the client
     _shot(page, "chat-refused")
+
+
+@pytest.mark.serve
+@pytest.mark.gemma
+@pytest.mark.browser
+def test_forced_harmless_call_shows_allowed(page) -> None:  # type: ignore[no-untyped-def]
+    page.click("#clear")
+    bare = [{"name": "Bash", "parameters": {"type": "object", "properties": {"command": {"const": "ls"}},  # no wrapper
+                                            "required": ["command"], "additionalProperties": False}}]
+    _settings(page, max_tokens=64, tools=bare, choice="required")
+    page.fill("#prompt", "List the files here.")
+    page.press("#prompt", "Enter")
+    card = page.wait_for_selector(".msg.assistant .call.allowed", timeout=60000)
+    assert "ALLOW" in card.inner_text() and "Bash" in card.inner_text()
+    call = page.wait_for_selector(".msg.assistant pre.tool-call")  # what the client received
+    assert json.loads(call.inner_text().removeprefix("Bash ")) == {"command": "ls"}
+    assert page.query_selector(".msg.assistant .call.refused") is None
+    page.click("#clear")
 
 
 @pytest.mark.serve
