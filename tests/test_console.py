@@ -1,13 +1,14 @@
 """The web console of `fak serve` (fak/console/, fak/gateway/console.py).
 
 Routes first (in process, no model): the page is public and every JSON route is behind the key;
-the decisions tail, its filters and the journal check; percentiles from the latency histograms.
-Then the page itself in Debian's Chromium, headless, driven by Playwright against a real
-`fak serve` on Gemma 3 270M with --api-key and --journal: the key is asked once, the chat streams
-a reply, a forced `rm -rf ~` call shows refused with its reason (a forced `ls` allowed), bad input is
-one line, the engine charts move under a
-load, the decisions table has the DENY and verifies its chain, the policy tester says DENY for
-`rm -rf ~` and ALLOW for `ls`. Screenshots of each view go to tests/artifacts/console/.
+the decisions tail, its filters and the journal check; percentiles from the latency histograms;
+P/D worker rows; --no-console. Then the page itself in Debian's Chromium, headless, driven by
+Playwright against a real `fak serve` on Gemma 3 270M with --api-key and --journal: the key is
+asked once, the chat streams a reply, a forced `rm -rf ~` call shows refused (red, with its reason)
+and a forced `ls` allowed, bad input is one line, the engine charts move under a load, the
+decisions table has the DENY and verifies its chain, the policy tester says DENY for `rm -rf ~` and
+ALLOW for `ls`; the page fetches nothing but the server. Screenshots of each view go to
+tests/artifacts/console/.
 """
 
 from __future__ import annotations
