@@ -267,8 +267,8 @@ function tiles(s) {
   const items = [["tokens generated", sc.tokens_generated], ["prefill tokens", sc.prefill_tokens],
     ["decode steps", sc.steps], ["requests", s.requests], ["5xx", s.errors_5xx],
     ["max running seen", sc.max_running_observed == null ? null : sc.max_running_observed + (sc.max_running ? " / " + sc.max_running : "")],
-    ["KV budget", kv.budget == null ? null : kv.budget + (kv.growable ? " (grows)" : "") + " × " + sc.block_tokens + " tok"],
-    ["preempt", sc.preempt_mode && sc.preempt_mode + " · " + sc.victim_rule],
+    [kv.growable ? "KV pool (grows)" : "KV budget", kv.budget == null ? null : kv.budget + " × " + sc.block_tokens + " tok"],
+    ["preemption", sc.preempt_mode],
     ["tool calls judged", k.submits], ["denied", k.denies]];
   for (const [name, v] of items) t.append(el("div", { class: "tile" }, el("span", { text: name }), el("b", { text: v == null ? "–" : String(v) })));
   const w = $("#workers"); w.textContent = "";
