@@ -168,7 +168,7 @@ def server(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped
 @pytest.fixture(scope="module")
 def browser():  # type: ignore[no-untyped-def]
     if not Path(CHROMIUM).exists():
-        pytest.skip("no chromium at /usr/bin/chromium: `apt-get install -y chromium` (the README test command does)")
+        pytest.skip(f"no chromium at {CHROMIUM}: `apt-get install -y chromium` (the README test command does)")
     sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is in the test extra: pip install -e '.[test]'")
     with sync_api.sync_playwright() as p:
         b = p.chromium.launch(executable_path=CHROMIUM, headless=True,
