@@ -120,7 +120,7 @@ def test_verify_is_the_audit_check(tmp_path: Path) -> None:
     assert r.status_code == 404 and "--journal" in r.json()["error"]["message"]
 
 
-def test_stats_has_one_row_per_pd_worker() -> None:
+def test_stats_has_one_row_per_worker_under_pd_and_stages() -> None:
     from types import SimpleNamespace
 
     from fastapi.testclient import TestClient
@@ -130,13 +130,18 @@ def test_stats_has_one_row_per_pd_worker() -> None:
 
     pd = {"prefill": {"role": "prefill", "up": True, "requests": 3}, "router": {"prefix": 1},
           "decode0": {"role": "decode", "up": True, "imports": 2}, "decode1": {"role": "decode", "up": False}}
+    stages = [{"layers": [0, 9], "steps": 4, "utilisation": 0.5}, {"layers": [9, 18], "steps": 4, "utilisation": 0.25}]
+    pipeline = SimpleNamespace(stats={"decode_forwards": 0, "decode_bytes": 0, "decode_header_bytes": 0},
+                               micro_batches=2, transport="shm", stage_stats=lambda fresh=False: stages)
     sched = SimpleNamespace(stats=lambda: SchedStats(used_blocks=5, max_blocks=64, prefix_queries=4, prefix_hits=1),
-                            pd_stats=lambda: pd, tokenizer=None, on_finish=None)
+                            pd_stats=lambda: pd, tokenizer=None, on_finish=None, model=SimpleNamespace(pipeline=pipeline))
     booted = SimpleNamespace(scheduler=sched, tokenizer=None, model=SimpleNamespace(config=SimpleNamespace(arch="x")))
     app = create_app(lambda: booted, "m", background=False, console=True)
     s = TestClient(app).get("/v1/fak/stats").json()
-    assert [(w["name"], w["role"], w["up"]) for w in s["workers"]] == [
-        ("prefill", "prefill", True), ("decode0", "decode", True), ("decode1", "decode", False)]
+    assert [(w["name"], w["role"], w.get("up")) for w in s["workers"]] == [
+        ("prefill", "prefill", True), ("decode0", "decode", True), ("decode1", "decode", False),
+        ("stage0", "stage", None), ("stage1", "stage", None)]
+    assert s["workers"][4]["layers"] == [9, 18]
     assert s["kv"] == {"used": 5, "cached": 0, "budget": 64, "growable": False} and s["prefix_hit_rate"] == 0.25
 
 
@@ -352,6 +357,29 @@ def test_engine_charts_move_under_load(page, server: Server) -> None:  # type: i
     page.wait_for_function(f"() => Number(document.querySelector(\".tile:nth-child(1) b\").innerText) >= {base + sum(made)}",
                            timeout=5000)
     assert page.inner_text(".tile:nth-child(1) span") == "tokens generated"
+
+
+@pytest.mark.serve
+@pytest.mark.gemma
+@pytest.mark.browser
+def test_engine_view_has_a_row_per_worker(page, server: Server) -> None:  # type: ignore[no-untyped-def]
+    real = httpx.get(server.url + "/v1/fak/stats", headers=AUTH, timeout=10).json()
+    real["workers"] = [{"name": "prefill", "role": "prefill", "up": True, "requests": 7},
+                       {"name": "decode0", "role": "decode", "up": False, "imports": 3},
+                       {"name": "stage0", "role": "stage", "layers": [0, 9], "utilisation": 0.5}]
+
+    def fake(route) -> None:  # type: ignore[no-untyped-def]
+        route.fulfill(status=200, content_type="application/json", body=json.dumps(real))
+
+    page.route(server.url + "/v1/fak/stats", fake)  # what a --pd / --stages server would report
+    try:
+        page.goto(page.url.split("#")[0] + "#engine")
+        page.wait_for_selector("#workers-table tbody tr:nth-child(3)", timeout=10000)
+        rows = page.eval_on_selector_all("#workers-table tbody tr", "rs => rs.map(r => r.innerText)")
+        assert rows[0].startswith("prefill\tprefill\ttrue") and "0:9" in rows[2] and "0.500" in rows[2]
+        assert page.get_attribute("#workers-table tbody tr:nth-child(2)", "class") == "refused"  # down: red
+    finally:
+        page.unroute(server.url + "/v1/fak/stats", fake)
 
 
 @pytest.mark.serve

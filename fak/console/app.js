@@ -273,11 +273,15 @@ function tiles(s) {
   for (const [name, v] of items) t.append(el("div", { class: "tile" }, el("span", { text: name }), el("b", { text: v == null ? "–" : String(v) })));
   const w = $("#workers"); w.textContent = "";
   if (s.workers && s.workers.length) {
-    const keys = ["name", "role", "up", "address", "requests", "imports", "blocks", "bytes", "refused", "prefill_tokens", "imported", "load"];
+    const keys = ["name", "role", "up", "address"];  // then every other plain figure the rows carry
+    for (const r of s.workers) for (const [key, v] of Object.entries(r)) {
+      if (!keys.includes(key) && (v === null || typeof v !== "object" || Array.isArray(v)) && keys.length < 14) keys.push(key);
+    }
+    const cell = (v) => (v == null ? "–" : Array.isArray(v) ? v.join(":") : typeof v === "number" && !Number.isInteger(v) ? v.toFixed(3) : String(v));
     const tb = el("tbody");
     for (const r of s.workers) tb.append(el("tr", { class: r.up === false ? "refused" : "" },
-      ...keys.map((key) => el("td", { text: r[key] == null ? "–" : String(r[key]) }))));
-    w.append(el("h3", { text: "P/D workers" }), el("table", { id: "workers-table" },
+      ...keys.map((key) => el("td", { text: cell(r[key]) }))));
+    w.append(el("h3", { text: "workers" }), el("table", { id: "workers-table" },
       el("thead", {}, el("tr", {}, ...keys.map((key) => el("th", { text: key })))), tb));
   }
 }

@@ -129,12 +129,17 @@ def histogram_quantiles(hist: Any, qs: tuple[float, ...] = QUANTILES) -> dict[st
 
 
 def _workers(b: Any) -> list[dict[str, Any]]:
-    """P/D: one row per worker when the engine is split (a scheduler with `pd_stats()`, in
-    PDCluster.stats()'s shape: {"prefill": {...}, "<decoder>": {"role": "decode", ...}, "router": ...})."""
-    pd = getattr(b.scheduler, "pd_stats", None) if b is not None else None
-    if not callable(pd):
-        return []
-    return [{"name": k, **v} for k, v in pd().items() if isinstance(v, dict) and "role" in v]
+    """One row per worker when the engine is split: P/D (a scheduler with `pd_stats()`, in
+    PDCluster.stats()'s shape) and pipeline stages (what /fak/stats reports under "pipeline")."""
+    from fak.gateway.app import _pipeline
+
+    sched = getattr(b, "scheduler", None)
+    pd = getattr(sched, "pd_stats", None)
+    rows = [{"name": k, **v} for k, v in pd().items() if isinstance(v, dict) and "role" in v] if callable(pd) else []
+    pipe = _pipeline(b) if b is not None else None
+    for i, stage in enumerate(pipe["stages"] if pipe else []):
+        rows.append({"name": f"stage{i}", "role": "stage", **stage})
+    return rows
 
 
 @router.get("/v1/fak/stats")
