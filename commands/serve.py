@@ -50,6 +50,8 @@ def register(app: typer.Typer) -> None:
                                                       "tcp (default shm for --stages, tcp for --stage-workers)."),
         micro_batches: int = typer.Option(0, "--micro-batches", help="Pipeline: groups of lanes in flight at once, "
                                           "one scheduler each (0: one per stage)."),
+        no_console: bool = typer.Option(False, "--no-console", help="No web console at / (chat, engine, decisions, "
+                                        "policy tester)."),
     ) -> None:
         """Serve the model over HTTP: OpenAI chat/completions, /v1/models, /tokenize, /health, /metrics."""
         from fak.boot import SchedOptions, boot_for_text
@@ -107,7 +109,8 @@ def register(app: typer.Typer) -> None:
         if live and not sys.stderr.isatty():
             logs.SERVER.warning("fak serve: warning: --live needs a terminal on stderr; running without it")
             live = False
-        run_server(_boot, served, host, port, key, cors_origin, max_queue, live, kernel, max_model_len)
+        run_server(_boot, served, host, port, key, cors_origin, max_queue, live, kernel, max_model_len,
+                   console=not no_console)
 
 
 def _pd_flags(pd: str | None, pd_workers: str | None, transport: str | None) -> tuple[int, list[str]]:
@@ -216,7 +219,8 @@ def _live_view(app: object, url: str, stop: object) -> None:
 
 
 def run_server(boot: object, served: str, host: str, port: int, key: str | None, cors: list[str],
-               max_queue: int, live: bool = False, kernel: object = None, max_model_len: int = 0) -> None:
+               max_queue: int, live: bool = False, kernel: object = None, max_model_len: int = 0,
+               console: bool = False) -> None:
     import threading
 
     import uvicorn
@@ -233,7 +237,7 @@ def run_server(boot: object, served: str, host: str, port: int, key: str | None,
             holder[0].should_exit = True
 
     app = create_app(boot, served, api_key=key, cors_origins=cors, max_queue=max_queue,  # type: ignore[arg-type]
-                     on_boot_error=boot_failed, kernel=kernel, max_model_len=max_model_len)
+                     on_boot_error=boot_failed, kernel=kernel, max_model_len=max_model_len, console=console)
     sock = listen_socket(host, port)
     bound = sock.getsockname()[1]
     shown = f"[{host}]" if ":" in host else host

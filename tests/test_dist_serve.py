@@ -81,6 +81,9 @@ def test_pd_serve_equals_colocated_and_survives_a_decode_worker_kill(colocated: 
         assert len(decoders) == 2 and all(v["up"] and v["prefill_tokens"] == 0 for v in decoders.values())
         assert sum(v["requests"] for v in decoders.values()) == len(PROMPTS) == pd["prefill"]["requests"]
         assert s.metric("fak_pd_imports_total") >= 0 and "fak_pd_bytes_moved_total" in httpx.get(s.url + "/metrics").text
+        rows = httpx.get(s.url + "/v1/fak/stats", timeout=10).json()["workers"]  # the web console's P/D rows
+        assert sorted((w["name"], w["role"], w["up"]) for w in rows) == sorted(
+            [("prefill", "prefill", True)] + [(k, "decode", True) for k in decoders])
 
         killed: list[str] = []
 
@@ -123,6 +126,9 @@ def test_stages_serve_equals_colocated(colocated: dict[str, object]) -> None:
         assert [st["layers"] for st in p["stages"]] == [[0, 17], [17, 18]] and p["head"]["transport"] == "shm"
         assert p["head"]["forwards"] > 0 and p["head"]["in_flight_max"] >= 2  # both groups' steps overlapped
         assert s.metric("fak_pipeline_stages") == 2
+        rows = httpx.get(s.url + "/v1/fak/stats", timeout=10).json()["workers"]  # the web console's stage rows
+        assert [(w["name"], w["role"], w["layers"]) for w in rows] == [("stage0", "stage", [0, 9]),
+                                                                         ("stage1", "stage", [9, 18])]
         assert 0 < s.metric("fak_pipeline_decode_bytes_per_step") <= 640 * 4 * len(PROMPTS)
     finally:
         assert s.stop() == 0

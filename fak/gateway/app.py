@@ -18,6 +18,7 @@ from fastapi.responses import JSONResponse, Response
 
 from fak.gateway import errors, logs
 from fak.gateway.anthropic_wire import router as anthropic_router
+from fak.gateway.console import STATIC_PATHS
 from fak.gateway.embeddings import router as embeddings_router
 from fak.gateway.errors import shaped
 from fak.gateway.fak_wire import router as fak_router
@@ -25,15 +26,16 @@ from fak.gateway.metrics import Metrics
 from fak.gateway.openai_wire import router as openai_router
 from fak.gateway.responses_wire import router as responses_router
 
-PUBLIC = ("/health", "/v1/models")
+PUBLIC = ("/health", "/v1/models", *STATIC_PATHS)  # the console page asks for the key itself
 
 
 def create_app(boot: Callable[[], Any], model_name: str, *, api_key: str | None = None,
                cors_origins: list[str] | None = None, max_queue: int = 0, background: bool = True,
                kernel: Any = None, on_boot_error: Callable[[str], None] | None = None,
-               max_model_len: int = 0) -> FastAPI:
+               max_model_len: int = 0, console: bool = False) -> FastAPI:
     """`kernel`: the fak.kernel.Kernel that adjudicates tool calls (default: the coding floor policy).
-    `on_boot_error(message)`: called from the boot thread when the model fails to load (serve exits)."""
+    `on_boot_error(message)`: called from the boot thread when the model fails to load (serve exits).
+    `console`: the web console at / and its JSON routes (fak/gateway/console.py)."""
     app = FastAPI(title="fak serve", version="1", docs_url=None, redoc_url=None)
     errors.install(app)
     st = app.state
@@ -113,6 +115,10 @@ def create_app(boot: Callable[[], Any], model_name: str, *, api_key: str | None 
     app.include_router(anthropic_router)
     app.include_router(responses_router)
     app.include_router(fak_router)
+    if console:
+        from fak.gateway.console import install
+
+        install(app)
     return app
 
 
