@@ -85,6 +85,9 @@ class RingReceiver:
     def send(self, header: dict[str, Any], blob: Any) -> None:
         raise TransportClosed("a ring receiver does not send")
 
+    def reset(self) -> None:
+        self.ring.reset()
+
     def recv(self, timeout: float | None = None) -> tuple[dict[str, Any], memoryview]:
         rec = self.ring.recv(timeout)
         (n,) = _HLEN.unpack_from(rec)

@@ -26,6 +26,7 @@ import threading
 import time
 import weakref
 from concurrent.futures import Future
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -35,10 +36,10 @@ from engine.dist.links import ChannelLink, QueueLink, RingReceiver, RingSender
 from engine.dist.node import PROTOCOL
 from engine.dist.partition import PartitionPlan
 from engine.dist.stage import Stage, serve
-from engine.dist.transport import TransportTimeout
+from engine.dist.transport import TransportClosed, TransportTimeout
 from engine.errors import EngineError
 from engine.model.forward import LaneInput, Model
-from engine.model.kv import BlockPool
+from engine.model.kv import BlockPool, KVLost
 
 TRANSPORTS = ("inproc", "shm", "tcp")
 
@@ -65,8 +66,8 @@ class LocalStage:
     def copy(self, pid: int, src: int, dst: int) -> None:
         self.stage.copy(pid, src, dst)
 
-    def reset_pool(self, pid: int, num_blocks: int | None, block_tokens: int) -> int:
-        return self.stage.reset_pool(pid, num_blocks, block_tokens)
+    def reset_pool(self, pid: int, num_blocks: int | None, block_tokens: int, gen: int = 0) -> int:
+        return self.stage.reset_pool(pid, num_blocks, block_tokens, gen)
 
     def info(self, fresh: bool = True) -> dict[str, Any]:
         return self.stage.info()
@@ -147,8 +148,9 @@ class RemoteStage:
     def copy(self, pid: int, src: int, dst: int) -> None:
         self.call({"op": "copy", "pool": pid, "src": src, "dst": dst})
 
-    def reset_pool(self, pid: int, num_blocks: int | None, block_tokens: int) -> int:
-        reply = self.call({"op": "pool", "pool": pid, "num_blocks": num_blocks, "block_tokens": block_tokens})[0]
+    def reset_pool(self, pid: int, num_blocks: int | None, block_tokens: int, gen: int = 0) -> int:
+        reply = self.call({"op": "pool", "pool": pid, "num_blocks": num_blocks, "block_tokens": block_tokens,
+                           "gen": gen})[0]
         return int(reply["block_bytes"])
 
     def info(self, fresh: bool = True) -> dict[str, Any]:
@@ -187,7 +189,12 @@ class Pipeline:
                                         "header_bytes": 0, "decode_forwards": 0, "decode_bytes": 0,
                                         "decode_header_bytes": 0, "decode_lanes": 0, "in_flight_max": 0,
                                         "return_bytes": 0}
-        threading.Thread(target=self._collect, name="fak-pipeline-results", daemon=True).start()
+        self.generation = 0  # bumped when a replaced stage makes every pool's KV void
+        self.pools: weakref.WeakSet[Any] = weakref.WeakSet()
+        self.rejoin: Callable[[int, str], str] | None = None
+        self.ring_bytes, self.connect_timeout = 256 << 20, 30.0
+        self._recover_lock = threading.Lock()
+        threading.Thread(target=self._collect, args=(inbound, 0), name="fak-pipeline-results", daemon=True).start()
 
     def _key(self, kv: Any) -> int:
         key = getattr(kv, "_pipe_key", None)
@@ -209,10 +216,17 @@ class Pipeline:
         self._sent[key] = blocks
         return [key, ln.start, ln.n, op]
 
-    def run(self, x: np.ndarray, lanes: list[LaneInput], decode: bool, pool: int = 0,
+    def run(self, x: np.ndarray, lanes: list[LaneInput], decode: bool, pool: Any = None,
             finish: dict[str, bool] | None = None) -> np.ndarray:
-        """One forward of `lanes` (all in KV pool `pool`) through the stages. Thread-safe: several schedulers
-        over one pipeline keep several forwards in flight, each stage working on whichever arrived first."""
+        """One forward of `lanes` (all in `pool`, a StagedPool of this pipeline) through the stages.
+        Thread-safe: several schedulers over one pipeline keep several forwards in flight, each stage working
+        on whichever arrived first. Raises KVLost when a stage was replaced since `pool` was last used (or
+        during this forward): the caller recomputes its lanes."""
+        gen = self.generation
+        if pool is not None and pool.generation != gen:
+            pool.generation = gen
+            raise KVLost("a pipeline stage restarted: this scheduler's KV is gone")
+        pid = pool.pid if pool is not None else 0
         t0 = time.perf_counter()
         n = len(lanes)
         k = max(1, min(self.micro_batches, n))
@@ -220,23 +234,28 @@ class Pipeline:
         rows = np.cumsum([0] + [ln.n for ln in lanes])
         box: queue.Queue[tuple[dict[str, Any], Any]] = queue.Queue()
         sent_bytes = header_bytes = 0
-        with self._send_lock:
-            drops, self._drops = self._drops, []
-            for key in drops:
-                self._sent.pop(key, None)
-            seq = next(self._seq)
-            self._waiting[seq] = box
-            self.stats["in_flight_max"] = max(self.stats["in_flight_max"], len(self._waiting))
-            for g in range(k):
-                a, b = bounds[g], bounds[g + 1]
-                hdr = {"op": "fwd", "seq": seq, "g": g, "pool": pool, "decode": decode,
-                       "drop": drops if g == 0 else [], "lanes": [self._lane(ln) for ln in lanes[a:b]]}
-                if finish is not None:
-                    hdr["finish"] = finish
-                part = np.ascontiguousarray(x[rows[a] : rows[b]], dtype=np.float32)
-                self.out.send(hdr, part)
-                sent_bytes += part.nbytes
-                header_bytes += len(json.dumps(hdr, separators=(",", ":")))
+        try:
+            with self._send_lock:
+                drops, self._drops = self._drops, []
+                for key in drops:
+                    self._sent.pop(key, None)
+                seq = next(self._seq)
+                self._waiting[seq] = box
+                self.stats["in_flight_max"] = max(self.stats["in_flight_max"], len(self._waiting))
+                for g in range(k):
+                    a, b = bounds[g], bounds[g + 1]
+                    hdr = {"op": "fwd", "seq": seq, "g": g, "gen": gen, "pool": pid, "decode": decode,
+                           "drop": drops if g == 0 else [], "lanes": [self._lane(ln) for ln in lanes[a:b]]}
+                    if finish is not None:
+                        hdr["finish"] = finish
+                    part = np.ascontiguousarray(x[rows[a] : rows[b]], dtype=np.float32)
+                    self.out.send(hdr, part)
+                    sent_bytes += part.nbytes
+                    header_bytes += len(json.dumps(hdr, separators=(",", ":")))
+        except TransportClosed as e:
+            with self._send_lock:
+                self._waiting.pop(seq, None)
+            self._recover(gen, f"sending to the first stage failed ({e})")
         ys: list[np.ndarray | None] = [None] * k
         errors = []
         deadline = time.monotonic() + self.timeout
@@ -244,13 +263,15 @@ class Pipeline:
             for _ in range(k):
                 while True:
                     try:
-                        h, y = box.get(timeout=0.5)
+                        h, y = box.get(timeout=0.25)
                         break
                     except queue.Empty:
+                        if self.generation != gen:  # another forward found a stage gone and replaced it
+                            raise KVLost("a pipeline stage restarted during this forward") from None
                         gone = [s for s in self.stages if not getattr(s, "up", True)]
                         if gone or self._reader_error:
                             why = self._reader_error or f"stage worker {gone[0].address} went away"
-                            raise EngineError(f"pipeline: {why}") from None
+                            self._recover(gen, why)
                         if time.monotonic() > deadline:
                             raise EngineError(f"pipeline: no answer from the last stage within {self.timeout} s") from None
                 if h.get("error"):
@@ -281,16 +302,52 @@ class Pipeline:
                          "micro_batches": k, "return_bytes": back}
         return np.concatenate(ys)  # type: ignore[arg-type]
 
-    def _collect(self) -> None:
+    def _recover(self, gen: int, why: str) -> None:
+        """A stage went away during a forward of generation `gen`: get it back (rejoin), renew every link,
+        reset every pool on every stage, and raise KVLost, or fail with why when there is no way back."""
+        with self._recover_lock:
+            if self.generation != gen:  # already recovered by another forward
+                raise KVLost("a pipeline stage restarted during this forward")
+            if self.rejoin is None:
+                raise EngineError(f"pipeline: {why}")
+            try:
+                for i, s in enumerate(self.stages):
+                    if not getattr(s, "up", True):
+                        address = self.rejoin(i, why)
+                        self.stages[i] = RemoteStage(address, self.connect_timeout)
+                for link in (self.out, self.back):
+                    try:
+                        link.close()
+                    except Exception:
+                        pass
+                out, back = _wire(self.model, self.stages, self.transport, self.ring_bytes, self.connect_timeout)
+                with self._send_lock:
+                    self.generation += 1
+                    self._sent.clear()
+                    self._drops = []
+                    self.out, self.back, self._reader_error = out, back, ""
+                for p in list(self.pools):
+                    p._sizes = [st.reset_pool(p.pid, p.budget, p.block_tokens, self.generation) for st in self.stages]
+                self.stats["recoveries"] = self.stats.get("recoveries", 0) + 1
+                threading.Thread(target=self._collect, args=(back, self.generation), name="fak-pipeline-results",
+                                 daemon=True).start()
+            except KVLost:
+                raise
+            except Exception as e:
+                raise EngineError(f"pipeline: {why}; bringing the stage back failed: {e}") from None
+            raise KVLost(f"pipeline stage replaced ({why})")
+
+    def _collect(self, link: Any = None, gen: int = 0) -> None:
         """The results reader: every answer from the last stage to the forward waiting for it (by step)."""
         hidden, vocab = int(self.model.config.hidden), int(self.model.config.vocab_size)
-        while not self._closed:
+        link = link if link is not None else self.back
+        while not self._closed and gen == self.generation:
             try:
-                h, blob = self.back.recv(0.5)
+                h, blob = link.recv(0.5)
             except TransportTimeout:
                 continue
-            except Exception as e:  # the link is gone: every waiting forward fails now, not at its timeout
-                if not self._closed:
+            except Exception as e:  # the link is gone: every waiting forward fails (or recovers) now
+                if not self._closed and gen == self.generation:
                     self._reader_error = f"the results link closed ({e})"
                 return
             with self._send_lock:
@@ -335,7 +392,10 @@ class StagedPool(BlockPool):
         super().__init__(0, config.n_kv_heads, config.head_dim, num_blocks=num_blocks, block_tokens=block_tokens)
         self.pipeline = pipeline
         self.pid = pipeline.new_pool_id()
-        self._sizes = [s.reset_pool(self.pid, num_blocks, block_tokens) for s in pipeline.stages]
+        self.budget = num_blocks
+        self.generation = pipeline.generation
+        self._sizes = [s.reset_pool(self.pid, num_blocks, block_tokens, pipeline.generation) for s in pipeline.stages]
+        pipeline.pools.add(self)
 
     @property
     def block_bytes(self) -> int:
@@ -377,10 +437,10 @@ class PipelineModel(Model):
         pools = {id(ln.kv.pool) for ln in lanes}
         if len(pools) != 1 or not isinstance(lanes[0].kv.pool, StagedPool):
             raise EngineError("a pipeline forward takes lanes of one of its own pools")
-        pid = lanes[0].kv.pool.pid
+        pool = lanes[0].kv.pool
         if self.pipeline.head_last:
-            return self.pipeline.run(self.embed_rows(ids), lanes, decode, pid, {"all_logits": all_logits, "head": head})
-        x = self.pipeline.run(self.embed_rows(ids), lanes, decode, pid)
+            return self.pipeline.run(self.embed_rows(ids), lanes, decode, pool, {"all_logits": all_logits, "head": head})
+        x = self.pipeline.run(self.embed_rows(ids), lanes, decode, pool)
         return self.finish(x, lanes, all_logits, head)
 
     def embed(self, ids: list[int] | np.ndarray) -> np.ndarray:
@@ -400,49 +460,56 @@ def local_pipeline(model: Model, plan: PartitionPlan, *, micro_batches: int = 0,
                                          head_last=head_last))
 
 
+def _wire(model: Model, stages: list[RemoteStage], transport: str, ring_bytes: int,
+          timeout: float) -> tuple[Any, Any]:
+    """Link the stages in order (each one's outbound to the next's inbound) and the head to both ends;
+    returns the head's (outbound, inbound). Run again after a stage is replaced: every link is renewed."""
+    bands = [s.layers for s in stages]
+    edges = [0] + [hi for _, hi in bands]
+    if [lo for lo, _ in bands] != edges[:-1] or edges[-1] != model.config.n_layers:
+        raise EngineError(f"stage workers hold layers {['%d:%d' % b for b in bands]}: they must cover "
+                          f"0:{model.config.n_layers} in order, without gaps or overlaps")
+    for s in stages:
+        if s.hello.get("identity") != model.identity.hex():
+            raise EngineError(f"stage worker {s.address} serves another model")
+    ins = [s.call({"op": "inbound", "transport": transport, "ring_bytes": ring_bytes})[0] for s in stages]
+    if transport == "shm":
+        back: Any = RingReceiver(ring_bytes)
+        nexts: list[Any] = [i.get("ring") for i in ins[1:]] + [back.name]
+    else:
+        nexts = [s.address for s in stages[1:]] + [None]
+    for s, nxt in zip(stages, nexts):
+        s.call({"op": "outbound", "transport": transport, "next": nxt})
+    if transport == "shm":
+        return RingSender(str(ins[0]["ring"])), back
+    host, port = parse_address(stages[-1].address)
+    sink = Channel.connect(host, port, peer=f"stage {stages[-1].address} (results)")
+    sink.send({"op": "hello", "as": "sink", "protocol": PROTOCOL})
+    sink.recv(timeout)
+    host, port = parse_address(stages[0].address)
+    up = Channel.connect(host, port, peer=f"stage {stages[0].address}")
+    up.send({"op": "hello", "as": "upstream", "protocol": PROTOCOL})
+    up.recv(timeout)
+    return ChannelLink(up), ChannelLink(sink)
+
+
 def remote_pipeline(model: Model, addresses: list[str], *, transport: str = "tcp", micro_batches: int = 0,
-                    ring_bytes: int = 256 << 20, timeout: float = 30.0, head_last: bool = True) -> PipelineModel:
-    """Stages in `fak worker --role stage` processes, in layer order, linked stage to stage (tcp or shm)."""
+                    ring_bytes: int = 256 << 20, timeout: float = 30.0, head_last: bool = True,
+                    rejoin: Callable[[int, str], str] | None = None) -> PipelineModel:
+    """Stages in `fak worker --role stage` processes, in layer order, linked stage to stage (tcp or shm).
+    `rejoin(i, why)`: how to get stage i back after it went away (its new address, once it is up: a
+    supervisor such as Ray restarts it); without one a lost stage fails the requests it held."""
     if transport not in ("tcp", "shm"):
         raise EngineError(f"pipeline transport across processes is tcp or shm, not {transport!r}")
     stages: list[RemoteStage] = []
     try:
         for a in addresses:
             stages.append(RemoteStage(a, timeout))
-        bands = [s.layers for s in stages]
-        edges = [0] + [hi for _, hi in bands]
-        if [lo for lo, _ in bands] != edges[:-1] or edges[-1] != model.config.n_layers:
-            raise EngineError(f"stage workers hold layers {['%d:%d' % b for b in bands]}: they must cover "
-                              f"0:{model.config.n_layers} in order, without gaps or overlaps")
-        for s in stages:
-            if s.hello.get("identity") != model.identity.hex():
-                raise EngineError(f"stage worker {s.address} serves another model")
-        ins = [s.call({"op": "inbound", "transport": transport, "ring_bytes": ring_bytes})[0] for s in stages]
-        back: Any
-        sink_ch = None
-        if transport == "shm":
-            back = RingReceiver(ring_bytes)
-            nexts = [i.get("ring") for i in ins[1:]] + [back.name]
-        else:
-            nexts = [s.address for s in stages[1:]] + [None]
-        for s, nxt in zip(stages, nexts):
-            s.call({"op": "outbound", "transport": transport, "next": nxt})
-        if transport == "tcp":
-            host, port = parse_address(stages[-1].address)
-            sink_ch = Channel.connect(host, port, peer=f"stage {stages[-1].address} (results)")
-            sink_ch.send({"op": "hello", "as": "sink", "protocol": PROTOCOL})
-            sink_ch.recv(timeout)
-            back = ChannelLink(sink_ch)
-            host, port = parse_address(stages[0].address)
-            up = Channel.connect(host, port, peer=f"stage {stages[0].address}")
-            up.send({"op": "hello", "as": "upstream", "protocol": PROTOCOL})
-            up.recv(timeout)
-            out: Any = ChannelLink(up)
-        else:
-            out = RingSender(str(ins[0]["ring"]))
+        out, back = _wire(model, stages, transport, ring_bytes, timeout)
     except BaseException:
         for s in stages:
             s.close()
         raise
-    return PipelineModel(model, Pipeline(model, stages, out, back, micro_batches=micro_batches, transport=transport,
-                                         head_last=head_last))
+    p = Pipeline(model, stages, out, back, micro_batches=micro_batches, transport=transport, head_last=head_last)
+    p.rejoin, p.ring_bytes, p.connect_timeout = rejoin, ring_bytes, timeout
+    return PipelineModel(model, p)

@@ -50,9 +50,14 @@ def _wait(ready: Callable[[], bool], timeout: float | None, what: str) -> None:
         delay = min(0.001, delay * 2 or 1e-6)
 
 
+_CREATED: set[str] = set()  # rings this process created (it owns them: their tracker entry stays)
+
+
 def _untrack(shm: shared_memory.SharedMemory) -> None:
     """An attaching process must not own the ring: Python < 3.13 registers every attach with the resource
     tracker, which unlinks the segment when this process exits (under the receiver that created it)."""
+    if shm._name in _CREATED:  # type: ignore[attr-defined]
+        return
     try:
         from multiprocessing import resource_tracker
 
@@ -93,6 +98,7 @@ class ShmReceiver:
     def __init__(self, capacity: int = 64 << 20, name: str | None = None) -> None:
         capacity = _pad(capacity)
         self._shm = shared_memory.SharedMemory(name=name, create=True, size=_CTL + capacity)
+        _CREATED.add(self._shm._name)  # type: ignore[attr-defined]
         self._ring = _Ring(self._shm)
         self._ring.ctl[:] = 0
         self._ring.set(_CAPACITY, capacity)
@@ -140,6 +146,19 @@ class ShmReceiver:
             self._pending = _pad(_REC + length)
             self._view = r.data[off + _REC : off + _REC + length]
             return self._view
+
+    def reset(self) -> None:
+        """Take a new sender (the last one went away): unread records are dropped, the closed flag cleared.
+        Only while nobody is in recv() on this ring."""
+        if self._view is not None:
+            try:
+                self._view.release()
+            except BufferError:
+                pass
+            self._view = None
+        self._pending = 0
+        self._ring.set(_TAIL, self._ring.get(_HEAD))
+        self._ring.set(_SENDER_CLOSED, 0)
 
     def close(self) -> None:
         if self._closed:

@@ -35,6 +35,7 @@ class Stage:
         # one pool per scheduler the head runs over this pipeline (each a group of lanes in flight), by id
         self.pools: dict[int, BlockPool] = {0: self.new_pool(num_blocks, block_tokens)}
         self.tables: dict[int, list[int]] = {}
+        self.gen = 0  # the head's pipeline generation this stage was last set up for
         self.lock = threading.Lock()  # a forward and a control call never interleave
         self.stats: dict[str, float] = {"steps": 0, "rows": 0, "busy_s": 0.0, "bytes_in": 0, "bytes_out": 0}
 
@@ -42,9 +43,13 @@ class Stage:
         c = self.model.config
         return BlockPool(self.hi - self.lo, c.n_kv_heads, c.head_dim, num_blocks=num_blocks, block_tokens=block_tokens)
 
-    def reset_pool(self, pid: int, num_blocks: int | None, block_tokens: int) -> int:
-        """(Re)create pool `pid` to the head's budget; returns its bytes per block."""
+    def reset_pool(self, pid: int, num_blocks: int | None, block_tokens: int, gen: int = 0) -> int:
+        """(Re)create pool `pid` to the head's budget, for the head's pipeline generation `gen` (messages of an
+        older generation, left in a link by a stage that went away, are dropped); returns its bytes per block."""
         with self.lock:
+            if gen > self.gen:
+                self.gen = gen
+                self.tables.clear()
             self.pools[pid] = self.new_pool(num_blocks, block_tokens)
             return self.pools[pid].block_bytes
 
@@ -61,8 +66,11 @@ class Stage:
                 raise EngineError(f"stage {self.lo}:{self.hi}: block {top} beyond its pool of {pool.capacity}")
             pool._grow()
 
-    def run(self, header: dict[str, Any], blob: memoryview) -> np.ndarray:
-        """One forward message: hidden rows in, hidden rows out (this band's layers applied)."""
+    def run(self, header: dict[str, Any], blob: memoryview) -> np.ndarray | None:
+        """One forward message: hidden rows in, hidden rows out (this band's layers applied); None for a
+        message of an older pipeline generation (dropped)."""
+        if int(header.get("gen", 0)) < self.gen:
+            return None
         t0 = time.perf_counter()
         hidden = int(self.model.config.hidden)
         x = np.frombuffer(blob, dtype=np.float32).reshape(-1, hidden).copy()
@@ -129,10 +137,12 @@ def serve(stage: Stage, inbound: Any, outbound: Any, stop: threading.Event) -> N
         else:
             try:
                 y = stage.run(header, blob)
+                if y is None:
+                    continue
                 out = header
             except Exception as e:  # reported, not raised: the loop must outlive a bad message
                 out, y = {**header, "error": f"stage {stage.lo}:{stage.hi}: {type(e).__name__}: {e}"}, np.zeros(0, np.float32)
         try:
             outbound.send(out, y)
         except TransportClosed:
-            return
+            continue  # the next hop went away: this answer is lost (the head recovers), the inbound lives on

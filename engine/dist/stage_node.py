@@ -48,6 +48,8 @@ class StageNode(Node):
         self.stage = Stage(model, lo, hi)
         self.out = _Later()
         self._ring: RingReceiver | None = None
+        self._ring_stop = threading.Event()
+        self._ring_thread: threading.Thread | None = None
         super().__init__(model, name or f"stage-{lo}-{hi}", KVLayout.of(self.stage.pools[0]), host, port, beat_s)
 
     def hello(self) -> dict[str, Any]:
@@ -69,12 +71,11 @@ class StageNode(Node):
             if op == "pool":
                 nb = header.get("num_blocks")
                 extra = {"block_bytes": self.stage.reset_pool(int(header.get("pool", 0)), None if nb is None else int(nb),
-                                                              int(header["block_tokens"]))}
+                                                              int(header["block_tokens"]), int(header.get("gen", 0)))}
             elif op == "inbound":
                 if header.get("transport") == "shm":
-                    self._ring = RingReceiver(int(header.get("ring_bytes") or 64 << 20))
-                    self._spawn(serve, "ring", self.stage, self._ring, self.out, self._stop)
-                    extra = {"ring": self._ring.name}
+                    self._open_ring(int(header.get("ring_bytes") or 64 << 20))
+                    extra = {"ring": self._ring.name}  # type: ignore[union-attr]
             elif op == "outbound":
                 nxt = header.get("next")
                 if header.get("transport") == "shm":
@@ -103,6 +104,21 @@ class StageNode(Node):
         else:
             ch.send({"op": "reply", "id": rid, **extra}, blob)
 
+    def _open_ring(self, size: int) -> None:
+        """This node's inbound ring, one for its life: when the head re-links (a neighbour was replaced) the
+        loop reading it stops, the ring drops what the old sender left, and a new loop starts."""
+        if self._ring is None:
+            self._ring = RingReceiver(size)
+        else:
+            self._ring_stop.set()
+            if self._ring_thread is not None:
+                self._ring_thread.join(5)
+            self._ring.reset()
+        self._ring_stop = threading.Event()
+        self._ring_thread = threading.Thread(target=serve, args=(self.stage, self._ring, self.out, self._ring_stop),
+                                             name=f"fak-{self.name}-ring", daemon=True)
+        self._ring_thread.start()
+
     def beat(self) -> dict[str, Any]:
         return {"info": self.stage.info()}
 
@@ -110,7 +126,7 @@ class StageNode(Node):
         if self.out.link is not None:
             self.out.link.close()
         if self._ring is not None:
-            for t in self._threads:
-                if t.name.endswith("-ring"):
-                    t.join(2)
+            self._ring_stop.set()
+            if self._ring_thread is not None:
+                self._ring_thread.join(2)
             self._ring.close()

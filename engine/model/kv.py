@@ -25,6 +25,11 @@ class KVExhausted(EngineError):
     """No free block left in a fixed-size pool (the scheduler preempts on this)."""
 
 
+class KVLost(EngineError):
+    """The contents of a pool's blocks are gone (a pipeline stage restarted): every lane holding KV must be
+    recomputed and the prefix cache emptied. Raised by a forward, before anything was advanced."""
+
+
 class BlockPool:
     """K/V storage of shape [layers, blocks, block_tokens, kv_heads, head_dim], a free list and refcounts.
 

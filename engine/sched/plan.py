@@ -100,6 +100,24 @@ class Scheduler:
     def has_work(self) -> bool:
         return bool(self.running or self.waiting or self.preempted)
 
+    def recompute_all(self) -> int:
+        """Every lane's KV is gone: running lanes go back to preempted for recompute (prompt + tokens so far
+        replayed), swapped ones keep their host copy; the prefix cache forgets its blocks. Returns lanes dropped."""
+        dropped = 0
+        for lane in list(self.running):
+            self.running.remove(lane)
+            if lane.session is not None:
+                drop_for_recompute(lane)
+            lane.to(LaneState.PREEMPTED)
+            lane.preemptions += 1
+            lane.preempt_round = self.iter_no
+            self.preempted.append(lane)
+            dropped += 1
+        if self.prefix is not None:
+            self.prefix.clear()
+        self.counters["kv_lost"] = self.counters.get("kv_lost", 0) + dropped
+        return dropped
+
     def remove(self, lane: Lane) -> None:
         for q in (self.waiting, self.running, self.preempted):
             if lane in q:

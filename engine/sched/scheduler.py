@@ -29,7 +29,7 @@ import numpy as np
 
 from engine.errors import EngineError
 from engine.grammar import GrammarCompiler, compiler_for
-from engine.model.kv import KVExhausted
+from engine.model.kv import KVExhausted, KVLost
 from engine.sched.lane import FinishReason, Handle, Lane, LaneState, Request, TextTracker, now, validate_request
 from engine.sched.prefix_cache import PrefixCache
 from engine.sched.output import OutputProcessor
@@ -102,7 +102,7 @@ class NativeScheduler:
         # counters (loop thread only, shared by the scheduler and the output side); published as SchedStats
         self._c: dict[str, int] = dict.fromkeys(
             ("steps", "tokens", "prefill_tokens", "admitted", "swap", "recompute", "bytes_out", "bytes_in",
-             "readmitted", "max_running", "imported"), 0)
+             "readmitted", "max_running", "imported", "kv_lost"), 0)
         self.scheduler = Scheduler(self.config, self.pool, self.prefix, hit_align=hit_align,
                                    new_session=lambda: self._Session(self.model, pool=self.pool),
                                    batch_prefill=batch_prefill, counters=self._c)
@@ -324,6 +324,8 @@ class NativeScheduler:
         self._prof.start()
         try:
             self._iteration(new)
+        except KVLost:  # a pipeline stage restarted: recompute every lane, keep serving (nothing was advanced)
+            self.scheduler.recompute_all()
         except Exception as e:  # an engine bug or model failure must not kill the loop (nor spin on it):
             sched = self.scheduler
             for q in (sched.running, sched.preempted, sched.waiting):  # fail every lane, keep serving
@@ -398,6 +400,8 @@ class NativeScheduler:
             self._prof.mark("forward")
         except KVExhausted:
             return  # budget estimate was short (growable accounting aside): retry next iteration
+        except KVLost:
+            raise  # every lane recomputes (_guarded_iteration), not just this one fails
         except Exception as e:
             self.output.finish(lane, FinishReason.ERROR, f"prefill failed: {type(e).__name__}: {e}")
             return

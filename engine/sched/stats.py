@@ -41,6 +41,7 @@ class SchedStats:
     prefix_hits: int = 0
     prefix_hit_tokens: int = 0
     prefix_tainted_refused: int = 0  # offers of tainted spans the prefix cache refused (KV trust)
+    kv_lost: int = 0  # lanes recomputed because their KV was lost (a pipeline stage restarted)
     max_running_observed: int = 0
     max_running: int = 0  # configured limit, 0 = unbounded
     preempt_mode: str = "swap"
@@ -90,6 +91,7 @@ def snapshot(c: dict[str, int], finished: dict[str, int], last_victim: Victim | 
         prefix_hits=prefix.hits if prefix is not None else 0,
         prefix_hit_tokens=prefix.hit_tokens if prefix is not None else 0,
         prefix_tainted_refused=prefix.tainted_refused if prefix is not None else 0,
+        kv_lost=c.get("kv_lost", 0),
         max_running_observed=c["max_running"],
         max_running=max_running,
         preempt_mode=preempt_mode,
@@ -100,7 +102,7 @@ def snapshot(c: dict[str, int], finished: dict[str, int], last_victim: Victim | 
 _SUMMED = ("running", "waiting", "preempted", "tokens_per_s", "used_blocks", "cached_blocks", "reclaimable_blocks",
            "pool_blocks", "steps", "tokens_generated", "prefill_tokens", "imported", "admitted", "preemptions_swap",
            "preemptions_recompute", "swap_bytes_out", "swap_bytes_in", "readmitted", "prefix_queries", "prefix_hits",
-           "prefix_hit_tokens", "prefix_tainted_refused", "max_running_observed", "max_running")
+           "prefix_hit_tokens", "prefix_tainted_refused", "kv_lost", "max_running_observed", "max_running")
 
 
 def merge_stats(snaps: list[SchedStats], block_tokens: int = 16, extra_waiting: int = 0) -> SchedStats:
