@@ -48,6 +48,8 @@ def register(app: typer.Typer) -> None:
                                                     "stage` processes: HOST:PORT,... in layer order (tcp)."),
         stage_transport: Optional[str] = typer.Option(None, "--stage-transport", help="Stage links: inproc | shm | "
                                                       "tcp (default shm for --stages, tcp for --stage-workers)."),
+        ray: Optional[str] = typer.Option(None, "--ray", help="Run the --stages / --pd workers as Ray actors: auto "
+                                          "(the running cluster), HOST:PORT, or local (start Ray here); fak[ray]."),
         micro_batches: int = typer.Option(0, "--micro-batches", help="Pipeline: groups of lanes in flight at once, "
                                           "one scheduler each (0: one per stage)."),
         no_console: bool = typer.Option(False, "--no-console", help="No web console at / (chat, engine, decisions, "
@@ -79,6 +81,18 @@ def register(app: typer.Typer) -> None:
         served = served_name or os.path.basename(name)
         local, workers = _pd_flags(pd, pd_workers, pd_transport)
         pipe = _stage_flags(stages, cuts, stage_workers, stage_transport, micro_batches, bool(local or workers))
+        if ray is not None:
+            if workers or stage_workers:
+                raise FakError("--ray places workers itself: drop --pd-workers / --stage-workers")
+            if not (local or pipe):
+                raise FakError("--ray needs --stages N (pipeline stages) or --pd 1:N (P/D workers) to place")
+            if (pd_transport or stage_transport or "tcp") != "tcp":
+                raise FakError("--ray: workers on other nodes talk over tcp (drop --pd-transport / --stage-transport)")
+            from fak.ray_workers import _ray
+
+            _ray()  # not installed: one line now, before anything listens
+            if pipe is not None:
+                pipe["ray"] = ray
         kernel = _kernel(policy, journal)
 
         def _boot() -> object:
@@ -96,7 +110,7 @@ def register(app: typer.Typer) -> None:
                 from fak.boot import boot_pd
 
                 b = boot_pd(name, resident=not plain, sched=sched, local=local, workers=workers,
-                            transport=pd_transport)
+                            transport=pd_transport, ray=ray)
                 logs.SERVER.info(b.boot_line(), extra={"model": name})
                 h = b.scheduler  # type: ignore[attr-defined]
                 logs.SERVER.info(f"P/D over {h.transport}: prefill {h.prefill.address} · decode "

@@ -173,7 +173,8 @@ def boot_for_text(model: str, who: str, *, resident: bool = True, sched: SchedOp
 
 
 def boot_pd(model: str, *, resident: bool = True, sched: SchedOptions | None = None, local: int = 0,
-            workers: list[str] | None = None, transport: str | None = None, down_after: float = 5.0) -> Booted:
+            workers: list[str] | None = None, transport: str | None = None, down_after: float = 5.0,
+            ray: str | None = None, ray_resources: list[dict[str, float]] | None = None) -> Booted:
     """`boot_for_text` for P/D across processes: this process keeps the tokenizer (and a copy of the model
     for embeddings), the engine is a PDHead over `fak worker` processes: `local` decode workers (and one
     prefill worker) started here, or the running workers at `workers` (HOST:PORT each; their roles are
@@ -186,9 +187,16 @@ def boot_pd(model: str, *, resident: bool = True, sched: SchedOptions | None = N
     b = boot(model, resident=resident, sched=opts, show=False, scheduler=False)
     if b.tokenizer is None or b.tokenizer.vocab_size < b.model.config.vocab_size:
         raise FakError(f"{model}: no tokenizer for text: fak serve needs one")
-    started = None
+    started: Any = None
     try:
-        if local:
+        if ray is not None:  # Ray places and restarts the workers; KV still moves over fak's TCP links
+            from fak.ray_workers import RayWorkers, pd_specs
+
+            started = RayWorkers(pd_specs(local, opts.as_kwargs()), str(b.path) if b.path is not None else model,
+                                 address=ray, resident=resident, resources=ray_resources)
+            prefill, decoders = started.addresses[0], started.addresses[1:]
+            transport = "tcp"
+        elif local:
             from fak.workers import LocalWorkers
 
             args = [f"--{k.replace('_', '-')}={v}" for k, v in opts.as_kwargs().items() if v is not None]
@@ -224,13 +232,18 @@ def boot_pd(model: str, *, resident: bool = True, sched: SchedOptions | None = N
     if started is not None:
         head.owned.append(started)
         head.local = started  # type: ignore[attr-defined]
+        if ray is not None:
+            from fak.ray_workers import supervise_pd
+
+            supervise_pd(head, started)
     b.scheduler = head
     return b
 
 
 def boot_pipeline(model: str, *, resident: bool = True, sched: SchedOptions | None = None, stages: int = 0,
                   cuts: list[int] | None = None, workers: list[str] | None = None, transport: str | None = None,
-                  micro_batches: int = 0) -> Booted:
+                  micro_batches: int = 0, ray: str | None = None,
+                  ray_resources: list[dict[str, float]] | None = None) -> Booted:
     """`boot_for_text` with the layers on pipeline stages: `stages` bands split by bytes (or at `cuts`), run
     by `fak worker --role stage` processes started here (shm), by threads (transport "inproc"), or the
     running stage workers at `workers` (tcp). The scheduler, the embedding and the LM head stay here;
@@ -244,9 +257,17 @@ def boot_pipeline(model: str, *, resident: bool = True, sched: SchedOptions | No
     b = boot(model, resident=resident, sched=opts, show=False, scheduler=False)
     if b.tokenizer is None or b.tokenizer.vocab_size < b.model.config.vocab_size:
         raise FakError(f"{model}: no tokenizer for text: fak serve needs one")
-    started = None
+    started: Any = None
     try:
-        if workers:
+        if ray is not None:  # Ray places and restarts the stages; hidden rows still move over fak's TCP links
+            from fak.ray_workers import RayWorkers, stage_specs
+
+            plan = PartitionPlan.at(b.model, cuts) if cuts else PartitionPlan.by_bytes(b.model, stages)
+            started = RayWorkers(stage_specs(plan.bands), str(b.path) if b.path is not None else model, address=ray,
+                                 resident=resident, resources=ray_resources)
+            pm = remote_pipeline(b.model, started.addresses, transport="tcp", rejoin=started.rejoin)
+            pm.pipeline.owned.append(started)
+        elif workers:
             pm = remote_pipeline(b.model, workers, transport=transport or "tcp")
         else:
             plan = PartitionPlan.at(b.model, cuts) if cuts else PartitionPlan.by_bytes(b.model, stages)

@@ -235,6 +235,26 @@ class PDHead:
         for j in victims:
             self._resume(j, f"decode worker {peer.name} ({peer.address}) went down: {why}")
 
+    def rejoin(self, name: str, address: str, timeout: float = 30.0) -> None:
+        """Take a restarted worker back (a supervisor such as Ray brought it up at `address`): a decode worker
+        rejoins the router (its cache is empty: cold routes until it fills), a prefill worker is re-linked to
+        every decode worker."""
+        peer = self.prefill if name == self.prefill.name else self.decoders.get(name)
+        if peer is None:
+            raise EngineError(f"no P/D worker named {name!r}")
+        if peer.up:
+            return
+        peer.address, peer.beat = address, {}
+        self._connect(peer, timeout)
+        targets = list(self.decoders.items()) if peer is self.prefill else [(name, peer)]
+        for n, p in targets:
+            if p.up:
+                self._rpc_call(self.prefill, {"op": "link", "name": n, "address": p.address,
+                                              "shm": self.transport == "shm", "shm_bytes": self.shm_bytes}, timeout)
+        if peer is not self.prefill:
+            self.router.up(name)
+        self.counts["rejoined"] = self.counts.get("rejoined", 0) + 1
+
     # ------------------------------------------------------------------ caller side
     def admit(self, request: Request) -> Handle:
         if self._closed:

@@ -50,6 +50,13 @@ class Router:
                 self.workers = []
             self._resident[worker] = set()
 
+    def up(self, worker: str) -> None:
+        """Route to a worker again (it came back, with an empty cache)."""
+        with self._lock:
+            if worker not in self.workers:
+                self.workers.append(worker)
+            self._resident[worker] = set()
+
     def forget(self, worker: str) -> None:
         """Drop a worker's residency view (restarted or lost)."""
         with self._lock:

@@ -1,0 +1,188 @@
+"""RayWorkers: fak's workers (pipeline stages, P/D prefill and decode) as Ray actors (`pip install 'fak[ray]'`).
+
+Ray does placement and lifecycle: one actor per worker, placed by a placement group (one CPU bundle per
+worker, spread over the nodes) or by explicit per-worker resources, restarted by Ray when it dies
+(`max_restarts=-1`). The tensors never go through Ray: each actor hosts the same node a `fak worker`
+process hosts (engine/dist/stage_node.py, prefill_node.py, decode_node.py) listening on its node's IP,
+and the head talks to it over fak's own TCP links (the pattern vLLM's newer Ray executor uses).
+
+A restarted actor comes back with a new address; `rejoin(i)` waits for it and returns it: a pipeline
+re-links and recomputes its lanes (engine/dist/pipeline.py), a P/D head takes the decode worker back.
+Nothing of Ray is imported unless this module is used.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from fak.errors import FakError
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    role: str  # "stage" | "prefill" | "decode"
+    name: str
+    layers: tuple[int, int] | None = None  # a stage's band
+    options: dict[str, Any] = field(default_factory=dict)  # scheduler / prefill keyword arguments
+
+
+def _ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise FakError("Ray is not installed: pip install 'fak[ray]'") from None
+    return ray
+
+
+class _Host:
+    """The body of the actor: boot the model, serve one node (Ray wraps this class in ray.remote)."""
+
+    def __init__(self, spec: WorkerSpec, model: str, resident: bool) -> None:
+        import ray
+
+        from fak.boot import boot
+
+        b = boot(model, resident=resident, show=False, scheduler=False)
+        host = ray.util.get_node_ip_address()
+        opts = dict(spec.options)
+        if spec.role == "stage":
+            from engine.dist.stage_node import StageNode
+
+            assert spec.layers is not None
+            self.node: Any = StageNode(b.model, spec.layers[0], spec.layers[1], spec.name, host=host)
+        elif spec.role == "prefill":
+            from engine.dist.prefill_node import PrefillNode
+
+            self.node = PrefillNode(b.model, spec.name, host=host, **opts)
+            from engine.model.session import warmup
+
+            self.node.worker.submit(warmup).result()
+        else:
+            from engine.dist.decode_node import DecodeNode
+
+            tok = b.tokenizer
+            eos = tuple(getattr(tok, "eos_ids", ()) or ()) if tok is not None else ()
+            self.node = DecodeNode(b.model, spec.name, host=host, tokenizer=tok, eos_ids=eos, warm=True, **opts)
+            self.node.worker.sched.warmed.wait()
+        self._address = f"{self.node.address[0]}:{self.node.address[1]}"
+
+    def address(self) -> str:
+        return self._address
+
+    def health(self) -> dict[str, Any]:
+        import ray
+
+        return {"pid": os.getpid(), "node": ray.get_runtime_context().get_node_id(), "address": self._address}
+
+
+class RayWorkers:
+    def __init__(self, specs: list[WorkerSpec], model: str, *, address: str | None = None, resident: bool = True,
+                 resources: list[dict[str, float]] | None = None, num_cpus: float = 1.0,
+                 ready_timeout: float = 300.0) -> None:
+        ray = _ray()
+        if not ray.is_initialized():
+            try:
+                ray.init(address=None if address in (None, "", "local") else address, log_to_driver=False,
+                         include_dashboard=False)
+            except Exception as e:  # a wrong address, no cluster: one line
+                raise FakError(f"--ray {address}: cannot connect to a Ray cluster ({type(e).__name__}: {e})") from None
+        self.ray, self.specs = ray, specs
+        cls = ray.remote(max_restarts=-1, max_task_retries=-1)(_Host)
+        self.pg = None
+        opts: list[dict[str, Any]] = []
+        if resources is not None:  # explicit placement (tests: one custom resource per node)
+            opts = [{"resources": r, "num_cpus": 0} for r in resources]
+        else:
+            from ray.util.placement_group import placement_group
+            from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+            self.pg = placement_group([{"CPU": num_cpus}] * len(specs), strategy="SPREAD")
+            ray.get(self.pg.ready(), timeout=ready_timeout)
+            opts = [{"scheduling_strategy": PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=i),
+                     "num_cpus": num_cpus} for i in range(len(specs))]
+        threads = str(max(1, int(num_cpus)))
+        env = {"env_vars": {"NUMBA_NUM_THREADS": threads, "OMP_NUM_THREADS": threads, "OPENBLAS_NUM_THREADS": threads}}
+        self.actors = [cls.options(name=None, runtime_env=env, **o).remote(spec, model, resident)
+                       for spec, o in zip(specs, opts)]
+        try:
+            self.addresses = ray.get([a.address.remote() for a in self.actors], timeout=ready_timeout)
+        except Exception as e:
+            self.close()
+            raise FakError(f"Ray workers did not start: {type(e).__name__}: {e}") from None
+        self.restarts = [0] * len(specs)
+        self._lock = threading.Lock()
+
+    def rejoin(self, i: int, why: str = "", timeout: float = 300.0) -> str:
+        """Worker i's address once Ray has restarted it (a new port: a new process)."""
+        deadline = time.monotonic() + timeout
+        old = self.addresses[i]
+        while time.monotonic() < deadline:
+            try:
+                addr = self.ray.get(self.actors[i].address.remote(), timeout=30)
+            except Exception:  # still restarting
+                time.sleep(0.5)
+                continue
+            if addr != old:  # the restarted process listens on a new port
+                with self._lock:
+                    self.addresses[i] = addr
+                    self.restarts[i] += 1
+                return str(addr)
+            time.sleep(0.2)  # the old process has not been noticed dead yet
+        raise FakError(f"Ray did not bring {self.specs[i].name} back within {timeout:.0f} s ({why})")
+
+    def health(self) -> list[dict[str, Any]]:
+        return list(self.ray.get([a.health.remote() for a in self.actors], timeout=30))
+
+    def kill(self, i: int) -> None:
+        """Kill worker i's process; Ray restarts it (tests: a stage dying mid-run)."""
+        self.ray.kill(self.actors[i], no_restart=False)
+
+    def close(self) -> None:
+        for a in getattr(self, "actors", []):
+            try:
+                self.ray.kill(a, no_restart=True)
+            except Exception:
+                pass
+        if self.pg is not None:
+            from ray.util.placement_group import remove_placement_group
+
+            try:
+                remove_placement_group(self.pg)
+            except Exception:
+                pass
+
+
+
+def supervise_pd(head: Any, workers: RayWorkers, every: float = 0.5) -> threading.Thread:
+    """Bring P/D workers back: when the head marks one down, wait for Ray's restart and rejoin it."""
+
+    def loop() -> None:
+        while not head._closed:
+            for i, spec in enumerate(workers.specs):
+                peer = head.prefill if spec.role == "prefill" else head.decoders.get(spec.name)
+                if peer is None or peer.up:
+                    continue
+                try:
+                    head.rejoin(spec.name, workers.rejoin(i, "marked down"))
+                except Exception:  # tried again on the next round; the head keeps serving without it
+                    pass
+            time.sleep(every)
+
+    t = threading.Thread(target=loop, name="fak-ray-supervisor", daemon=True)
+    t.start()
+    return t
+
+
+def pd_specs(n_decode: int, sched: dict[str, Any], prefill_chunk: int = 64) -> list[WorkerSpec]:
+    pre = {"block_tokens": sched.get("block_tokens", 16), "prefill_chunk": prefill_chunk}
+    dec = {k: v for k, v in sched.items() if v is not None} | {"prefill_chunk": prefill_chunk}
+    return [WorkerSpec("prefill", "prefill-0", options=pre)] + \
+           [WorkerSpec("decode", f"decode-{i}", options=dec) for i in range(n_decode)]
+
+
+def stage_specs(bands: list[tuple[int, int]]) -> list[WorkerSpec]:
+    return [WorkerSpec("stage", f"stage-{i}", layers=b) for i, b in enumerate(bands)]
