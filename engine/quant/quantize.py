@@ -1,11 +1,12 @@
-"""Vectorized numpy quantizers for Q8_0 and Q4_K, producing llama.cpp's reference blocks.
+"""Vectorized numpy quantizers for Q8_0, Q4_K and Q5_K, producing llama.cpp's reference blocks.
 
 Used to build quantized fixtures of any shape (tests, benches). Q8_0 is bit-exact with
 ggml's quantize_row_q8_0_ref (and gguf.quants.quantize). Q4_K follows quantize_row_q4_K_ref:
 per 32-value sub-block a weighted least-squares search over 21 candidate scales for (scale, min)
 (llama.cpp's make_qkx2_quants: weights av|x| + |x_i|, rmin=-1, rdelta=0.1, nstep=20), then the
 eight scales and mins are quantized to 6 bits against the super-block's f16 d / dmin and the
-values re-rounded against the rounded scales. Arithmetic is float32 like the C code; sums are
+values re-rounded against the rounded scales. Q5_K is the same search with 5-bit values
+(quantize_row_q5_K_ref: nmax 31, rmin -0.5, 15 steps). Arithmetic is float32 like the C code; sums are
 numpy's (pairwise), so a rare block can differ from C in the last rounding.
 """
 
@@ -112,16 +113,15 @@ def _pack_k4_scales(ls: np.ndarray, lm: np.ndarray) -> np.ndarray:
     return out
 
 
-def quantize_q4_k(x: np.ndarray) -> np.ndarray:
-    """float32 [rows, n] -> uint8 [rows, n/256*144] Q4_K blocks (f16 d, f16 dmin, 12 scale bytes, 128 qs)."""
+def _k_quants(x: np.ndarray, nmax: int, rmin: float, nstep: int) -> tuple[np.ndarray, ...]:
+    """The Q4_K / Q5_K search (quantize_row_q4_K_ref / q5_K_ref) over super-blocks of x [rows, n]:
+    (f16 d [nsb], f16 dmin [nsb], 6-bit scales [nsb, 8], 6-bit mins [nsb, 8], values [nsb, 256])."""
     f32 = np.float32
-    x = _rows(x, QK_K)
-    rows, n = x.shape
-    nsb = rows * n // QK_K
+    nsb = x.size // QK_K
     sub = x.reshape(nsb * 8, 32)
     av = np.sqrt((sub * sub).sum(axis=1, dtype=f32) / f32(32)).astype(f32)
     wts = av[:, None] + np.abs(sub)
-    L, scales, mins = make_qkx2_quants(sub, wts, 15, -1.0, 0.1, 20)
+    L, scales, mins = make_qkx2_quants(sub, wts, nmax, rmin, 0.1, nstep)
     scales = scales.reshape(nsb, 8)
     mins = mins.reshape(nsb, 8)
     L = L.reshape(nsb, 8, 32).astype(np.int32)
@@ -141,11 +141,36 @@ def quantize_q4_k(x: np.ndarray) -> np.ndarray:
     dm_eff = dmin16.astype(f32)[:, None] * lm.astype(f32)
     xs = sub.reshape(nsb, 8, 32)
     with np.errstate(divide="ignore", invalid="ignore"):
-        l2 = np.clip(_nearest_int((xs + dm_eff[:, :, None]) / d_eff[:, :, None]), 0, 15)
+        l2 = np.clip(_nearest_int((xs + dm_eff[:, :, None]) / d_eff[:, :, None]), 0, nmax)
     L = np.where((d_eff != 0)[:, :, None], l2, L).astype(np.uint8)
+    return d16, dmin16, ls, lm, L.reshape(nsb, QK_K)
 
+
+def quantize_q4_k(x: np.ndarray) -> np.ndarray:
+    """float32 [rows, n] -> uint8 [rows, n/256*144] Q4_K blocks (f16 d, f16 dmin, 12 scale bytes, 128 qs)."""
+    x = _rows(x, QK_K)
+    rows, n = x.shape
+    d16, dmin16, ls, lm, L = _k_quants(x, 15, -1.0, 20)
+    nsb = L.shape[0]
     Lc = L.reshape(nsb, 4, 2, 32)  # 64-value chunks: low nibble = first 32, high = second 32
     qs = (Lc[:, :, 0, :] | (Lc[:, :, 1, :] << 4)).reshape(nsb, 128)
     out = np.concatenate([d16.view(np.uint8).reshape(nsb, 2), dmin16.view(np.uint8).reshape(nsb, 2),
                           _pack_k4_scales(ls, lm), qs], axis=1)
     return out.reshape(rows, n // QK_K * 144)
+
+
+def quantize_q5_k(x: np.ndarray) -> np.ndarray:
+    """float32 [rows, n] -> uint8 [rows, n/256*176] Q5_K blocks (f16 d, f16 dmin, 12 scale bytes,
+    qh[32]: bit j of byte l = the 5th bit of value l of sub-block j, qs[128] as Q4_K's nibbles);
+    quantize_row_q5_K_ref's search (nmax 31, rmin -0.5, 15 steps)."""
+    x = _rows(x, QK_K)
+    rows, n = x.shape
+    d16, dmin16, ls, lm, L = _k_quants(x, 31, -0.5, 15)
+    nsb = L.shape[0]
+    Ls = L.reshape(nsb, 8, 32)
+    qh = ((Ls >> 4) << np.arange(8, dtype=np.uint8)[None, :, None]).sum(axis=1, dtype=np.uint8)
+    Lc = (L & 15).reshape(nsb, 4, 2, 32)
+    qs = (Lc[:, :, 0, :] | (Lc[:, :, 1, :] << 4)).reshape(nsb, 128)
+    out = np.concatenate([d16.view(np.uint8).reshape(nsb, 2), dmin16.view(np.uint8).reshape(nsb, 2),
+                          _pack_k4_scales(ls, lm), qh, qs], axis=1)
+    return out.reshape(rows, n // QK_K * 176)
