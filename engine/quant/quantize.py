@@ -174,3 +174,29 @@ def quantize_q5_k(x: np.ndarray) -> np.ndarray:
     out = np.concatenate([d16.view(np.uint8).reshape(nsb, 2), dmin16.view(np.uint8).reshape(nsb, 2),
                           _pack_k4_scales(ls, lm), qh, qs], axis=1)
     return out.reshape(rows, n // QK_K * 176)
+
+
+def quantize_q6_k(x: np.ndarray) -> np.ndarray:
+    """float32 [rows, n] -> uint8 [rows, n/256*210] Q6_K blocks (ql[128], qh[64], int8 scales[16], f16 d).
+
+    Not llama.cpp's search (make_qx_quants): a plain absmax grid (per 16 values scale = max|x| / 31,
+    int8 against the super-block's d = max scale / 127, values rounded against the decoded scale).
+    Valid blocks in ggml's layout for fixtures; the packing is dequantize_row_q6_K's inverse."""
+    f32 = np.float32
+    x = _rows(x, QK_K)
+    rows, n = x.shape
+    nsb = rows * n // QK_K
+    sub = x.reshape(nsb, 16, 16)
+    s = np.abs(sub).max(axis=2) / f32(31)  # [nsb, 16]
+    d = (s.max(axis=1) / f32(127)).astype(np.float16)
+    df = d.astype(f32)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        sc = np.where(df[:, None] > 0, np.clip(_nearest_int(s / df[:, None]), -128, 127), 0).astype(np.int8)
+        step = df[:, None] * sc.astype(f32)
+        q = np.where(step[:, :, None] > 0, np.clip(_nearest_int(sub / step[:, :, None]), -32, 31), 0)
+    L = (q + 32).astype(np.uint8).reshape(nsb, 2, 4, 32)  # [super-block, half, quarter, value]
+    ql = np.stack([(L[:, :, 0] & 15) | ((L[:, :, 2] & 15) << 4), (L[:, :, 1] & 15) | ((L[:, :, 3] & 15) << 4)], axis=2)
+    qh = sum(((L[:, :, k] >> 4) << (2 * k)) for k in range(4)).astype(np.uint8)
+    out = np.concatenate([ql.reshape(nsb, 128), qh.reshape(nsb, 64), sc.view(np.uint8), d.view(np.uint8).reshape(nsb, 2)],
+                         axis=1)
+    return out.reshape(rows, n // QK_K * 210)
