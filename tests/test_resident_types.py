@@ -6,6 +6,7 @@ lane's logits the same alone or in a batch."""
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 from typing import Callable
 
@@ -147,3 +148,36 @@ def test_usual_file_mixes_run_resident(mix_files: dict[str, Path], mix: str) -> 
         assert isinstance(w, QuantWeight) and w.layout.endswith("x16")
     prompt, decode = _agree(res, plain, [1, 5, 77, 300, 12, 9], prompt_tol=TOL, decode_tol=TOL)
     print(f"{mix}: max |logit diff| {prompt:.2e} prompt, {decode:.2e} decode")
+
+
+def test_unsupported_resident_type_is_one_line_exit_2(mix_files: dict[str, Path], tmp_path: Path) -> None:
+    """A Q3_K matrix (no resident kernel): `fak run` names the tensor and the type and points to --plain,
+    exit 2, one line; --plain then reads it (the float32 path knows every gguf-py type)."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.ggufgen import write_gguf
+
+    rng = np.random.default_rng(3)
+
+    def q3_k(name: str, a: np.ndarray) -> tuple[np.ndarray, QT]:
+        if name != "blk.1.ffn_up.weight":
+            return quantize_q8_0(a), QT.Q8_0
+        raw = rng.integers(0, 256, (a.shape[0], a.shape[1] // 256, 110), dtype=np.uint8)
+        raw[:, :, 108:110] = np.full(raw.shape[:2], 1e-3, np.float16).view(np.uint8).reshape(*raw.shape[:2], 2)
+        return raw.reshape(a.shape[0], -1), QT.Q3_K
+
+    path = write_gguf(_tiny_llama(), "llama", tmp_path / "q3k.gguf", quant=q3_k)
+    env = {**os.environ, "COLUMNS": "200"}
+    run = lambda *a: subprocess.run([sys.executable, "-m", "commands.main", "run", str(path), "--ids", "1,2,3",  # noqa: E731
+                                     "--max-tokens", "2", "--json", *a], capture_output=True, text=True,
+                                    timeout=300, env=env)
+    r = run()
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    line = r.stderr.strip()
+    assert len(line.splitlines()) == 1 and line.startswith("fak: error:"), line
+    assert "'blk.1.ffn_up.weight'" in line and "Q3_K" in line and "--plain" in line
+    r = run("--plain")
+    assert r.returncode == 0, r.stderr
+    assert len(json.loads(r.stdout)["generated_ids"]) == 2
