@@ -13,29 +13,19 @@ from typing import Callable
 import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as QT
-from gguf.quants import dequantize, quantize
+from gguf.quants import dequantize
 
 from engine import BatchSession, Session, load_model
 from engine.model.forward import Model, Weights
 from engine.model.resident import QuantWeight, resident_weight
 from engine.model.synthetic import SYNTHETIC_CONFIG, synthetic_weights
-from engine.quant.quantize import quantize_q4_k, quantize_q5_k, quantize_q6_k, quantize_q8_0
+from engine.quant.quantize import quantize_as, quantize_q8_0
 from tests.test_resident_model import _agree
 
 NEW_TYPES = [QT.Q4_0, QT.Q4_1, QT.Q5_1, QT.Q5_K, QT.F16, QT.BF16]
 TOL = 0.05  # the issue's bound on |logit diff|, resident vs plain
 # K-quants need rows of a multiple of 256 values: the synthetic checkpoint, widened
 CONFIG = dataclasses.replace(SYNTHETIC_CONFIG, hidden=256, ffn=512, head_dim=64, embed_scale=16.0)
-
-
-def quantize_as(qtype: QT, w: np.ndarray) -> np.ndarray:
-    """float32 [rows, n] -> GGUF bytes uint8 [rows, row_bytes] of qtype (our quantizers or gguf-py's)."""
-    w = np.ascontiguousarray(w, dtype=np.float32)
-    if qtype == QT.F16:
-        return w.astype(np.float16).view(np.uint8)
-    own: dict[QT, Callable[[np.ndarray], np.ndarray]] = {
-        QT.Q8_0: quantize_q8_0, QT.Q4_K: quantize_q4_k, QT.Q5_K: quantize_q5_k, QT.Q6_K: quantize_q6_k}
-    return own[qtype](w) if qtype in own else quantize(w, qtype)
 
 
 def _pair(qtype: QT, seed: int = 0) -> tuple[Model, Model]:

@@ -131,6 +131,41 @@ def kernel_checks(g: GGUFFile, reps: int = 5, err_rows: int = 256, seed: int = 0
     return out
 
 
+def synthetic_kernel_checks(skip: set[str], cols: int = 2048, nbytes: int = 64 << 20, reps: int = 5,
+                            err_rows: int = 256, seed: int = 0) -> list[KernelCheck]:
+    """`kernel_checks` for every resident type not in `skip`, on a synthetic weight of `cols` columns:
+    err_rows random rows (N(0, 1) * 0.05, what trained weights look like) quantized by
+    engine.quant.quantize.quantize_as, their error measured as on a file's tensors; for the GB/s
+    the blocks repeated to ~`nbytes` (far past the caches: the bytes stream from DRAM as a real
+    weight's would; their values do not change the kernel's speed)."""
+    from gguf.constants import GGML_QUANT_SIZES
+    from gguf.quants import dequantize
+
+    from engine.model.resident import QUANT_TYPES
+    from engine.quant.quantize import quantize_as
+
+    rng = np.random.default_rng(seed)
+    out: list[KernelCheck] = []
+    for qtype, name in QUANT_TYPES.items():
+        if name in skip:
+            continue
+        w = (rng.standard_normal((err_rows, cols)) * 0.05).astype(np.float32)
+        raw = quantize_as(qtype, w)
+        x = rng.standard_normal((1, cols)).astype(np.float32)
+        part = resident_weight(name, qtype, raw, (err_rows, cols))
+        assert isinstance(part, QuantWeight)
+        ref = x.astype(np.float64) @ dequantize(raw, qtype).astype(np.float64).T
+        err = float(np.abs(part.matmul(x) - ref).max())
+        bs, ts = GGML_QUANT_SIZES[qtype]
+        rows = max(err_rows, nbytes // (cols // bs * ts) // err_rows * err_rows)
+        big = resident_weight(name, qtype, np.tile(raw, (rows // err_rows, 1)), (rows, cols))
+        assert isinstance(big, QuantWeight)
+        sec = _median_time(lambda: big.matmul(x), reps)
+        out.append(KernelCheck(name, f"synthetic {rows}x{cols}", err, big.nbytes / sec / 1e9))
+        del big
+    return out
+
+
 @njit(parallel=True, cache=True)
 def _stream_sum(a, nchunks):  # type: ignore[no-untyped-def]
     """Sum of a uint64 buffer, prefetching ahead as the decode kernels do (without it one core

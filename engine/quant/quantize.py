@@ -13,6 +13,7 @@ numpy's (pairwise), so a rare block can differ from C in the last rounding.
 from __future__ import annotations
 
 import numpy as np
+from gguf.constants import GGMLQuantizationType as QT
 
 QK8_0 = 32
 QK_K = 256
@@ -200,3 +201,16 @@ def quantize_q6_k(x: np.ndarray) -> np.ndarray:
     out = np.concatenate([ql.reshape(nsb, 128), qh.reshape(nsb, 64), sc.view(np.uint8), d.view(np.uint8).reshape(nsb, 2)],
                          axis=1)
     return out.reshape(rows, n // QK_K * 210)
+
+
+def quantize_as(qtype: QT, x: np.ndarray) -> np.ndarray:
+    """float32 [rows, n] -> GGUF bytes uint8 [rows, row_bytes] of qtype: the quantizers here for Q8_0,
+    Q4_K, Q5_K, Q6_K, numpy's cast for F16, gguf-py's for the rest it can quantize (Q4_0, Q4_1,
+    Q5_0, Q5_1, BF16, ...). For fixtures and kernel checks of any resident type."""
+    from gguf.quants import quantize
+
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    if qtype == QT.F16:
+        return x.astype(np.float16).view(np.uint8)
+    own = {QT.Q8_0: quantize_q8_0, QT.Q4_K: quantize_q4_k, QT.Q5_K: quantize_q5_k, QT.Q6_K: quantize_q6_k}
+    return own[qtype](x) if qtype in own else quantize(x, qtype)
