@@ -20,7 +20,7 @@ from numba import njit, prange
 from engine.kernels.blockdot import prefetch_ahead
 from engine.gguf.reader import GGUFFile, TensorInfo, read_gguf
 from engine.model.forward import Model
-from engine.model.resident import QuantWeight, resident_nbytes, resident_weight, tiled_kind
+from engine.model.resident import QUANT_TYPES, QuantWeight, resident_nbytes, resident_weight, tiled_kind
 
 
 @dataclass
@@ -141,7 +141,6 @@ def synthetic_kernel_checks(skip: set[str], cols: int = 2048, nbytes: int = 64 <
     from gguf.constants import GGML_QUANT_SIZES
     from gguf.quants import dequantize
 
-    from engine.model.resident import QUANT_TYPES
     from engine.quant.quantize import quantize_as
 
     rng = np.random.default_rng(seed)
