@@ -151,6 +151,14 @@ def _dense(name: str, qtype: QT, raw: np.ndarray, shape: tuple[int, int]) -> np.
     return np.ascontiguousarray(a.reshape(shape), dtype=np.float32)
 
 
+def check_resident(name: str, qtype: QT) -> None:
+    """Raise the one-line error for a 2-D tensor whose type has no resident kernel (what to do: --plain)."""
+    if QT(qtype) not in QUANT_TYPES and QT(qtype) not in DENSE_TYPES:
+        raise EngineError(f"tensor {name!r} is {QT(qtype).name}, which has no resident kernel "
+                          f"(resident: {', '.join(QUANT_TYPES.values())}, F32); run with --plain to "
+                          f"dequantize every weight to float32")
+
+
 def tiled_kind(qtype: QT, in_features: int) -> str | None:
     """The QuantWeight kind a 2-D tensor of `qtype` with rows of `in_features` values becomes (None:
     a float32 ndarray, or no resident kernel at all if qtype is not in QUANT_TYPES either)."""
@@ -166,10 +174,7 @@ def resident_weight(name: str, qtype: QT, raw: np.ndarray, shape: tuple[int, int
     out_f, in_f = int(shape[0]), int(shape[1])
     if qtype in DENSE_TYPES or (qtype in (QT.F16, QT.BF16) and tiled_kind(qtype, in_f) is None):
         return _dense(name, qtype, raw, (out_f, in_f))
-    if qtype not in QUANT_TYPES:
-        raise EngineError(f"tensor {name!r} is {qtype.name}, which has no resident kernel "
-                          f"(resident: {', '.join(QUANT_TYPES.values())}, F32); run with --plain to "
-                          f"dequantize every weight to float32")
+    check_resident(name, qtype)
     kind = QUANT_TYPES[qtype]
     code = L.KINDS.index(kind)
     bs, bb = L.SB_VALUES[code], L.GGUF_BYTES[code]
