@@ -1,5 +1,5 @@
 """Every resident block type vs the plain float32 path (issue 19 "Must show"): per type on a synthetic
-checkpoint quantized in memory, and the usual file mixes (Q4_0, Q4_K_M, Q5_K_M, Q8_0, F16) as tiny
+checkpoint quantized in memory, and the usual file mixes (Q4_0, Q4_K_M, Q5_K_M, Q8_0, F16, BF16) as tiny
 GGUF files loaded both ways. Same argmax everywhere, |dlogit| <= 0.05, 16 greedy tokens equal, and a
 lane's logits the same alone or in a batch."""
 
@@ -17,7 +17,7 @@ from gguf.quants import dequantize
 
 from engine import BatchSession, Session, load_model
 from engine.model.forward import Model, Weights
-from engine.model.resident import QuantWeight, resident_weight
+from engine.model.resident import QuantWeight, resident_nbytes, resident_weight
 from engine.model.synthetic import SYNTHETIC_CONFIG, synthetic_weights
 from engine.quant.quantize import quantize_as, quantize_q8_0
 from tests.test_resident_model import _agree
@@ -64,6 +64,9 @@ def test_resident_type_matches_plain(pair: tuple[QT, Model, Model]) -> None:
     qtype, res, plain = pair
     w = res.weights.layers[0].w_down
     assert isinstance(w, QuantWeight) and w.layout == qtype.name + "x16"
+    assert w.nbytes == resident_nbytes(qtype.name, *w.shape)  # what q4kdiag's header-only plan counts
+    if qtype in (QT.F16, QT.BF16):  # 16-bit floats stay 16-bit (a float32 copy was twice the bytes)
+        assert w.nbytes == 2 * w.shape[0] * w.shape[1]
     for ids in ([1, 2, 3, 4, 5], [200, 17, 99, 3, 42, 8, 250, 1, 0, 64]):
         prompt, decode = _agree(res, plain, ids, prompt_tol=TOL, decode_tol=TOL)
         print(f"{qtype.name}: max |logit diff| {prompt:.2e} prompt, {decode:.2e} decode")
@@ -95,6 +98,7 @@ MIXES: dict[str, Callable[[str], QT]] = {
     "Q5_K_M": lambda name: QT.Q6_K if name.endswith(("attn_v.weight", "ffn_down.weight", "output.weight")) else QT.Q5_K,
     "Q8_0": lambda name: QT.Q8_0,
     "F16": lambda name: QT.F16,
+    "BF16": lambda name: QT.BF16,
 }
 
 

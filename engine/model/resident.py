@@ -218,8 +218,8 @@ def resident_layout(kind: str) -> str:
 
 def resident_nbytes(kind: str, rows: int, cols: int) -> int:
     """Bytes a [rows, cols] tensor of quant type `kind` holds once resident (what `QuantWeight.nbytes`
-    reports and a decode step streams): tiles pad rows to 16, and Q4_K tiles unpack its 6-bit scales
-    (148 bytes per 256 values); GGUF blocks as in the file, Q5_0 widened to Q8_0 when repacked."""
+    reports and a decode step streams): tiles pad rows to 16, and Q4_K / Q5_K tiles unpack their 6-bit
+    scales (+4 bytes per 256 values); GGUF blocks as in the file, Q5_0 widened to Q8_0 when repacked."""
     layout = resident_layout(kind)
     if layout.endswith(TILED):
         shape = L.tiled_shape(L.KINDS.index(kind), rows, cols)
