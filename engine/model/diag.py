@@ -161,7 +161,6 @@ def synthetic_kernel_checks(skip: set[str], cols: int = 2048, nbytes: int = 64 <
         assert isinstance(big, QuantWeight)
         sec = _median_time(lambda: big.matmul(x), reps)
         out.append(KernelCheck(name, f"synthetic {rows}x{cols}", err, big.nbytes / sec / 1e9))
-        del big
     return out
 
 
