@@ -89,6 +89,21 @@ def test_resident_type_lane_is_the_same_alone_or_batched(pair: tuple[QT, Model, 
         assert np.array_equal(batched[b], row)
 
 
+def test_new_types_stay_tiled_under_fak_tiles_0(monkeypatch: pytest.MonkeyPatch) -> None:
+    """FAK_TILES=0 (the A/B switch to GGUF-block kernels) has no block kernel for these: they stay tiles."""
+    from engine.model.resident import warmup
+
+    monkeypatch.setenv("FAK_TILES", "0")
+    warmup()  # warms the block kernels, and the tile kernels these need
+    x = np.random.default_rng(2).standard_normal((3, 256)).astype(np.float32)
+    for qtype in NEW_TYPES:
+        raw = quantize_as(qtype, np.random.default_rng(1).standard_normal((20, 256)).astype(np.float32))
+        w = resident_weight("t", qtype, raw, (20, 256))
+        assert isinstance(w, QuantWeight) and w.layout == qtype.name + "x16"
+        ref = x.astype(np.float64) @ dequantize(raw, qtype).astype(np.float64).reshape(20, 256).T
+        assert np.abs(w.matmul(x) - ref).max() <= 1e-3 * np.abs(ref).max()
+
+
 # ---- the usual file mixes, as GGUF files ---------------------------------------------------------
 
 # llama.cpp's mixes, in miniature: *_K_M keeps attn_v, ffn_down and the output in Q6_K
