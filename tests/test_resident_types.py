@@ -15,12 +15,12 @@ import pytest
 from gguf import GGMLQuantizationType as QT
 from gguf.quants import dequantize
 
-from engine import BatchSession, Session, load_model
+from engine import BatchSession, load_model
 from engine.model.forward import Model, Weights
 from engine.model.resident import QuantWeight, resident_nbytes, resident_weight
 from engine.model.synthetic import SYNTHETIC_CONFIG, synthetic_weights
 from engine.quant.quantize import quantize_as, quantize_q8_0
-from tests.test_resident_model import _agree
+from tests.test_resident_model import _agree, serial_steps
 
 NEW_TYPES = [QT.Q4_0, QT.Q4_1, QT.Q5_1, QT.Q5_K, QT.F16, QT.BF16]
 TOL = 0.05  # the bound on |logit diff|, resident vs plain
@@ -76,14 +76,7 @@ def test_resident_type_lane_is_the_same_alone_or_batched(pair: tuple[QT, Model, 
     _, res, _ = pair
     rng = np.random.default_rng(7)
     prompts = [[1, 2, 3], [9, 8], [100, 101, 102, 103]] + [list(rng.integers(0, 255, 2)) for _ in range(10)]
-    serial = []
-    for p in prompts:  # 13 lanes: groups of 8, 4 and 1
-        s = Session(res)
-        s.prefill(p)
-        serial.append(s.step(p[-1] + 1))
-    sessions = [Session(res) for _ in prompts]
-    for s, p in zip(sessions, prompts):
-        s.prefill(p)
+    serial, sessions = serial_steps(res, prompts)  # 13 lanes: groups of 8, 4 and 1
     batched = BatchSession(sessions).step_batch([p[-1] + 1 for p in prompts])
     for b, row in enumerate(serial):
         assert np.array_equal(batched[b], row)

@@ -96,20 +96,22 @@ def _repack_row(kind, src, r, dst, t, i, q):  # type: ignore[no-untyped-def]
                 q[j] = (lo & 15) | (((qh >> j) & 1) << 4)
                 q[j + 16] = (lo >> 4) | (((qh >> (j + 16)) & 1) << 4)
             _put_values(dst, t, o + 32, i, q, 0, 1)
-        elif kind == 2:
+        elif kind == 2 or kind == 7:  # Q4_K / Q5_K: d, dmin, 6-bit scales, (Q5_K: qh[32]), qs[128]
             _f16_copy(src, r, s, dst, t, o, i)  # d
             _f16_copy(src, r, s + 2, dst, t, o + 32, i)  # dmin
+            qs = s + 16 if kind == 2 else s + 48
             for c in range(4):
                 for l in range(32):
-                    v = np.int32(src[r, s + 16 + 32 * c + l])
-                    q[64 * c + l] = v & 15
-                    q[64 * c + 32 + l] = v >> 4
+                    v = np.int32(src[r, qs + 32 * c + l])
+                    h = np.int32(src[r, s + 16 + l]) if kind == 7 else np.int32(0)  # bit j: sub-block j
+                    q[64 * c + l] = (v & 15) | (((h >> (2 * c)) & 1) << 4)
+                    q[64 * c + 32 + l] = (v >> 4) | (((h >> (2 * c + 1)) & 1) << 4)
             for j in range(8):
-                tb = o + 64 + j * 288
+                tb = o + 64 + j * TB_BYTES[kind]
                 sc, m = _k4_scale_min(src, r, s + 4, j)
                 dst[t, tb + i] = sc
                 dst[t, tb + 16 + i] = m
-                _put_values(dst, t, tb + 32, i, q, 32 * j, 0)
+                _put_values(dst, t, tb + 32, i, q, 32 * j, HBITS[kind])
         elif kind == 4:  # Q4_0: d, 16 bytes of nibbles
             _f16_copy(src, r, s, dst, t, o, i)
             for j in range(16):
@@ -130,21 +132,6 @@ def _repack_row(kind, src, r, dst, t, i, q):  # type: ignore[no-untyped-def]
                 q[j] = (lo & 15) | (((qh >> j) & 1) << 4)
                 q[j + 16] = (lo >> 4) | (((qh >> (j + 16)) & 1) << 4)
             _put_values(dst, t, o + 64, i, q, 0, kind - 5)
-        elif kind == 7:  # Q5_K: d, dmin, 6-bit scales, qh[32] (bit j: sub-block j), qs[128]
-            _f16_copy(src, r, s, dst, t, o, i)
-            _f16_copy(src, r, s + 2, dst, t, o + 32, i)
-            for c in range(4):
-                for l in range(32):
-                    v = np.int32(src[r, s + 48 + 32 * c + l])
-                    h = np.int32(src[r, s + 16 + l])
-                    q[64 * c + l] = (v & 15) | (((h >> (2 * c)) & 1) << 4)
-                    q[64 * c + 32 + l] = (v >> 4) | (((h >> (2 * c + 1)) & 1) << 4)
-            for j in range(8):
-                tb = o + 64 + j * 352
-                sc, m = _k4_scale_min(src, r, s + 4, j)
-                dst[t, tb + i] = sc
-                dst[t, tb + 16 + i] = m
-                _put_values(dst, t, tb + 32, i, q, 32 * j, 1)
         elif kind >= FLOAT_KINDS:  # F16 / BF16: value j of the block at vector j
             for j in range(32):
                 dst[t, o + 32 * j + 2 * i] = src[r, s + 2 * j]
