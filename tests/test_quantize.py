@@ -162,3 +162,21 @@ def test_q6_k_fixture_quantizer_roundtrip() -> None:
     err = np.abs(y - x).reshape(-1, 16).max(axis=1)
     assert np.all(err <= 0.5 * step * 1.1 + 1e-7)  # half a step (+ the int8 rounding of the scale)
     assert not y[0, :16].any()
+
+
+@pytest.mark.parametrize("qtype,step_of", [(QT.Q3_K, lambda a: a.reshape(-1, 16).max(axis=1) / 3),
+                                           (QT.IQ4_NL, lambda a: a.reshape(-1, 32).max(axis=1) * 24 / 127)],
+                         ids=["Q3_K", "IQ4_NL"])
+def test_q3_k_and_iq4_nl_fixture_quantizers_roundtrip(qtype: QT, step_of) -> None:  # type: ignore[no-untyped-def]
+    """Through gguf-py's dequantizer: each value within half a grid step (IQ4_NL: its widest table gap;
+    Q3_K: + the 6-bit rounding of the scale)."""
+    from engine.quant.quantize import quantize_as
+
+    rng = np.random.default_rng(13)
+    x = (rng.standard_normal((6, 512)) * rng.uniform(0.1, 3, (6, 1))).astype(np.float32)
+    x[0, :32] = 0.0
+    y = dequantize(quantize_as(qtype, x), qtype)
+    group = 16 if qtype == QT.Q3_K else 32
+    err = np.abs(y - x).reshape(-1, group).max(axis=1)
+    assert np.all(err <= 0.5 * step_of(np.abs(x)) * 1.2 + 1e-6)
+    assert not y[0, :32].any() and np.abs(y).max() > 0

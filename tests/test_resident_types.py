@@ -13,6 +13,7 @@ from typing import Callable
 import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as QT
+from gguf.constants import GGML_QUANT_SIZES
 from gguf.quants import dequantize
 
 from engine import BatchSession, load_model
@@ -22,7 +23,8 @@ from engine.model.synthetic import SYNTHETIC_CONFIG, synthetic_weights
 from engine.quant.quantize import quantize_as, quantize_q8_0
 from tests.test_resident_model import _agree, serial_steps
 
-NEW_TYPES = [QT.Q4_0, QT.Q4_1, QT.Q5_1, QT.Q5_K, QT.F16, QT.BF16]
+NEW_TYPES = [QT.Q4_0, QT.Q4_1, QT.Q5_1, QT.Q5_K, QT.F16, QT.BF16, QT.Q3_K, QT.IQ4_NL]
+STORED = {QT.Q3_K: "Q6_K", QT.IQ4_NL: "Q8_0"}  # widened to blocks of the same values (engine/quant/widen.py)
 TOL = 0.05  # the issue's bound on |logit diff|, resident vs plain
 # K-quants need rows of a multiple of 256 values: the synthetic checkpoint, widened
 CONFIG = dataclasses.replace(SYNTHETIC_CONFIG, hidden=256, ffn=512, head_dim=64, embed_scale=16.0)
@@ -63,7 +65,9 @@ def pair(request: pytest.FixtureRequest) -> tuple[QT, Model, Model]:
 def test_resident_type_matches_plain(pair: tuple[QT, Model, Model]) -> None:
     qtype, res, plain = pair
     w = res.weights.layers[0].w_down
-    assert isinstance(w, QuantWeight) and w.layout == qtype.name + "x16"
+    assert isinstance(w, QuantWeight) and w.layout == STORED.get(qtype, qtype.name) + "x16"
+    assert w.type_name == qtype.name
+    assert np.array_equal(w.dequantize(), plain.weights.layers[0].w_down)  # the tiles hold the file's values
     assert w.nbytes == resident_nbytes(qtype.name, *w.shape)  # what q4kdiag's header-only plan counts
     if qtype in (QT.F16, QT.BF16):  # 16-bit floats stay 16-bit (a float32 copy was twice the bytes)
         assert w.nbytes == 2 * w.shape[0] * w.shape[1]
@@ -83,7 +87,8 @@ def test_resident_type_lane_is_the_same_alone_or_batched(pair: tuple[QT, Model, 
 
 
 def test_new_types_stay_tiled_under_fak_tiles_0(monkeypatch: pytest.MonkeyPatch) -> None:
-    """FAK_TILES=0 (the A/B switch to GGUF-block kernels) has no block kernel for these: they stay tiles."""
+    """FAK_TILES=0 (the A/B switch to GGUF-block kernels) has no block kernel for the six: they stay tiles;
+    the widened two run as the GGUF blocks of their wider type."""
     from engine.model.resident import warmup
 
     monkeypatch.setenv("FAK_TILES", "0")
@@ -92,7 +97,7 @@ def test_new_types_stay_tiled_under_fak_tiles_0(monkeypatch: pytest.MonkeyPatch)
     for qtype in NEW_TYPES:
         raw = quantize_as(qtype, np.random.default_rng(1).standard_normal((20, 256)).astype(np.float32))
         w = resident_weight("t", qtype, raw, (20, 256))
-        assert isinstance(w, QuantWeight) and w.layout == qtype.name + "x16"
+        assert isinstance(w, QuantWeight) and w.layout == STORED.get(qtype, qtype.name + "x16")
         ref = x.astype(np.float64) @ dequantize(raw, qtype).astype(np.float64).reshape(20, 256).T
         assert np.abs(w.matmul(x) - ref).max() <= 1e-3 * np.abs(ref).max()
 
@@ -104,6 +109,9 @@ MIXES: dict[str, Callable[[str], QT]] = {
     "Q4_0": lambda name: QT.Q6_K if name == "output.weight" else QT.Q4_0,
     "Q4_K_M": lambda name: QT.Q6_K if name.endswith(("attn_v.weight", "ffn_down.weight", "output.weight")) else QT.Q4_K,
     "Q5_K_M": lambda name: QT.Q6_K if name.endswith(("attn_v.weight", "ffn_down.weight", "output.weight")) else QT.Q5_K,
+    "Q3_K_M": lambda name: QT.Q5_K if name.endswith(("attn_v.weight", "ffn_down.weight")) else (
+        QT.Q6_K if name == "output.weight" else QT.Q3_K),
+    "IQ4_NL": lambda name: QT.Q6_K if name == "output.weight" else QT.IQ4_NL,
     "Q8_0": lambda name: QT.Q8_0,
     "F16": lambda name: QT.F16,
     "BF16": lambda name: QT.BF16,
@@ -153,7 +161,7 @@ def test_usual_file_mixes_run_resident(mix_files: dict[str, Path], mix: str) -> 
 
 
 def test_unsupported_resident_type_is_one_line_exit_2(mix_files: dict[str, Path], tmp_path: Path) -> None:
-    """A Q3_K matrix (no resident kernel): `fak run` names the tensor and the type and points to --plain,
+    """A Q2_K matrix (no resident kernel): `fak run` names the tensor and the type and points to --plain,
     exit 2, one line; --plain then reads it (the float32 path knows every gguf-py type)."""
     import os
     import subprocess
@@ -163,14 +171,14 @@ def test_unsupported_resident_type_is_one_line_exit_2(mix_files: dict[str, Path]
 
     rng = np.random.default_rng(3)
 
-    def q3_k(name: str, a: np.ndarray) -> tuple[np.ndarray, QT]:
+    def q2_k(name: str, a: np.ndarray) -> tuple[np.ndarray, QT]:
         if name != "blk.1.ffn_up.weight":
             return quantize_q8_0(a), QT.Q8_0
-        raw = rng.integers(0, 256, (a.shape[0], a.shape[1] // 256, 110), dtype=np.uint8)
-        raw[:, :, 108:110] = np.full(raw.shape[:2], 1e-3, np.float16).view(np.uint8).reshape(*raw.shape[:2], 2)
-        return raw.reshape(a.shape[0], -1), QT.Q3_K
+        raw = rng.integers(0, 256, (a.shape[0], a.shape[1] // 256, 84), dtype=np.uint8)
+        raw[:, :, 80:84] = np.full(raw.shape[:2] + (2,), 1e-3, np.float16).view(np.uint8).reshape(*raw.shape[:2], 4)
+        return raw.reshape(a.shape[0], -1), QT.Q2_K
 
-    path = write_gguf(_tiny_llama(), "llama", tmp_path / "q3k.gguf", quant=q3_k)
+    path = write_gguf(_tiny_llama(), "llama", tmp_path / "q2k.gguf", quant=q2_k)
     env = {**os.environ, "COLUMNS": "200"}
     run = lambda *a: subprocess.run([sys.executable, "-m", "commands.main", "run", str(path), "--ids", "1,2,3",  # noqa: E731
                                      "--max-tokens", "2", "--json", *a], capture_output=True, text=True,
@@ -179,7 +187,24 @@ def test_unsupported_resident_type_is_one_line_exit_2(mix_files: dict[str, Path]
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     line = r.stderr.strip()
     assert len(line.splitlines()) == 1 and line.startswith("fak: error:"), line
-    assert "'blk.1.ffn_up.weight'" in line and "Q3_K" in line and "--plain" in line
+    assert "'blk.1.ffn_up.weight'" in line and "Q2_K" in line and "--plain" in line
     r = run("--plain")
     assert r.returncode == 0, r.stderr
     assert len(json.loads(r.stdout)["generated_ids"]) == 2
+
+
+@pytest.mark.parametrize("qtype", list(STORED), ids=lambda t: t.name)
+def test_widened_blocks_hold_the_same_values(qtype: QT) -> None:
+    """Random bytes (every bit pattern: Q3_K's q = -4 too): the wider blocks dequantize, by gguf-py, to the
+    source's values bit for bit, and so do the resident tiles."""
+    from engine.quant.widen import WIDEN
+    from tests.test_quant_dequant import _random_blocks
+
+    bs, _ = GGML_QUANT_SIZES[qtype]
+    raw = _random_blocks(qtype, 40 * 512 // bs, seed=5).reshape(40, -1)
+    wide, repack = WIDEN[qtype]
+    assert wide.name == STORED[qtype]
+    ref = dequantize(raw, qtype)
+    assert np.array_equal(dequantize(repack(raw), wide), ref)
+    w = resident_weight("t", qtype, raw, (40, 512))
+    assert isinstance(w, QuantWeight) and np.array_equal(w.dequantize(), ref)

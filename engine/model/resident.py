@@ -4,7 +4,8 @@
 `load_model(..., resident=True)`. Q8_0 / Q5_0 / Q4_K / Q6_K / Q4_0 / Q4_1 / Q5_1 / Q5_K become a
 `QuantWeight`: by default their blocks repacked at load into 16-row tiles of the same bits
 (engine/quant/tiles.py; the file pages are then dropped, so RSS holds one copy: ~1.01x the file),
-multiplied on int16 dots (engine/kernels/tilegemm.py); under FAK_TILES=0 the first four keep the
+multiplied on int16 dots (engine/kernels/tilegemm.py) (Q3_K and IQ4_NL too, first widened to Q6_K
+and Q8_0 blocks of the same values: engine/quant/widen.py); under FAK_TILES=0 the first four keep the
 memory-mapped GGUF blocks themselves, on the float32 kernels of engine/kernels/blockdot.py (the
 other types have tiles only). F16 / BF16 matrices become tiles of their 16-bit floats, multiplied
 as floats (half the bytes of a float32 copy); F32 ones (and F16 / BF16 with rows not a multiple of
@@ -22,8 +23,10 @@ from dataclasses import dataclass, field
 import numba
 import numpy as np
 from gguf import GGMLQuantizationType as QT
+from gguf.constants import GGML_QUANT_SIZES
 
 from engine.quant import rows as K
+from engine.quant.widen import WIDEN
 from engine.quant import tiles as L
 from engine.kernels import tilegemm as T
 from engine.kernels.blockdot import gemm
@@ -31,7 +34,9 @@ from engine.errors import EngineError
 from engine.kernels.parallel import launch, prefill_pool, serial_twin, warming
 
 QUANT_TYPES = {QT.Q8_0: "Q8_0", QT.Q5_0: "Q5_0", QT.Q4_K: "Q4_K", QT.Q6_K: "Q6_K", QT.Q4_0: "Q4_0",
-               QT.Q4_1: "Q4_1", QT.Q5_1: "Q5_1", QT.Q5_K: "Q5_K", QT.F16: "F16", QT.BF16: "BF16"}
+               QT.Q4_1: "Q4_1", QT.Q5_1: "Q5_1", QT.Q5_K: "Q5_K", QT.F16: "F16", QT.BF16: "BF16",
+               QT.Q3_K: "Q3_K", QT.IQ4_NL: "IQ4_NL"}
+STORED_AS = {QUANT_TYPES[t]: QUANT_TYPES[wide] for t, (wide, _) in WIDEN.items()}  # Q3_K -> Q6_K, IQ4_NL -> Q8_0
 DQ_ROWS = K.DQ_ROWS  # the GGUF block layouts' row dequantizers (tiles: tilegemm.dq_rows_tiles)
 DENSE_TYPES = (QT.F32,)
 
@@ -176,8 +181,8 @@ def resident_weight(name: str, qtype: QT, raw: np.ndarray, shape: tuple[int, int
         return _dense(name, qtype, raw, (out_f, in_f))
     check_resident(name, qtype)
     kind = QUANT_TYPES[qtype]
-    code = L.KINDS.index(kind)
-    bs, bb = L.SB_VALUES[code], L.GGUF_BYTES[code]
+    stored = STORED_AS.get(kind, kind)  # Q3_K / IQ4_NL: kept as the wider type of the same values
+    bs, bb = GGML_QUANT_SIZES[qtype]
     if in_f % bs:
         raise EngineError(f"{name}: {kind} row length {in_f} is not a multiple of {bs}")
     row_bytes = in_f // bs * bb
@@ -189,17 +194,18 @@ def resident_weight(name: str, qtype: QT, raw: np.ndarray, shape: tuple[int, int
     a = np.ascontiguousarray(a).reshape(out_f, row_bytes).view()
     # no warmup() here: the load may run on another thread than the forward passes, and a parallel
     # region entered from a second thread costs both threads (engine/kernels/parallel.py)
-    layout = resident_layout(kind)
-    if layout != kind:
-        # only a read-only file mapping may drop its pages (a private mapping could hold edits)
-        file_ro = getattr(raw, "_mmap", None) is not None and not np.asarray(raw).flags.writeable
-        src = a
-        if layout == "Q8_0":
-            a = _repack_q5_0(a)
-        else:
-            a = _tiles(L.KINDS.index(kind), a, in_f)
-        if file_ro and src.size:
-            _drop_pages(src)
+    # only a read-only file mapping may drop its pages (a private mapping could hold edits)
+    file_ro = getattr(raw, "_mmap", None) is not None and not np.asarray(raw).flags.writeable
+    src = a
+    if stored != kind:
+        a = WIDEN[qtype][1](a)
+    layout = resident_layout(stored)
+    if layout == "Q8_0" and stored == "Q5_0":
+        a = _repack_q5_0(a)
+    elif layout != stored:
+        a = _tiles(L.KINDS.index(stored), a, in_f)
+    if a is not src and file_ro and src.size:
+        _drop_pages(src)
     a.setflags(write=False)  # one kernel specialization (memmaps are read-only anyway)
     return QuantWeight(name, qtype, a, (out_f, in_f), layout)
 
@@ -208,7 +214,9 @@ def resident_layout(kind: str) -> str:
     """The format a quant type is kept in: 16-row tiles ("<type>x16", engine/quant/tiles.py) for the
     integer-dot kernels of engine/kernels/tiledot.py. For A/B runs, FAK_TILES=0 keeps the GGUF blocks (the
     float32 kernels of engine/kernels/blockdot.py; types without such a kernel stay tiled), Q5_0 then
-    repacked as Q8_0 unless FAK_Q5_0_REPACK=0."""
+    repacked as Q8_0 unless FAK_Q5_0_REPACK=0. Q3_K and IQ4_NL take the layout of the type they are
+    widened to (Q6_K, Q8_0)."""
+    kind = STORED_AS.get(kind, kind)
     if os.environ.get("FAK_TILES", "1") != "0" or kind not in K.KIND:
         return kind + TILED
     if kind == "Q5_0" and os.environ.get("FAK_Q5_0_REPACK", "1") != "0":
@@ -222,7 +230,7 @@ def resident_nbytes(kind: str, rows: int, cols: int) -> int:
     scales (+4 bytes per 256 values); GGUF blocks as in the file, Q5_0 widened to Q8_0 when repacked."""
     layout = resident_layout(kind)
     if layout.endswith(TILED):
-        shape = L.tiled_shape(L.KINDS.index(kind), rows, cols)
+        shape = L.tiled_shape(L.KINDS.index(layout[:-3]), rows, cols)
         return shape[0] * shape[1]
     return rows * (cols // K.BLOCK_SIZE[layout]) * K.BLOCK_BYTES[layout]
 

@@ -120,19 +120,25 @@ def _q2_k(blk: np.ndarray) -> np.ndarray:
     return (dl * q.reshape(-1, 16, 16).astype(np.float32) - ml).reshape(-1, QK_K)
 
 
-def _q3_k(blk: np.ndarray) -> np.ndarray:
-    """110 bytes / 256: hmask[32] (bit j: the high bit of sub-row j), 2-bit qs[64], 12 bytes of 6-bit
-    scales (offset 32), f16 d. Value = d * (sc - 32) * (q2 - 4 * !hbit)."""
+def q3_k_parts(blk: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Q3_K blocks [n, 110] -> (f16 d [n], int8 scales [n, 16] (one per 16 values), int8 q [n, 256] in
+    -4..3). 110 bytes / 256: hmask[32] (bit j: the high bit of sub-row j), 2-bit qs[64], 12 bytes of
+    6-bit scales (offset 32), f16 d. Value = d * scale * q."""
     hmask, qs, sc = blk[:, 0:32], blk[:, 32:96], blk[:, 96:108]
-    d = _f16(blk[:, 108:110])
+    d = np.ascontiguousarray(blk[:, 108:110]).view(np.float16)[:, 0]
     lo = (sc[:, 0:8, None] >> np.array([0, 4], np.uint8)[None, None, :]).transpose(0, 2, 1).reshape(-1, 16) & 0x0F
     hi = (sc[:, 8:12, None] >> np.array([0, 2, 4, 6], np.uint8)[None, None, :]).transpose(0, 2, 1).reshape(-1, 16) & 3
-    scale = ((lo | (hi << 4)).astype(np.int8) - np.int8(32)).astype(np.float32)
-    dl = (d[:, None] * scale)[:, :, None]
+    scale = (lo | (hi << 4)).astype(np.int8) - np.int8(32)
     ql = (qs.reshape(-1, 2, 1, 32) >> np.array([0, 2, 4, 6], np.uint8)[None, None, :, None]) & 3
     qh = (hmask.reshape(-1, 1, 1, 32) >> np.arange(8, dtype=np.uint8)[None, None, :, None]) & 1
-    q = ql.reshape(-1, 16, 16).astype(np.int8) - ((qh.reshape(-1, 16, 16) ^ 1) << 2).astype(np.int8)
-    return (dl * q.astype(np.float32)).reshape(-1, QK_K)
+    q = ql.reshape(-1, QK_K).astype(np.int8) - ((qh.reshape(-1, QK_K) ^ 1) << 2).astype(np.int8)
+    return d, scale, q
+
+
+def _q3_k(blk: np.ndarray) -> np.ndarray:
+    d, scale, q = q3_k_parts(blk)
+    dl = (d.astype(np.float32)[:, None] * scale.astype(np.float32))[:, :, None]
+    return (dl * q.reshape(-1, 16, 16).astype(np.float32)).reshape(-1, QK_K)
 
 
 def _tq1_0(blk: np.ndarray) -> np.ndarray:

@@ -195,22 +195,75 @@ def quantize_q6_k(x: np.ndarray) -> np.ndarray:
         sc = np.where(df[:, None] > 0, np.clip(_nearest_int(s / df[:, None]), -128, 127), 0).astype(np.int8)
         step = df[:, None] * sc.astype(f32)
         q = np.where(step[:, :, None] > 0, np.clip(_nearest_int(sub / step[:, :, None]), -32, 31), 0)
-    L = (q + 32).astype(np.uint8).reshape(nsb, 2, 4, 32)  # [super-block, half, quarter, value]
+    return pack_q6_k(q.reshape(nsb, QK_K), sc, d).reshape(rows, n // QK_K * 210)
+
+
+def pack_q6_k(q: np.ndarray, sc: np.ndarray, d: np.ndarray) -> np.ndarray:
+    """Q6_K blocks uint8 [nsb, 210] from values q [nsb, 256] in -32..31 (element order), int8 scales
+    [nsb, 16] (one per 16 values) and f16 d [nsb]: dequantize_row_q6_K's inverse."""
+    nsb = q.shape[0]
+    L = (q.astype(np.int32) + 32).astype(np.uint8).reshape(nsb, 2, 4, 32)  # [super-block, half, quarter, value]
     ql = np.stack([(L[:, :, 0] & 15) | ((L[:, :, 2] & 15) << 4), (L[:, :, 1] & 15) | ((L[:, :, 3] & 15) << 4)], axis=2)
     qh = sum(((L[:, :, k] >> 4) << (2 * k)) for k in range(4)).astype(np.uint8)
-    out = np.concatenate([ql.reshape(nsb, 128), qh.reshape(nsb, 64), sc.view(np.uint8), d.view(np.uint8).reshape(nsb, 2)],
-                         axis=1)
-    return out.reshape(rows, n // QK_K * 210)
+    return np.concatenate([ql.reshape(nsb, 128), qh.reshape(nsb, 64), np.ascontiguousarray(sc).view(np.uint8),
+                           np.ascontiguousarray(d, dtype=np.float16).view(np.uint8).reshape(nsb, 2)], axis=1)
+
+
+def quantize_q3_k(x: np.ndarray) -> np.ndarray:
+    """float32 [rows, n] -> uint8 [rows, n/256*110] Q3_K blocks (hmask[32], qs[64], 12 scale bytes, f16 d).
+
+    A fixture quantizer like quantize_q6_k (absmax per 16 values: scale = max|x| / 3 as a 6-bit signed
+    multiple of d = max scale / 31, q in -3..3 of the type's -4..3), packed as dequantize_row_q3_K reads it."""
+    f32 = np.float32
+    x = _rows(x, QK_K)
+    rows, n = x.shape
+    nsb = rows * n // QK_K
+    sub = x.reshape(nsb, 16, 16)
+    s = np.abs(sub).max(axis=2) / f32(3)
+    d = (s.max(axis=1) / f32(31)).astype(np.float16)
+    df = d.astype(f32)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        sc = np.where(df[:, None] > 0, np.clip(_nearest_int(s / df[:, None]), -32, 31), 0)
+        step = df[:, None] * sc.astype(f32)
+        q = np.where(step[:, :, None] > 0, np.clip(_nearest_int(sub / step[:, :, None]), -4, 3), 0).reshape(nsb, QK_K)
+    u = (sc + 32).astype(np.uint8)  # [nsb, 16] 6-bit
+    scales = np.zeros((nsb, 12), np.uint8)
+    scales[:, 0:8] = (u[:, 0:8] & 15) | ((u[:, 8:16] & 15) << 4)
+    scales[:, 8:12] = sum(((u[:, 4 * k: 4 * k + 4] >> 4) << (2 * k)) for k in range(4)).astype(np.uint8)
+    hbit = (q >= 0).astype(np.uint8).reshape(nsb, 8, 32)  # element 32 j + l: bit j of hmask[l]
+    hmask = (hbit << np.arange(8, dtype=np.uint8)[None, :, None]).sum(axis=1, dtype=np.uint8)
+    q2 = (q + 4 * (1 - hbit.reshape(nsb, QK_K))).astype(np.uint8).reshape(nsb, 2, 4, 32)  # element 128 h + 32 s + l
+    qs = sum((q2[:, :, k] << (2 * k)) for k in range(4)).astype(np.uint8).reshape(nsb, 64)
+    out = np.concatenate([hmask, qs, scales, d.view(np.uint8).reshape(nsb, 2)], axis=1)
+    return out.reshape(rows, n // QK_K * 110)
+
+
+def quantize_iq4_nl(x: np.ndarray) -> np.ndarray:
+    """float32 [rows, n] -> uint8 [rows, n/32*18] IQ4_NL blocks: a fixture quantizer (d = -max|x| / 127
+    signed like the block's extreme value, each value the nearest table entry), not llama.cpp's search."""
+    from engine.quant.iquant import IQ4_VALUES
+
+    f32 = np.float32
+    x = _rows(x, QK8_0)
+    rows, n = x.shape
+    b = x.reshape(-1, QK8_0)
+    ext = np.take_along_axis(b, np.abs(b).argmax(axis=1)[:, None], axis=1)[:, 0]
+    d = (ext / f32(-127)).astype(np.float16)
+    table = IQ4_VALUES.astype(f32)
+    q = np.abs(d.astype(f32)[:, None, None] * table[None, None, :] - b[:, :, None]).argmin(axis=2).astype(np.uint8)
+    out = np.concatenate([d.view(np.uint8).reshape(-1, 2), q[:, :16] | (q[:, 16:] << 4)], axis=1)
+    return out.reshape(rows, n // QK8_0 * 18)
 
 
 def quantize_as(qtype: QT, x: np.ndarray) -> np.ndarray:
     """float32 [rows, n] -> GGUF bytes uint8 [rows, row_bytes] of qtype: the quantizers here for Q8_0,
-    Q4_K, Q5_K, Q6_K, numpy's cast for F16, gguf-py's for the rest it can quantize (Q4_0, Q4_1,
+    Q4_K, Q5_K, Q6_K, Q3_K, IQ4_NL, numpy's cast for F16, gguf-py's for the rest it can quantize (Q4_0, Q4_1,
     Q5_0, Q5_1, BF16, ...). For fixtures and kernel checks of any resident type."""
     from gguf.quants import quantize
 
     x = np.ascontiguousarray(x, dtype=np.float32)
     if qtype == QT.F16:
         return x.astype(np.float16).view(np.uint8)
-    own = {QT.Q8_0: quantize_q8_0, QT.Q4_K: quantize_q4_k, QT.Q5_K: quantize_q5_k, QT.Q6_K: quantize_q6_k}
+    own = {QT.Q8_0: quantize_q8_0, QT.Q4_K: quantize_q4_k, QT.Q5_K: quantize_q5_k, QT.Q6_K: quantize_q6_k,
+           QT.Q3_K: quantize_q3_k, QT.IQ4_NL: quantize_iq4_nl}
     return own[qtype](x) if qtype in own else quantize(x, qtype)
