@@ -118,6 +118,7 @@ ALL_TYPES_ERR = {"Q8_0": 5e-4, "Q5_0": 5e-4, "Q4_K": 5e-4, "Q6_K": 5e-4, "Q4_0":
                  "Q5_1": 5e-4, "Q5_K": 5e-4, "F16": 2e-5, "BF16": 2e-5, "Q3_K": 5e-4, "IQ4_NL": 5e-4}
 
 
+@pytest.mark.oracle  # the tiny model comes from transformers
 def test_all_types_lists_every_resident_kernel(tmp_path: Path) -> None:
     from gguf import GGMLQuantizationType as QT
 

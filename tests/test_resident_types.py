@@ -148,6 +148,7 @@ def mix_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return out
 
 
+@pytest.mark.oracle  # the tiny model comes from transformers
 @pytest.mark.parametrize("mix", list(MIXES))
 def test_usual_file_mixes_run_resident(mix_files: dict[str, Path], mix: str) -> None:
     res = load_model(mix_files[mix], resident=True, progress=False)
@@ -160,6 +161,7 @@ def test_usual_file_mixes_run_resident(mix_files: dict[str, Path], mix: str) -> 
     print(f"{mix}: max |logit diff| {prompt:.2e} prompt, {decode:.2e} decode")
 
 
+@pytest.mark.oracle
 def test_unsupported_resident_type_is_one_line_exit_2(mix_files: dict[str, Path], tmp_path: Path) -> None:
     """A Q2_K matrix (no resident kernel): `fak run` names the tensor and the type and points to --plain,
     exit 2, one line; --plain then reads it (the float32 path knows every gguf-py type)."""
