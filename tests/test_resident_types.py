@@ -162,7 +162,7 @@ def test_usual_file_mixes_run_resident(mix_files: dict[str, Path], mix: str) -> 
 
 
 @pytest.mark.oracle
-def test_unsupported_resident_type_is_one_line_exit_2(mix_files: dict[str, Path], tmp_path: Path) -> None:
+def test_unsupported_resident_type_is_one_line_exit_2(tmp_path: Path) -> None:
     """A Q2_K matrix (no resident kernel): `fak run` names the tensor and the type and points to --plain,
     exit 2, one line; --plain then reads it (the float32 path knows every gguf-py type)."""
     import os
