@@ -162,7 +162,7 @@ def test_usual_file_mixes_run_resident(mix_files: dict[str, Path], mix: str) -> 
 
 
 @pytest.mark.oracle
-def test_unsupported_resident_type_is_one_line_exit_2(tmp_path: Path) -> None:
+def test_unsupported_resident_type_is_one_line_exit_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A Q2_K matrix (no resident kernel): `fak run` names the tensor and the type and points to --plain,
     exit 2, one line; --plain then reads it (the float32 path knows every gguf-py type)."""
     import os
@@ -181,6 +181,17 @@ def test_unsupported_resident_type_is_one_line_exit_2(tmp_path: Path) -> None:
         return raw.reshape(a.shape[0], -1), QT.Q2_K
 
     path = write_gguf(_tiny_llama(), "llama", tmp_path / "q2k.gguf", quant=q2_k)
+    # in process: the loader checks every matrix's type before it makes any tensor resident
+    from engine.errors import GGUFError
+    from engine.model import loader
+
+    made: list[str] = []
+    real = loader.resident_weight
+    monkeypatch.setattr(loader, "resident_weight", lambda name, *a: made.append(name) or real(name, *a))
+    with pytest.raises(GGUFError, match=r"q2k.gguf: tensor 'blk.1.ffn_up.weight' is Q2_K, which has no resident"):
+        load_model(path, resident=True, progress=False)
+    assert made == []
+    monkeypatch.undo()
     env = {**os.environ, "COLUMNS": "200"}
     run = lambda *a: subprocess.run([sys.executable, "-m", "commands.main", "run", str(path), "--ids", "1,2,3",  # noqa: E731
                                      "--max-tokens", "2", "--json", *a], capture_output=True, text=True,
