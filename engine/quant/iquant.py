@@ -8,8 +8,8 @@ tests/test_quant_dequant.py checks every type bit for bit against gguf.quants.de
 
 from __future__ import annotations
 
-from functools import lru_cache
-from typing import Callable
+from collections.abc import Callable
+from functools import cache
 
 import numpy as np
 from gguf import quants as gq
@@ -24,7 +24,7 @@ def _f16(b: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(b).view(np.float16)[..., 0].astype(F32)
 
 
-@lru_cache(maxsize=None)
+@cache
 def grid(name: str) -> np.ndarray:
     """ggml's codebook for type `name` as float32 [entries, values per entry]."""
     cls = getattr(gq, name)

@@ -13,11 +13,10 @@ passes: 43 MB/s); tests/test_resident_types.py checks the widened blocks of rand
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 from gguf.constants import GGMLQuantizationType as QT
-
 from numba import njit
 
 from engine.quant.iquant import IQ4_VALUES
