@@ -49,7 +49,7 @@ def _pair(qtype: QT, seed: int = 0) -> tuple[Model, Model]:
             conv(f"blk.{i}.{f.name}", getattr(lw, f.name))
 
     def rebuild(table: dict[int, object]) -> Model:
-        sub = lambda w: table.get(id(w), w)
+        sub = lambda w: table.get(id(w), w)  # noqa: E731
         layers = [dataclasses.replace(lw, **{f.name: sub(getattr(lw, f.name)) for f in dataclasses.fields(lw)})
                   for lw in W.layers]
         return Model(CONFIG, Weights(sub(W.token_embd), layers, W.output_norm, sub(W.output)), name=qtype.name)
@@ -193,7 +193,7 @@ def test_unsupported_resident_type_is_one_line_exit_2(tmp_path: Path, monkeypatc
     assert made == []
     monkeypatch.undo()
     env = {**os.environ, "COLUMNS": "200"}
-    run = lambda *a: subprocess.run([sys.executable, "-m", "commands.main", "run", str(path), "--ids", "1,2,3",
+    run = lambda *a: subprocess.run([sys.executable, "-m", "commands.main", "run", str(path), "--ids", "1,2,3",  # noqa: E731
                                      "--max-tokens", "2", "--json", *a], capture_output=True, text=True,
                                     timeout=300, env=env)
     r = run()
