@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import sys
@@ -21,6 +22,8 @@ def register(app: typer.Typer) -> None:
         membw: Optional[float] = typer.Option(None, "--membw", help="Memory bandwidth in GB/s (default: measure it)."),
         plan_only: bool = typer.Option(False, "--plan-only", help="Read only the header: the memory plan."),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+        all_types: bool = typer.Option(False, "--all-types", help="Also check the kernel of every resident type "
+                                       "the file does not hold, on a synthetic weight."),
     ) -> None:
         """Resident-weight diagnostics: memory plan, kernel error and GB/s, bandwidth ceiling, top-K logits."""
         from fak.errors import FakError
@@ -33,7 +36,7 @@ def register(app: typer.Typer) -> None:
             prompt.encode("utf-8")
         except UnicodeEncodeError as exc:
             raise FakError(f"q4kdiag: --prompt is not valid UTF-8 (at character {exc.start})") from None
-        report = diagnose(gguf, prompt, top, membw, plan_only, show=False if as_json else None)
+        report = diagnose(gguf, prompt, top, membw, plan_only, show=False if as_json else None, all_types=all_types)
         if as_json:
             sys.stdout.write(json.dumps(report) + "\n")
         else:
@@ -41,7 +44,7 @@ def register(app: typer.Typer) -> None:
 
 
 def diagnose(gguf: str | None, prompt: str, top: int, membw: float | None, plan_only: bool,
-             show: bool | None = None) -> dict[str, Any]:
+             show: bool | None = None, all_types: bool = False) -> dict[str, Any]:
     from engine.gguf.aliases import resolve_model
     from engine.model.diag import (
         kernel_checks,
@@ -49,6 +52,7 @@ def diagnose(gguf: str | None, prompt: str, top: int, membw: float | None, plan_
         plan,
         rss_bytes,
         stream_read_gbps,
+        synthetic_kernel_checks,
         top_logits,
     )
 
@@ -77,8 +81,10 @@ def diagnose(gguf: str | None, prompt: str, top: int, membw: float | None, plan_
         raise FakError("q4kdiag: --prompt encodes to no tokens")
     report["prompt_ids"] = [int(i) for i in ids]
     report["top"] = [{"id": i, "logit": lg, "text": _text(tok, i)} for i, lg in top_logits(b.model, ids, top)]
-    report["kernels"] = [{"type": k.type, "tensor": k.tensor, "max_abs_err": k.max_abs_err, "gbps": k.gbps}
-                         for k in kernel_checks(g)]
+    checks = kernel_checks(g)
+    if all_types:  # the resident types the file does not hold, on synthetic weights
+        checks += synthetic_kernel_checks({k.type for k in checks})
+    report["kernels"] = [dataclasses.asdict(k) for k in checks]  # type, tensor, max_abs_err, gbps
     report["rss_bytes"] = rss_bytes()  # before the bandwidth probe allocates its buffer
     if membw is None:
         report["membw_gbps"] = stream_read_gbps()
@@ -115,7 +121,7 @@ def render(r: dict[str, Any]) -> None:
               f"float32 plan {_mib(r['f32_plan_bytes'])}   process RSS {_mib(r['rss_bytes'])}")
     bw = r["membw_gbps"]
     if r["kernels"]:
-        kt = Table(title="kernels (1-row GEMV on the largest tensor of each type)", show_edge=False)
+        kt = Table(title="kernels (1-row GEMV on the largest tensor of each type, or a synthetic one)", show_edge=False)
         for col in ("type", "tensor", "max abs err", "GB/s", "of ceiling"):
             kt.add_column(col, justify="left" if col in ("type", "tensor") else "right")
         for k in r["kernels"]:

@@ -121,7 +121,10 @@ def add_kv(w, key: str, val: object) -> None:  # type: ignore[no-untyped-def]
 
 
 def write_gguf(model, arch: str, path: Path, matrix_dtype: type = np.float32,  # type: ignore[no-untyped-def]
-               extra_kv: dict | None = None, skip: tuple[str, ...] = ()) -> Path:  # type: ignore[type-arg]
+               extra_kv: dict | None = None, skip: tuple[str, ...] = (),  # type: ignore[type-arg]
+               quant=None) -> Path:  # type: ignore[no-untyped-def]
+    """`quant(name, matrix)`, if given, returns (block bytes uint8 [rows, row_bytes], GGML type) for
+    each 2-D tensor: the file then holds those blocks (quantized fixtures)."""
     import gguf
 
     cfg = model.config
@@ -147,6 +150,10 @@ def write_gguf(model, arch: str, path: Path, matrix_dtype: type = np.float32,  #
         w.add_uint32(k, v)
     for name, a in gguf_tensors(model, arch).items():
         if name in skip:
+            continue
+        if a.ndim == 2 and quant is not None:
+            raw, qtype = quant(name, a)
+            w.add_tensor(name, np.ascontiguousarray(raw), raw_dtype=qtype)
             continue
         if a.ndim == 2 and matrix_dtype != np.float32:
             a = a.astype(matrix_dtype)

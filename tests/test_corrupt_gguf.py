@@ -80,9 +80,9 @@ def _case(tmp_path: Path, case: str) -> Path:
     elif case in BAD_METADATA:
         _write(p, kv=dict([BAD_METADATA[case][:2]]))
     elif case == "unsupported_type":
-        raw = np.zeros((32, 66), dtype=np.uint8)  # 32 rows of one 256-element IQ2_XXS block -> (32, 256)
-        iq2 = gguf.GGMLQuantizationType.IQ2_XXS
-        _write(p, tensors={"blk.0.ffn_down.weight": raw}, raw_types={"blk.0.ffn_down.weight": iq2})
+        raw = np.zeros((32, 320), dtype=np.uint8)  # 32 rows of eight 32-value Q8_1 blocks -> (32, 256)
+        q8_1 = gguf.GGMLQuantizationType.Q8_1  # a type no dequantizer reads (gguf-py's neither)
+        _write(p, tensors={"blk.0.ffn_down.weight": raw}, raw_types={"blk.0.ffn_down.weight": q8_1})
     return p
 
 
@@ -105,7 +105,7 @@ CASES = {
     "missing_tensor": "missing tensor 'blk.0.ffn_up.weight'",
     "wrong_shape": "tensor 'blk.0.attn_q.weight' has shape \\(16, 32\\), expected \\(32, 32\\)",
     "unsupported_arch": "unsupported architecture 'mamba'",
-    "unsupported_type": "IQ2_XXS",
+    "unsupported_type": "tensor 'blk.0.ffn_down.weight' has unsupported type Q8_1",
     "empty_dim": "tensor 'blk.0.attn_q.weight' has an empty dimension",
     **{case: msg for case, (_, _, msg) in BAD_METADATA.items()},
 }

@@ -9,7 +9,7 @@ from gguf.quants import dequantize, quantize
 
 from engine.kernels import tilegemm as T
 from engine.errors import EngineError
-from engine.quant.quantize import quantize_q4_k, quantize_q8_0
+from engine.quant.quantize import quantize_q4_k, quantize_q5_k, quantize_q8_0
 from engine.model.resident import QuantWeight, resident_nbytes, resident_weight
 
 TYPES = [QT.Q8_0, QT.Q5_0, QT.Q4_K, QT.Q6_K]
@@ -23,8 +23,12 @@ def random_blocks(qtype: QT, rows: int, cols: int, seed: int = 0) -> np.ndarray:
         return quantize_q8_0(x)
     if qtype == QT.Q4_K:
         return quantize_q4_k(x)
-    if qtype == QT.Q5_0:
-        return quantize(x, QT.Q5_0)
+    if qtype in (QT.Q5_0, QT.Q4_0, QT.Q4_1, QT.Q5_1, QT.BF16):
+        return quantize(x, qtype)
+    if qtype == QT.Q5_K:
+        return quantize_q5_k(x)
+    if qtype == QT.F16:
+        return x.astype(np.float16).view(np.uint8)
     # Q6_K has no quantizer here: random quant bits, int8 sub-scales, a sane f16 d per super-block.
     nsb = cols // 256
     b = rng.integers(0, 256, (rows, nsb, 210), dtype=np.uint8)
@@ -130,7 +134,7 @@ def test_bad_input_is_one_clear_error() -> None:
         resident_weight("blk.0.x", QT.Q8_0, raw[:3], (4, 64))
     with pytest.raises(EngineError, match="not a multiple of 256"):
         resident_weight("blk.0.y", QT.Q4_K, raw, (4, 100))
-    with pytest.raises(EngineError, match="Q2_K has no resident kernel"):
+    with pytest.raises(EngineError, match="'blk.0.z' is Q2_K, which has no resident kernel.*run with --plain"):
         resident_weight("blk.0.z", QT.Q2_K, raw, (4, 64))
     w = resident_weight("blk.0.x", QT.Q8_0, raw, (4, 64))
     with pytest.raises(EngineError, match="activation shape"):

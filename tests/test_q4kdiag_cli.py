@@ -109,3 +109,34 @@ def test_prompt_that_is_not_utf8_is_one_line() -> None:
                         os.fsdecode(b"\xff")], capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert r.stderr.strip() == "fak: error: q4kdiag: --prompt is not valid UTF-8 (at character 0)"
+
+
+# --all-types: the kernel of every resident type, on the file's tensors or synthetic ones
+# (N(0, 1) * 0.05 weights, 2048 columns, N(0, 1) x). Measured: the int16-dot types 1.1e-4 .. 1.8e-4,
+# F16 4.7e-6, BF16 3.3e-6 (float32 sums only); the bounds are ~3x that.
+ALL_TYPES_ERR = {"Q8_0": 5e-4, "Q5_0": 5e-4, "Q4_K": 5e-4, "Q6_K": 5e-4, "Q4_0": 5e-4, "Q4_1": 5e-4,
+                 "Q5_1": 5e-4, "Q5_K": 5e-4, "F16": 2e-5, "BF16": 2e-5, "Q3_K": 5e-4, "IQ4_NL": 5e-4}
+
+
+@pytest.mark.oracle  # the tiny model comes from transformers
+def test_all_types_lists_every_resident_kernel(tmp_path: Path) -> None:
+    from gguf import GGMLQuantizationType as QT
+
+    from engine.model.resident import QUANT_TYPES
+    from engine.quant.quantize import quantize_as
+    from tests.ggufgen import write_gguf
+    from tests.test_resident_types import _tiny_llama
+
+    path = write_gguf(_tiny_llama(), "llama", tmp_path / "tiny-q8.gguf",
+                      quant=lambda n, a: (quantize_as(QT.Q8_0, a), QT.Q8_0))
+    r = fak("q4kdiag", "--gguf", str(path), "--membw", "10", "--top", "2", "--json")
+    assert r.returncode == 0, r.stderr
+    assert [k["type"] for k in json.loads(r.stdout)["kernels"]] == ["Q8_0"]  # the file's own types only
+    r = fak("q4kdiag", "--gguf", str(path), "--membw", "10", "--top", "2", "--json", "--all-types")
+    assert r.returncode == 0, r.stderr
+    kernels = json.loads(r.stdout)["kernels"]
+    assert [k["type"] for k in kernels] == list(QUANT_TYPES.values()) == list(ALL_TYPES_ERR)
+    for k in kernels:
+        assert 0 < k["max_abs_err"] <= ALL_TYPES_ERR[k["type"]], k
+        assert k["gbps"] > 0
+        assert k["tensor"].startswith("synthetic ") == (k["type"] != "Q8_0"), k

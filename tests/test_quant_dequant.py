@@ -11,34 +11,51 @@ from engine.errors import GGUFError
 from engine.quant.dequant import SUPPORTED, dequantize
 
 
+# where each type keeps its f16 scales (byte offsets in a block): random bits there may be inf/nan
+F16_FIELDS = {
+    QT.Q4_0: (0,), QT.Q5_0: (0,), QT.Q8_0: (0,), QT.Q4_1: (0, 2), QT.Q5_1: (0, 2), QT.Q4_K: (0, 2),
+    QT.Q5_K: (0, 2), QT.Q6_K: (208,), QT.Q2_K: (80, 82), QT.Q3_K: (108,), QT.TQ1_0: (52,), QT.TQ2_0: (64,),
+    QT.IQ2_XXS: (0,), QT.IQ2_XS: (0,), QT.IQ2_S: (0,), QT.IQ3_XXS: (0,), QT.IQ3_S: (0,), QT.IQ1_S: (0,),
+    QT.IQ4_NL: (0,), QT.IQ4_XS: (0,),
+}
+# every block type gguf-py can dequantize (its own list), float types aside
+GGUF_BLOCK_TYPES = [t for t in quants._type_traits if t not in (QT.F32, QT.F16, QT.BF16)]
+
+
 def _random_blocks(qtype: QT, n_blocks: int, seed: int) -> np.ndarray:
     """Random bytes with sane f16 scales (random bits may be inf/nan, which compare badly)."""
     rng = np.random.default_rng(seed)
     _, ts = GGML_QUANT_SIZES[qtype]
     raw = rng.integers(0, 256, size=(n_blocks, ts), dtype=np.uint8)
-    def put_f16(col: int) -> None:
-        raw[:, col : col + 2] = rng.uniform(-2, 2, n_blocks).astype(np.float16).view(np.uint8).reshape(-1, 2)
-    if qtype in (QT.Q4_0, QT.Q5_0, QT.Q8_0):
-        put_f16(0)
-    elif qtype in (QT.Q4_1, QT.Q5_1, QT.Q4_K, QT.Q5_K):
-        put_f16(0)
-        put_f16(2)
-    elif qtype == QT.Q6_K:
-        put_f16(208)
-    elif qtype == QT.Q8_K:
+
+    def f16(lo: float = -2, hi: float = 2) -> np.ndarray:
+        return rng.uniform(lo, hi, n_blocks).astype(np.float16).view(np.uint16)
+
+    for col in F16_FIELDS.get(qtype, ()):
+        raw[:, col: col + 2] = f16().view(np.uint8).reshape(-1, 2)
+    if qtype == QT.Q8_K:
         raw[:, 0:4] = rng.uniform(-2, 2, n_blocks).astype(np.float32).view(np.uint8).reshape(-1, 4)
+    elif qtype == QT.MXFP4:  # e8m0 exponents, 0 and 1 (the subnormal halves) included
+        raw[:, 0] = rng.integers(0, 150, n_blocks)
+        raw[:2, 0] = (0, 1)
+    elif qtype == QT.IQ1_M:  # f16 d split over the top nibbles of the four scale u16s
+        sc = raw[:, 48:56].copy().view(np.uint16) & 0x0FFF
+        d = f16()[:, None]
+        sc |= ((d >> np.array([0, 4, 8, 12], np.uint16)) & 0xF) << 12
+        raw[:, 48:56] = sc.view(np.uint8)
     return raw
 
 
-@pytest.mark.parametrize("qtype", [t for t in SUPPORTED if t not in (QT.F32, QT.F16, QT.BF16, QT.Q8_K)],
-                         ids=lambda t: t.name)
-def test_block_types_match_gguf_reference(qtype: QT) -> None:
+@pytest.mark.parametrize("qtype", GGUF_BLOCK_TYPES, ids=lambda t: t.name)
+def test_block_types_match_gguf_reference_bit_for_bit(qtype: QT) -> None:
+    assert qtype in SUPPORTED
     bs, ts = GGML_QUANT_SIZES[qtype]
     n_blocks = 37
     raw = _random_blocks(qtype, n_blocks, seed=qtype.value)
     ours = dequantize(raw, qtype, n_blocks * bs)
     ref = quants.dequantize(raw.reshape(1, -1), qtype).reshape(-1)
-    np.testing.assert_allclose(ours, ref, rtol=1e-6, atol=1e-6)
+    assert ours.dtype == np.float32 and np.isfinite(ref).all() and np.abs(ref).max() > 0
+    assert np.array_equal(ours, ref.astype(np.float32))
 
 
 @pytest.mark.parametrize("qtype", [QT.F32, QT.F16, QT.BF16], ids=lambda t: t.name)
@@ -66,8 +83,8 @@ def test_q8_k_against_scalar_reference() -> None:
 
 
 def test_unsupported_type() -> None:
-    with pytest.raises(GGUFError, match="IQ2_XXS"):
-        dequantize(np.zeros(66, np.uint8), QT.IQ2_XXS, 256)
+    with pytest.raises(GGUFError, match="Q8_1"):  # gguf-py has no Q8_1 dequantizer either
+        dequantize(np.zeros(40, np.uint8), QT.Q8_1, 32)
 
 
 @pytest.mark.gemma

@@ -1,4 +1,5 @@
-"""Q8_0 / Q4_K quantizers: bit-exact with gguf's Q8_0, Q4_K vs a scalar transliteration of the reference."""
+"""Q8_0 / Q4_K / Q5_K / Q6_K quantizers: bit-exact with gguf's Q8_0, Q4_K vs a scalar transliteration of the
+reference, Q5_K and the Q6_K fixture quantizer by their round trip through gguf-py's dequantizer."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import pytest
 from gguf import GGMLQuantizationType as QT
 from gguf.quants import dequantize, quantize
 
-from engine.quant.quantize import quantize_q4_k, quantize_q8_0
+from engine.quant.quantize import quantize_q4_k, quantize_q5_k, quantize_q6_k, quantize_q8_0
 
 f32 = np.float32
 
@@ -132,3 +133,50 @@ def test_q4_k_zeros_and_bad_shape() -> None:
     assert not dequantize(q, QT.Q4_K).any()
     with pytest.raises(ValueError, match="multiple of 256"):
         quantize_q4_k(np.zeros((1, 100), np.float32))
+
+
+def test_q5_k_roundtrip_error_and_layout() -> None:
+    """Q5_K: the Q4_K search on 5-bit values; gguf-py's dequantizer reads our 5th bits back (a wrong
+    qh packing would move half the values by 16 steps), at about half Q4_K's error."""
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((16, 512)).astype(np.float32)
+    x[3, 256:288] = 0.25  # a constant sub-block
+    q = quantize_q5_k(x)
+    assert q.shape == (16, 2 * 176)
+    y = dequantize(q, QT.Q5_K)
+    rmse = float(np.sqrt(np.mean((y - x) ** 2)))
+    rmse4 = float(np.sqrt(np.mean((dequantize(quantize_q4_k(x), QT.Q4_K) - x) ** 2)))
+    assert rmse < 0.6 * rmse4 and rmse < 0.045, (rmse, rmse4)
+    assert (q.reshape(-1, 176)[:, 16:48] != 0).any()  # the 5th bits are used
+    assert np.abs(y[3, 256:288] - 0.25).max() < 1e-3  # a constant sub-block comes back
+
+
+def test_q6_k_fixture_quantizer_roundtrip() -> None:
+    rng = np.random.default_rng(12)
+    x = (rng.standard_normal((8, 512)) * rng.uniform(0.1, 3, (8, 1))).astype(np.float32)
+    x[0, :16] = 0.0  # a zero sub-block: scale 0
+    q = quantize_q6_k(x)
+    assert q.shape == (8, 2 * 210)
+    y = dequantize(q, QT.Q6_K)
+    step = np.abs(x).reshape(-1, 16).max(axis=1) / 31  # per 16 values
+    err = np.abs(y - x).reshape(-1, 16).max(axis=1)
+    assert np.all(err <= 0.5 * step * 1.1 + 1e-7)  # half a step (+ the int8 rounding of the scale)
+    assert not y[0, :16].any()
+
+
+@pytest.mark.parametrize("qtype,step_of", [(QT.Q3_K, lambda a: a.reshape(-1, 16).max(axis=1) / 3),
+                                           (QT.IQ4_NL, lambda a: a.reshape(-1, 32).max(axis=1) * 24 / 127)],
+                         ids=["Q3_K", "IQ4_NL"])
+def test_q3_k_and_iq4_nl_fixture_quantizers_roundtrip(qtype: QT, step_of) -> None:  # type: ignore[no-untyped-def]
+    """Through gguf-py's dequantizer: each value within half a grid step (IQ4_NL: its widest table gap;
+    Q3_K: + the 6-bit rounding of the scale)."""
+    from engine.quant.quantize import quantize_as
+
+    rng = np.random.default_rng(13)
+    x = (rng.standard_normal((6, 512)) * rng.uniform(0.1, 3, (6, 1))).astype(np.float32)
+    x[0, :32] = 0.0
+    y = dequantize(quantize_as(qtype, x), qtype)
+    group = 16 if qtype == QT.Q3_K else 32
+    err = np.abs(y - x).reshape(-1, group).max(axis=1)
+    assert np.all(err <= 0.5 * step_of(np.abs(x)) * 1.2 + 1e-6)
+    assert not y[0, :32].any() and np.abs(y).max() > 0

@@ -75,6 +75,20 @@ def _agree(res: Model, plain: Model, ids: list[int], prompt_tol: float, decode_t
     return prompt, decode
 
 
+def serial_steps(model: Model, prompts: list[list[int]]) -> tuple[list[np.ndarray], list[Session]]:
+    """Each prompt's next-step logits (token: its last + 1) in a Session of its own, and fresh
+    Sessions prefilled with the same prompts, for the caller to step as one batch."""
+    serial = []
+    for p in prompts:
+        s = Session(model)
+        s.prefill(p)
+        serial.append(s.step(p[-1] + 1))
+    sessions = [Session(model) for _ in prompts]
+    for s, p in zip(sessions, prompts):
+        s.prefill(p)
+    return serial, sessions
+
+
 def test_tiny_quantized_resident_matches_plain() -> None:
     res, plain = _quantized_pair()
     assert isinstance(res.weights.layers[0].wq, QuantWeight)
@@ -88,14 +102,7 @@ def test_tiny_resident_step_batch_is_serial_step_bit_for_bit() -> None:
     res, _ = _quantized_pair(seed=3)
     rng = np.random.default_rng(4)  # 80 lanes: a batch big enough for the parallel tile kernels
     prompts = [[1, 2, 3], [9, 8], [100, 101, 102, 103], [5]] + [list(rng.integers(0, 255, 3)) for _ in range(76)]
-    serial = []
-    for p in prompts:
-        s = Session(res)
-        s.prefill(p)
-        serial.append(s.step(p[-1] + 1))
-    sessions = [Session(res) for _ in prompts]
-    for s, p in zip(sessions, prompts):
-        s.prefill(p)
+    serial, sessions = serial_steps(res, prompts)
     with ParallelLaunches() as launches:
         batched = BatchSession(sessions).step_batch([p[-1] + 1 for p in prompts])
     launches.assert_multithreaded()

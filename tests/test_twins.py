@@ -89,10 +89,13 @@ def test_q5_0_repack_twin() -> None:
     _assert_same(K.repack_q5_0_q8_0, lambda: (raw, np.zeros((33, 320 // 32 * 34), np.uint8)))
 
 
-@pytest.mark.parametrize("kind,qtype,n", [(0, QT.Q8_0, 640), (1, QT.Q5_0, 640), (2, QT.Q4_K, 512), (3, QT.Q6_K, 768)])
+@pytest.mark.parametrize("kind,qtype,n", [(0, QT.Q8_0, 640), (1, QT.Q5_0, 640), (2, QT.Q4_K, 512), (3, QT.Q6_K, 768),
+                                          (4, QT.Q4_0, 640), (5, QT.Q4_1, 640), (6, QT.Q5_1, 640), (7, QT.Q5_K, 512),
+                                          (8, QT.F16, 640), (9, QT.BF16, 640)])
 @pytest.mark.parametrize("lanes", [1, 5, 16])
 def test_tile_kernels_twins(kind: int, qtype: QT, n: int, lanes: int) -> None:
-    """The 16-row tiles' int16-dot product (engine/kernels/tilegemm.py); repack and dequantize are serial."""
+    """The 16-row tiles' product (engine/kernels/tilegemm.py; int16 dots, F16 / BF16 float FMAs); repack and
+    dequantize are serial."""
     raw = random_blocks(qtype, 37, n, seed=9 + kind)
     shape = L.tiled_shape(kind, 37, n)
     tiles = np.zeros(shape, np.uint8)

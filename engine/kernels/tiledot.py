@@ -13,11 +13,17 @@ all 16 rows, so against a broadcast activation pair one `vpdpwssd` adds into the
 sums. Per 32-value tile block and lane: the exact int sum I over 16 pairs (two halves for Q6_K's
 per-16 scales), then acc = fma(float(I), scale * dx, acc) (Q4_K also acc += -dmin*m * dx*sum(xq)):
 blocks in order, so the float part is fixed too. The kernels are IR (numba intrinsics) for the
-same reasons as blockdot's.
+same reasons as blockdot's. Q4_1 / Q5_1 (value d*q + m) add m * dx*sum(xq) the same way.
+
+F16 / BF16 tiles hold floats: against the float32 activations, vector j of a tile block (value j
+of the 16 rows, widened to float32) meets a broadcast x[j] in one FMA, into F_CHAINS accumulators
+per lane (j mod F_CHAINS; the same for every lane group) summed in a fixed order at the end, so a
+lane's bits do not depend on the batch either.
 """
 
 from __future__ import annotations
 
+import zlib
 from typing import Callable
 
 from llvmlite import binding as llvm
@@ -27,7 +33,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from engine.kernels.blockdot import F32, I8, I32, P8, VF16, _at, _c, _fma, _prefetch, _splat
-from engine.quant.tiles import HEADER, NIB, QB, SB_BYTES, SB_VALUES, TB_BYTES, TILE
+from engine.quant.tiles import FLOAT_KINDS, HBITS, HEADER, KINDS, NIB, OFFSET, QB, SB_BYTES, SB_VALUES, TB_BYTES, TILE
 
 X_MAX = 32767.0  # int16 activation range
 
@@ -86,8 +92,13 @@ def _vc(v: int) -> ir.Constant:
     return ir.Constant(VB32, [v] * QB)
 
 
+MIN_SUB = (2, 7)  # Q4_K, Q5_K: value = d*sc*q - dmin*m
+MIN_ADD = (5, 6)  # Q4_1, Q5_1: value = d*q + m
+F_CHAINS = 2  # float tiles: accumulators per lane (fixed: the lane group size must not change a lane's bits)
+
+
 def _header(kind: int, b: ir.IRBuilder, psb: ir.Value) -> list[ir.Value]:
-    if kind == 2:
+    if kind in MIN_SUB:
         return [_f16x16(b, psb, 0), _f16x16(b, psb, 32)]  # d, dmin
     if kind == 3:
         return [_f16x16(b, psb, 0)]  # d
@@ -96,9 +107,11 @@ def _header(kind: int, b: ir.IRBuilder, psb: ir.Value) -> list[ir.Value]:
 
 def _scales(kind: int, b: ir.IRBuilder, p: ir.Value, hdr: list[ir.Value]) -> list[ir.Value]:
     """Per-row float vectors a tile block needs (shared by every lane)."""
-    if kind < 2:
+    if kind in (0, 1, 4):
         return [_f16x16(b, p, 0)]  # d
-    if kind == 2:
+    if kind in MIN_ADD:
+        return [_f16x16(b, p, 0), _f16x16(b, p, 32)]  # d, m
+    if kind in MIN_SUB:
         return [b.fmul(hdr[0], _bytes_f(b, p, 0, False)), b.fmul(hdr[1], _bytes_f(b, p, 16, False))]  # d*sc, dmin*m
     return [b.fmul(hdr[0], _bytes_f(b, p, 0, True)), b.fmul(hdr[0], _bytes_f(b, p, 16, True))]  # d*sc, two halves
 
@@ -111,12 +124,14 @@ def _pairs(kind: int, b: ir.IRBuilder, p: ir.Value) -> list[ir.Value]:
     out = []
     for k in range(TILE):
         v = b.and_(nib[k], _vc(15)) if k < 8 else b.lshr(nib[k - 8], _vc(4))
-        if kind in (1, 3):  # high bits, then the offset
-            bits = 1 if kind == 1 else 2
+        bits = HBITS[kind]
+        if bits:  # the high bits above the nibble
             per = 8 // bits
             hv = _load(b, p, NIB[kind] + 256 + QB * (k // per), VB32)
             field = b.and_(b.lshr(hv, _vc(bits * (k % per))), _vc((1 << bits) - 1))
-            v = b.sub(b.or_(v, b.shl(field, _vc(4))), _vc(16 if kind == 1 else 32))
+            v = b.or_(v, b.shl(field, _vc(4)))
+        if OFFSET[kind]:
+            v = b.sub(v, _vc(OFFSET[kind]))
         out.append(v)
     return out
 
@@ -134,16 +149,76 @@ def _sb_loop(kind: int, b: ir.IRBuilder, wp: ir.Value, nsb: ir.Value, body: Call
             body(p, b.add(b.mul(sb.index, _c(tbs)), j.index), hdr)
 
 
-def _tile_sig(xq, dx, sxd):  # type: ignore[no-untyped-def]
+def _tile_sig(xq, dx, sxd, xf):  # type: ignore[no-untyped-def]
     u = types.uint64
-    return types.void(u, xq, dx, sxd, types.int64, types.int64, u, u, types.int64)
+    return types.void(u, xq, dx, sxd, xf, types.int64, types.int64, u, u, types.int64)
+
+
+def _store_lanes(b: ir.IRBuilder, accs: list[ir.Value], oa: ir.Value, os_: ir.Value, valid_v: ir.Value) -> None:
+    """Lane g's 16 row sums to out_addr + g * out_stride: one vector store, or the first `valid`."""
+    full = b.icmp_signed("==", valid_v, _c(TILE))
+    for g, acc in enumerate(accs):
+        dst = b.inttoptr(b.add(oa, b.mul(os_, _c(g))), F32.as_pointer())
+        with b.if_else(full) as (whole, part):
+            with whole:
+                b.store(acc, b.bitcast(dst, VF16.as_pointer()), align=4)
+            with part:
+                for i in range(TILE):
+                    with b.if_then(b.icmp_signed("<", _c(i), valid_v)):
+                        b.store(b.extract_element(acc, _c(i, I32)), b.gep(dst, [_c(i)]))
+
+
+def _fvec(kind: int, b: ir.IRBuilder, p: ir.Value, off: int) -> ir.Value:
+    """Float tiles: the 16 rows' value at byte offset off of a tile block, as <16 x float>."""
+    if kind == FLOAT_KINDS:  # F16
+        return _f16x16(b, p, off)
+    bits = b.zext(_load(b, p, off, ir.VectorType(ir.IntType(16), TILE)), VI16)  # BF16: the high half
+    return b.bitcast(b.shl(bits, ir.Constant(VI16, [16] * TILE)), VF16)
+
+
+def _ftile_codegen(kind: int, lanes: int) -> Callable:  # type: ignore[type-arg]
+    def codegen(context, b, signature, args):  # type: ignore[no-untyped-def]
+        wa, _, _, _, fv, lane_v, nsb, oa, os_, valid_v = args
+        farr = context.make_array(signature.args[4])(context, b, value=fv)
+        n = cgutils.unpack_tuple(b, farr.shape, 2)[1]
+        frows = [b.gep(farr.data, [b.mul(b.add(lane_v, _c(g)), n)]) for g in range(lanes)]
+        zero = ir.Constant(VF16, [0.0] * TILE)
+        slots = [[cgutils.alloca_once_value(b, zero) for _ in range(F_CHAINS)] for _ in range(lanes)]
+
+        def body(p, blk, hdr):  # type: ignore[no-untyped-def]
+            for line in range(0, TB_BYTES[kind], 64):
+                _prefetch(b, _at(b, p, line))
+            x0 = b.mul(blk, _c(QB))
+            accs = [[b.load(s) for s in lane] for lane in slots]
+            for j in range(QB):
+                w = _fvec(kind, b, p, 2 * TILE * j)
+                for g in range(lanes):
+                    xj = _splat(b, b.load(b.gep(frows[g], [b.add(x0, _c(j))])), TILE)
+                    accs[g][j % F_CHAINS] = _fma(b, w, xj, accs[g][j % F_CHAINS])
+            for lane, acc in zip(slots, accs):
+                for s_, a in zip(lane, acc):
+                    b.store(a, s_)
+
+        _sb_loop(kind, b, b.inttoptr(wa, P8), nsb, body)
+        sums = []
+        for lane in slots:
+            a = [b.load(s_) for s_ in lane]
+            while len(a) > 1:
+                a = [b.fadd(a[i], a[i + 1]) for i in range(0, len(a), 2)]
+            sums.append(a[0])
+        _store_lanes(b, sums, oa, os_, valid_v)
+        return context.get_dummy_value()
+
+    return codegen
 
 
 def _tile_codegen(kind: int, lanes: int) -> Callable:  # type: ignore[type-arg]
+    if kind >= FLOAT_KINDS:
+        return _ftile_codegen(kind, lanes)
     n_int = 2 if kind == 3 else 1  # int sums per lane and tile block (Q6_K: one per 16 values)
 
     def codegen(context, b, signature, args):  # type: ignore[no-untyped-def]
-        wa, xv, dv, sv, lane_v, nsb, oa, os_, valid_v = args
+        wa, xv, dv, sv, _, lane_v, nsb, oa, os_, valid_v = args
         xarr = context.make_array(signature.args[1])(context, b, value=xv)
         darr = context.make_array(signature.args[2])(context, b, value=dv)
         sarr = context.make_array(signature.args[3])(context, b, value=sv)
@@ -182,52 +257,58 @@ def _tile_codegen(kind: int, lanes: int) -> Callable:  # type: ignore[type-arg]
                         a = [b.add(a[i], a[i + 1]) for i in range(0, len(a), 2)]
                     scale = sc[grp] if kind == 3 else sc[0]
                     acc = _fma(b, b.sitofp(a[0], VF16), b.fmul(scale, dxg), acc)
-                if kind == 2:  # - dmin * m * sum(x) over the block
-                    sx = _splat(b, b.fneg(b.load(b.gep(srows[g], [blk]))), TILE)
+                if kind in MIN_SUB or kind in MIN_ADD:  # -+ min * sum(x) over the block
+                    sx = b.load(b.gep(srows[g], [blk]))
+                    sx = _splat(b, b.fneg(sx) if kind in MIN_SUB else sx, TILE)
                     acc = _fma(b, sc[1], sx, acc)
                 b.store(acc, slots[g])
 
         _sb_loop(kind, b, b.inttoptr(wa, P8), nsb, body)
-        full = b.icmp_signed("==", valid_v, _c(TILE))
-        for g in range(lanes):
-            dst = b.inttoptr(b.add(oa, b.mul(os_, _c(g))), F32.as_pointer())
-            acc = b.load(slots[g])
-            with b.if_else(full) as (whole, part):
-                with whole:
-                    b.store(acc, b.bitcast(dst, VF16.as_pointer()), align=4)
-                with part:
-                    for i in range(TILE):
-                        with b.if_then(b.icmp_signed("<", _c(i), valid_v)):
-                            b.store(b.extract_element(acc, _c(i, I32)), b.gep(dst, [_c(i)]))
+        _store_lanes(b, [b.load(s_) for s_ in slots], oa, os_, valid_v)
         return context.get_dummy_value()
 
     return codegen
 
 
-def _by_kind(codegen_of: Callable) -> Callable:  # type: ignore[type-arg]
-    """Codegen taking a run-time kind first and emitting every kind's body behind a branch (taken
-    once per tile): numba cannot pick one of several intrinsics by a run-time value."""
+def _by_kind(codegen_of: Callable, tag: str) -> Callable:  # type: ignore[type-arg]
+    """Codegen taking a run-time kind first and calling that kind's body behind a branch (taken
+    once per tile): numba cannot pick one of several intrinsics by a run-time value. Each body is
+    its own (internal, not inlined) LLVM function: optimizing ten bodies apart costs LLVM far less
+    than one function holding them all (cold compile of the tile kernels measured 65 s -> 36 s;
+    the call, once per tile, costs nothing measurable)."""
 
     def codegen(context, b, signature, args):  # type: ignore[no-untyped-def]
         inner = types.void(*signature.args[1:])
-        for code in range(4):
+        mod = b.module
+        argtys = [a.type for a in args[1:]]
+        for code in range(len(KINDS)):
+            sig = zlib.crc32(f"{argtys} {HAS_VNNI}".encode())  # one body per argument types and ISA
+            name = f"fak_{tag}_{KINDS[code]}_{sig:08x}"
+            fn = mod.globals.get(name)
+            if fn is None:
+                fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), argtys), name=name)
+                fn.linkage = "internal"
+                fn.attributes.add("noinline")
+                fb = ir.IRBuilder(fn.append_basic_block("entry"))
+                codegen_of(code)(context, fb, inner, list(fn.args))
+                fb.ret_void()
             with b.if_then(b.icmp_signed("==", args[0], _c(code))):
-                codegen_of(code)(context, b, inner, args[1:])
+                b.call(fn, args[1:])
         return context.get_dummy_value()
 
     return codegen
 
 
 def _tile_any(lanes: int) -> Callable:  # type: ignore[type-arg]
-    """Intrinsic `tdot(kind, w_addr, xq, dx, sxd, lane, n_super, out_addr, out_stride, valid)`: one
+    """Intrinsic `tdot(kind, w_addr, xq, dx, sxd, xf, lane, n_super, out_addr, out_stride, valid)`: one
     tile of 16 rows (raw address) against lanes lane .. lane + lanes - 1 of xq (int16 [B, n]), with the
-    block scales dx and dx * sum(xq) (float32 [B, n / 32]); row i of lane g goes to
+    block scales dx and dx * sum(xq) (float32 [B, n / 32]), or (float tiles) of xf (float32 [B, n]); row i of lane g goes to
     out_addr + g * out_stride + 4 i for i < valid. The arrays are passed as arrays so numba keeps
     them alive while the dots run."""
 
-    def tdot(typingctx, kind, w_addr, xq, dx, sxd, lane, n_super, out_addr,  # type: ignore[no-untyped-def]
+    def tdot(typingctx, kind, w_addr, xq, dx, sxd, xf, lane, n_super, out_addr,  # type: ignore[no-untyped-def]
              out_stride, valid):
-        return types.void(types.int64, *_tile_sig(xq, dx, sxd).args), _by_kind(lambda k: _tile_codegen(k, lanes))
+        return types.void(types.int64, *_tile_sig(xq, dx, sxd, xf).args), _by_kind(lambda k: _tile_codegen(k, lanes), f"tdot{lanes}")
 
     return intrinsic(tdot)
 
@@ -240,12 +321,23 @@ def _dq_codegen(kind: int) -> Callable:  # type: ignore[type-arg]
         v2 = ir.VectorType(F32, 2)
         dup = ir.Constant(ir.VectorType(I32, QB), [i // 2 for i in range(QB)])  # a pair's values share a row
 
+        def fbody(p, blk, hdr):  # type: ignore[no-untyped-def]
+            for j in range(QB):
+                f = _fvec(kind, b, p, 2 * TILE * j)
+                col = b.add(b.mul(blk, _c(QB)), _c(j))
+                for i in range(TILE):
+                    row = b.add(row0_v, _c(i))
+                    with b.if_then(b.icmp_signed("<", row, nrows), likely=True):
+                        b.store(b.extract_element(f, _c(i, I32)), b.gep(oarr.data, [b.add(b.mul(row, ncols), col)]))
+
         def body(p, blk, hdr):  # type: ignore[no-untyped-def]
             sc = [b.shuffle_vector(s, s, dup) for s in _scales(kind, b, p, hdr)]
             for k, q in enumerate(_pairs(kind, b, p)):
                 f = b.fmul(b.sitofp(q, VF32), sc[1] if kind == 3 and k >= 8 else sc[0])
-                if kind == 2:
+                if kind in MIN_SUB:
                     f = b.fsub(f, sc[1])
+                elif kind in MIN_ADD:
+                    f = b.fadd(f, sc[1])
                 col = b.add(b.mul(blk, _c(QB)), _c(2 * k))
                 for i in range(TILE):
                     row = b.add(row0_v, _c(i))
@@ -254,7 +346,7 @@ def _dq_codegen(kind: int) -> Callable:  # type: ignore[type-arg]
                         pair = b.shuffle_vector(f, f, ir.Constant(ir.VectorType(I32, 2), [2 * i, 2 * i + 1]))
                         b.store(pair, b.bitcast(dst, v2.as_pointer()), align=4)
 
-        _sb_loop(kind, b, b.inttoptr(wa, P8), nsb, body)
+        _sb_loop(kind, b, b.inttoptr(wa, P8), nsb, fbody if kind >= FLOAT_KINDS else body)
         return context.get_dummy_value()
 
     return codegen
@@ -266,7 +358,7 @@ def dq_tile(typingctx, kind, w_addr, n_super, out, row0):  # type: ignore[no-unt
     row0.. of out ([R, n]; rows past R are padding, skipped). Each value is what gguf.quants.dequantize gives
     (the same float32 products in the same order); the pair layout is transposed on the way out:
     each row's two values of a pair are one 8-byte store."""
-    return types.void(types.int64, types.uint64, types.int64, out, types.int64), _by_kind(_dq_codegen)
+    return types.void(types.int64, types.uint64, types.int64, out, types.int64), _by_kind(_dq_codegen, "dq")
 
 
 # lane groups of 8, 4 and 1, every kind behind a run-time branch (taken once per tile). A lane's

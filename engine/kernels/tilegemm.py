@@ -12,7 +12,7 @@ import numpy as np
 from numba import njit, prange
 
 from engine.kernels.blockdot import U
-from engine.quant.tiles import QB, SB_BYTES, SB_VALUES, TILE
+from engine.quant.tiles import FLOAT_KINDS, KINDS, QB, SB_BYTES, SB_VALUES, TILE
 from engine.kernels.tiledot import X_MAX, dq_tile, tdot1, tdot4, tdot8
 
 LANE_BLOCK = 64  # lanes per pass over a thread's tiles: 64 x 2048 int16 activations = 256 KiB
@@ -49,24 +49,27 @@ def quantize_rows_i16(x, xq, dx, sxd):  # type: ignore[no-untyped-def]
 
 @njit(parallel=True, nogil=True, cache=True)
 def gemm_tiles(kind, w, x, out):  # type: ignore[no-untyped-def]
-    """out[B, rows] = x[B, n] @ W.T for a tiled weight w (kind: 0..3 = Q8_0, Q5_0, Q4_K, Q6_K; shape
+    """out[B, rows] = x[B, n] @ W.T for a tiled weight w (kind: a tiles.KINDS code; shape
     tiles.tiled_shape), parallel over tiles; each lane group of 8, 4 or 1 meets a tile at a time."""
     ntiles, tile_bytes = w.shape
     lanes, n = x.shape
     rows = out.shape[1]
-    if kind < 0 or kind > 3:
+    if kind < 0 or kind >= len(KINDS):
         raise ValueError("gemm_tiles: weight, activation and output shapes do not match")
     nsb = n // SB_VALUES[kind]
     # the tile dots read raw addresses: every size and stride they rely on is checked here
     if (nsb * SB_VALUES[kind] != n or nsb * SB_BYTES[kind] != tile_bytes or out.shape[0] != lanes
-            or rows > ntiles * TILE or rows <= (ntiles - 1) * TILE or w.strides[1] != 1 or out.strides[1] != 4):
+            or rows > ntiles * TILE or rows <= (ntiles - 1) * TILE or w.strides[1] != 1 or out.strides[1] != 4
+            or x.strides[1] != 4 or (lanes > 1 and x.strides[0] != 4 * n)):
         raise ValueError("gemm_tiles: weight, activation and output shapes do not match")
-    buf = np.empty(lanes * n + 32, dtype=np.int16)  # 64-byte aligned: a block's 32 int16 = one line
+    m = 0 if kind >= FLOAT_KINDS else n  # float tiles read x itself
+    buf = np.empty(lanes * m + 32, dtype=np.int16)  # 64-byte aligned: a block's 32 int16 = one line
     skip = ((64 - buf.ctypes.data % 64) % 64) // 2
-    xq = buf[skip: skip + lanes * n].reshape((lanes, n))
-    dx = np.empty((lanes, n // QB), dtype=np.float32)
-    sxd = np.empty((lanes, n // QB), dtype=np.float32)
-    quantize_rows_i16(x, xq, dx, sxd)
+    xq = buf[skip: skip + lanes * m].reshape((lanes, m))
+    dx = np.empty((lanes, m // QB), dtype=np.float32)
+    sxd = np.empty((lanes, m // QB), dtype=np.float32)
+    if m:
+        quantize_rows_i16(x, xq, dx, sxd)
     wa, oa = U(w.ctypes.data), U(out.ctypes.data)
     ws, os_ = U(w.strides[0]), U(out.strides[0])
     nc = min(ntiles, 64)
@@ -80,13 +83,13 @@ def gemm_tiles(kind, w, x, out):  # type: ignore[no-untyped-def]
                 wt, ot = wa + U(t) * ws, oa + U(t * TILE * 4)
                 b = l0
                 while b + 8 <= l1:
-                    tdot8(kind, wt, xq, dx, sxd, b, nsb, ot + U(b) * os_, os_, valid)
+                    tdot8(kind, wt, xq, dx, sxd, x, b, nsb, ot + U(b) * os_, os_, valid)
                     b += 8
                 if b + 4 <= l1:
-                    tdot4(kind, wt, xq, dx, sxd, b, nsb, ot + U(b) * os_, os_, valid)
+                    tdot4(kind, wt, xq, dx, sxd, x, b, nsb, ot + U(b) * os_, os_, valid)
                     b += 4
                 while b < l1:
-                    tdot1(kind, wt, xq, dx, sxd, b, nsb, ot + U(b) * os_, os_, valid)
+                    tdot1(kind, wt, xq, dx, sxd, x, b, nsb, ot + U(b) * os_, os_, valid)
                     b += 1
 
 
@@ -97,7 +100,7 @@ def dq_rows_tiles(kind, w, rows, out):  # type: ignore[no-untyped-def]
     diagnostics), and a parallel build of it cost 8.5 s of first-run compile."""
     n = out.shape[1]
     nsb = n // SB_VALUES[kind]
-    if kind < 0 or kind > 3 or nsb * SB_VALUES[kind] != n or nsb * SB_BYTES[kind] != w.shape[1] or w.strides[1] != 1:
+    if kind < 0 or kind >= len(KINDS) or nsb * SB_VALUES[kind] != n or nsb * SB_BYTES[kind] != w.shape[1] or w.strides[1] != 1:
         raise ValueError("dq_rows_tiles: weight and output shapes do not match")
     for j in range(rows.shape[0]):
         if rows[j] < 0 or rows[j] // TILE >= w.shape[0]:

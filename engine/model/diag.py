@@ -20,7 +20,7 @@ from numba import njit, prange
 from engine.kernels.blockdot import prefetch_ahead
 from engine.gguf.reader import GGUFFile, TensorInfo, read_gguf
 from engine.model.forward import Model
-from engine.model.resident import QUANT_TYPES, QuantWeight, resident_nbytes, resident_weight
+from engine.model.resident import QUANT_TYPES, QuantWeight, resident_nbytes, resident_weight, tiled_kind
 
 
 @dataclass
@@ -67,9 +67,10 @@ def rss_bytes() -> int:
 
 
 def _resident_nbytes(t: TensorInfo) -> int:
-    if t.qtype in QUANT_TYPES:
+    kind = tiled_kind(t.qtype, int(t.shape[-1])) if len(t.shape) == 2 else None
+    if kind is not None:
         cols = int(t.shape[-1])
-        return resident_nbytes(QUANT_TYPES[t.qtype], t.n_elements // cols, cols)
+        return resident_nbytes(kind, t.n_elements // cols, cols)
     return t.nbytes if t.qtype == QT.F32 else t.n_elements * 4
 
 
@@ -111,7 +112,8 @@ def kernel_checks(g: GGUFFile, reps: int = 5, err_rows: int = 256, seed: int = 0
 
     largest: dict[QT, TensorInfo] = {}
     for t in g.tensors.values():
-        if t.qtype in QUANT_TYPES and len(t.shape) == 2 and (t.qtype not in largest or t.nbytes > largest[t.qtype].nbytes):
+        if (len(t.shape) == 2 and tiled_kind(t.qtype, int(t.shape[1])) is not None
+                and (t.qtype not in largest or t.nbytes > largest[t.qtype].nbytes)):
             largest[t.qtype] = t
     rng = np.random.default_rng(seed)
     out: list[KernelCheck] = []
@@ -125,7 +127,40 @@ def kernel_checks(g: GGUFFile, reps: int = 5, err_rows: int = 256, seed: int = 0
         ref = x.astype(np.float64) @ dequantize(np.asarray(t.raw[:r]), qtype).astype(np.float64).T
         err = float(np.abs(part.matmul(x) - ref).max())
         sec = _median_time(lambda: w.matmul(x), reps)
-        out.append(KernelCheck(QUANT_TYPES[qtype], t.name, err, w.nbytes / sec / 1e9))
+        out.append(KernelCheck(w.type_name, t.name, err, w.nbytes / sec / 1e9))
+    return out
+
+
+def synthetic_kernel_checks(skip: set[str], cols: int = 2048, nbytes: int = 64 << 20, reps: int = 5,
+                            err_rows: int = 256, seed: int = 0) -> list[KernelCheck]:
+    """`kernel_checks` for every resident type not in `skip`, on a synthetic weight of `cols` columns:
+    err_rows random rows (N(0, 1) * 0.05, what trained weights look like) quantized by
+    engine.quant.quantize.quantize_as, their error measured as on a file's tensors; for the GB/s
+    the blocks repeated to ~`nbytes` (far past the caches: the bytes stream from DRAM as a real
+    weight's would; their values do not change the kernel's speed)."""
+    from gguf.constants import GGML_QUANT_SIZES
+    from gguf.quants import dequantize
+
+    from engine.quant.quantize import quantize_as
+
+    rng = np.random.default_rng(seed)
+    out: list[KernelCheck] = []
+    for qtype, name in QUANT_TYPES.items():
+        if name in skip:
+            continue
+        w = (rng.standard_normal((err_rows, cols)) * 0.05).astype(np.float32)
+        raw = quantize_as(qtype, w)
+        x = rng.standard_normal((1, cols)).astype(np.float32)
+        part = resident_weight(name, qtype, raw, (err_rows, cols))
+        assert isinstance(part, QuantWeight)
+        ref = x.astype(np.float64) @ dequantize(raw, qtype).astype(np.float64).T
+        err = float(np.abs(part.matmul(x) - ref).max())
+        bs, ts = GGML_QUANT_SIZES[qtype]
+        rows = max(err_rows, nbytes // (cols // bs * ts) // err_rows * err_rows)
+        big = resident_weight(name, qtype, np.tile(raw, (rows // err_rows, 1)), (rows, cols))
+        assert isinstance(big, QuantWeight)
+        sec = _median_time(lambda: big.matmul(x), reps)
+        out.append(KernelCheck(name, f"synthetic {rows}x{cols}", err, big.nbytes / sec / 1e9))
     return out
 
 

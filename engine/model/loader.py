@@ -12,12 +12,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 from engine.gguf.config import ModelConfig, from_gguf_metadata
-from engine.errors import GGUFError
+from engine.errors import EngineError, GGUFError
 from engine.gguf.aliases import default_model, resolve_model
 from engine.gguf.identity import gguf_identity
 from engine.gguf.reader import GGUFFile, TensorInfo, read_gguf
 from engine.model.forward import LayerWeights, Model, Weights
-from engine.model.resident import resident_weight
+from engine.model.resident import check_resident, resident_weight
 from engine.model.synthetic import synthetic_model
 from engine.quant.dequant import SUPPORTED, dequantize
 
@@ -86,6 +86,11 @@ def build_model(g: GGUFFile, make_resident: Callable[..., Any] | None = None, pr
             raise GGUFError(f"{g.path}: tensor {name!r} has shape {t.shape}, expected {shape}")
         if t.qtype not in SUPPORTED:
             raise GGUFError(f"{g.path}: tensor {name!r} has unsupported type {t.qtype.name}")
+        if make_resident is not None and len(t.shape) == 2:  # before any tensor is read
+            try:
+                check_resident(name, t.qtype)
+            except EngineError as exc:
+                raise GGUFError(f"{g.path}: {exc}") from None
     cache: dict[str, Any] = {}
     total = sum(g.tensors[n].nbytes for n in specs)
     with _Progress(progress, total, g.path.name) as bar:

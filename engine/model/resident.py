@@ -1,12 +1,17 @@
 """Resident quantized weights: the GGUF's quantized bits kept in memory, computed on by numba kernels.
 
 `resident_weight(name, qtype, raw, shape)` is what the loader calls for every 2-D tensor when
-`load_model(..., resident=True)`. Q8_0 / Q5_0 / Q4_K / Q6_K become a `QuantWeight`: by default
-their blocks repacked at load into 16-row tiles of the same bits (engine/quant/tiles.py; the file
-pages are then dropped, so RSS holds one copy: ~1.01x the file), multiplied on int16 dots
-(engine/kernels/tilegemm.py); under FAK_TILES=0 the memory-mapped GGUF blocks themselves, on the float32
-kernels of engine/kernels/blockdot.py. F32 / F16 / BF16 become a float32 ndarray (the plain path's matmul
-handles those; in GGUF models they are small).
+`load_model(..., resident=True)`. Q8_0 / Q5_0 / Q4_K / Q6_K / Q4_0 / Q4_1 / Q5_1 / Q5_K become a
+`QuantWeight`: by default their blocks repacked at load into 16-row tiles of the same bits
+(engine/quant/tiles.py; the file pages are then dropped, so RSS holds one copy: ~1.01x the file),
+multiplied on int16 dots (engine/kernels/tilegemm.py) (Q3_K and IQ4_NL too, first widened to Q6_K
+and Q8_0 blocks of the same values: engine/quant/widen.py); under FAK_TILES=0 the first four keep the
+memory-mapped GGUF blocks themselves, on the float32 kernels of engine/kernels/blockdot.py (the
+other types have tiles only). F16 / BF16 matrices become tiles of their 16-bit floats, multiplied
+as floats (half the bytes of a float32 copy); F32 ones (and F16 / BF16 with rows not a multiple of
+32) a float32 ndarray for the plain path's matmul. Any other type has no resident kernel: loading
+it names the tensor and the type and points to --plain (the float32 path reads every type
+engine/quant/dequant.py knows).
 """
 
 from __future__ import annotations
@@ -18,17 +23,22 @@ from dataclasses import dataclass, field
 import numba
 import numpy as np
 from gguf import GGMLQuantizationType as QT
+from gguf.constants import GGML_QUANT_SIZES
 
 from engine.quant import rows as K
+from engine.quant.widen import WIDEN
 from engine.quant import tiles as L
 from engine.kernels import tilegemm as T
 from engine.kernels.blockdot import gemm
 from engine.errors import EngineError
 from engine.kernels.parallel import launch, prefill_pool, serial_twin, warming
 
-QUANT_TYPES = {QT.Q8_0: "Q8_0", QT.Q5_0: "Q5_0", QT.Q4_K: "Q4_K", QT.Q6_K: "Q6_K"}
+QUANT_TYPES = {QT.Q8_0: "Q8_0", QT.Q5_0: "Q5_0", QT.Q4_K: "Q4_K", QT.Q6_K: "Q6_K", QT.Q4_0: "Q4_0",
+               QT.Q4_1: "Q4_1", QT.Q5_1: "Q5_1", QT.Q5_K: "Q5_K", QT.F16: "F16", QT.BF16: "BF16",
+               QT.Q3_K: "Q3_K", QT.IQ4_NL: "IQ4_NL"}
+STORED_AS = {QUANT_TYPES[t]: QUANT_TYPES[wide] for t, (wide, _) in WIDEN.items()}  # Q3_K -> Q6_K, IQ4_NL -> Q8_0
 DQ_ROWS = K.DQ_ROWS  # the GGUF block layouts' row dequantizers (tiles: tilegemm.dq_rows_tiles)
-DENSE_TYPES = (QT.F32, QT.F16, QT.BF16)
+DENSE_TYPES = (QT.F32,)
 
 # GGUF block layouts (FAK_TILES=0): below this many rows matmul_prefill uses the decode kernel
 # (dequantizing a whole weight for a handful of rows costs more than it saves); above it, float32
@@ -146,17 +156,33 @@ def _dense(name: str, qtype: QT, raw: np.ndarray, shape: tuple[int, int]) -> np.
     return np.ascontiguousarray(a.reshape(shape), dtype=np.float32)
 
 
+def check_resident(name: str, qtype: QT) -> None:
+    """Raise the one-line error for a 2-D tensor whose type has no resident kernel (what to do: --plain)."""
+    if QT(qtype) not in QUANT_TYPES and QT(qtype) not in DENSE_TYPES:
+        raise EngineError(f"tensor {name!r} is {QT(qtype).name}, which has no resident kernel "
+                          f"(resident: {', '.join(QUANT_TYPES.values())}, F32); run with --plain to "
+                          f"dequantize every weight to float32")
+
+
+def tiled_kind(qtype: QT, in_features: int) -> str | None:
+    """The QuantWeight kind a 2-D tensor of `qtype` with rows of `in_features` values becomes (None:
+    a float32 ndarray, or no resident kernel at all if qtype is not in QUANT_TYPES either)."""
+    qtype = QT(qtype)
+    if qtype not in QUANT_TYPES or (qtype in (QT.F16, QT.BF16) and in_features % L.QB):
+        return None
+    return QUANT_TYPES[qtype]
+
+
 def resident_weight(name: str, qtype: QT, raw: np.ndarray, shape: tuple[int, int]) -> QuantWeight | np.ndarray:
     """The resident form of one 2-D GGUF tensor (shape = (out_features, in_features))."""
     qtype = QT(qtype)
     out_f, in_f = int(shape[0]), int(shape[1])
-    if qtype in DENSE_TYPES:
+    if qtype in DENSE_TYPES or (qtype in (QT.F16, QT.BF16) and tiled_kind(qtype, in_f) is None):
         return _dense(name, qtype, raw, (out_f, in_f))
-    if qtype not in QUANT_TYPES:
-        raise EngineError(f"{name}: tensor type {qtype.name} has no resident kernel "
-                          f"(supported: {', '.join(QUANT_TYPES.values())}, F32, F16, BF16)")
+    check_resident(name, qtype)
     kind = QUANT_TYPES[qtype]
-    bs, bb = K.BLOCK_SIZE[kind], K.BLOCK_BYTES[kind]
+    stored = STORED_AS.get(kind, kind)  # Q3_K / IQ4_NL: kept as the wider type of the same values
+    bs, bb = GGML_QUANT_SIZES[qtype]
     if in_f % bs:
         raise EngineError(f"{name}: {kind} row length {in_f} is not a multiple of {bs}")
     row_bytes = in_f // bs * bb
@@ -168,17 +194,18 @@ def resident_weight(name: str, qtype: QT, raw: np.ndarray, shape: tuple[int, int
     a = np.ascontiguousarray(a).reshape(out_f, row_bytes).view()
     # no warmup() here: the load may run on another thread than the forward passes, and a parallel
     # region entered from a second thread costs both threads (engine/kernels/parallel.py)
-    layout = resident_layout(kind)
-    if layout != kind:
-        # only a read-only file mapping may drop its pages (a private mapping could hold edits)
-        file_ro = getattr(raw, "_mmap", None) is not None and not np.asarray(raw).flags.writeable
-        src = a
-        if layout == "Q8_0":
-            a = _repack_q5_0(a)
-        else:
-            a = _tiles(L.KINDS.index(kind), a, in_f)
-        if file_ro and src.size:
-            _drop_pages(src)
+    # only a read-only file mapping may drop its pages (a private mapping could hold edits)
+    file_ro = getattr(raw, "_mmap", None) is not None and not np.asarray(raw).flags.writeable
+    src = a
+    if stored != kind:
+        a = WIDEN[qtype][1](a)
+    layout = resident_layout(stored)
+    if layout == "Q8_0" and stored == "Q5_0":
+        a = _repack_q5_0(a)
+    elif layout != stored:
+        a = _tiles(L.KINDS.index(stored), a, in_f)
+    if a is not src and file_ro and src.size:
+        _drop_pages(src)
     a.setflags(write=False)  # one kernel specialization (memmaps are read-only anyway)
     return QuantWeight(name, qtype, a, (out_f, in_f), layout)
 
@@ -186,8 +213,11 @@ def resident_weight(name: str, qtype: QT, raw: np.ndarray, shape: tuple[int, int
 def resident_layout(kind: str) -> str:
     """The format a quant type is kept in: 16-row tiles ("<type>x16", engine/quant/tiles.py) for the
     integer-dot kernels of engine/kernels/tiledot.py. For A/B runs, FAK_TILES=0 keeps the GGUF blocks (the
-    float32 kernels of engine/kernels/blockdot.py), Q5_0 then repacked as Q8_0 unless FAK_Q5_0_REPACK=0."""
-    if os.environ.get("FAK_TILES", "1") != "0":
+    float32 kernels of engine/kernels/blockdot.py; types without such a kernel stay tiled), Q5_0 then
+    repacked as Q8_0 unless FAK_Q5_0_REPACK=0. Q3_K and IQ4_NL take the layout of the type they are
+    widened to (Q6_K, Q8_0)."""
+    kind = STORED_AS.get(kind, kind)
+    if os.environ.get("FAK_TILES", "1") != "0" or kind not in K.KIND:
         return kind + TILED
     if kind == "Q5_0" and os.environ.get("FAK_Q5_0_REPACK", "1") != "0":
         return "Q8_0"
@@ -196,11 +226,11 @@ def resident_layout(kind: str) -> str:
 
 def resident_nbytes(kind: str, rows: int, cols: int) -> int:
     """Bytes a [rows, cols] tensor of quant type `kind` holds once resident (what `QuantWeight.nbytes`
-    reports and a decode step streams): tiles pad rows to 16, and Q4_K tiles unpack its 6-bit scales
-    (148 bytes per 256 values); GGUF blocks as in the file, Q5_0 widened to Q8_0 when repacked."""
+    reports and a decode step streams): tiles pad rows to 16, and Q4_K / Q5_K tiles unpack their 6-bit
+    scales (+4 bytes per 256 values); GGUF blocks as in the file, Q5_0 widened to Q8_0 when repacked."""
     layout = resident_layout(kind)
     if layout.endswith(TILED):
-        shape = L.tiled_shape(L.KINDS.index(kind), rows, cols)
+        shape = L.tiled_shape(L.KINDS.index(layout[:-3]), rows, cols)
         return shape[0] * shape[1]
     return rows * (cols // K.BLOCK_SIZE[layout]) * K.BLOCK_BYTES[layout]
 
@@ -245,12 +275,11 @@ _warm: set[bool] = set()  # the layout families warmed: tiles (True) or GGUF blo
 
 def warmup() -> None:
     """Compile (or load from numba's cache) the kernels the current layouts use, so no request pays
-    a JIT (the other family compiles on first use: it is only reached through FAK_TILES=0)."""
+    a JIT. The tile kernels always (the types without GGUF-block kernels are tiled even under
+    FAK_TILES=0); the GGUF-block ones under FAK_TILES=0 only (else they compile on first use)."""
     tiled = resident_layout("Q8_0").endswith(TILED)
     with _warm_lock:
-        if tiled in _warm:
-            return
-        if tiled:
+        if True not in _warm:
             src = np.zeros((1, 34), np.uint8)
             src.setflags(write=False)  # memmapped weights are read-only: their own specialization
             tiles = np.zeros(L.tiled_shape(0, 1, 32), np.uint8)
@@ -259,8 +288,9 @@ def warmup() -> None:
             with warming():  # both the parallel kernel and its serial twin
                 launch(T.gemm_tiles, 0, 0, tiles, np.zeros((1, 32), np.float32), np.empty((1, 1), np.float32))
             T.dq_rows_tiles(0, tiles, np.zeros(1, np.int64), np.empty((1, 32), np.float32))
-        else:
-            for kind in QUANT_TYPES.values():
+            _warm.add(True)
+        if not tiled and False not in _warm:
+            for kind in K.KIND:
                 bs, bb = K.BLOCK_SIZE[kind], K.BLOCK_BYTES[kind]
                 raw = np.zeros((2, (256 // bs) * bb), dtype=np.uint8)
                 raw.setflags(write=False)  # QuantWeight always holds a read-only view
@@ -274,4 +304,4 @@ def warmup() -> None:
                 launch(K.repack_q5_0_q8_0, 0, src, np.empty((1, 34), np.uint8))
                 src.setflags(write=False)
                 launch(K.repack_q5_0_q8_0, 0, src, np.empty((1, 34), np.uint8))
-        _warm.add(tiled)
+            _warm.add(False)

@@ -11,6 +11,7 @@ import numpy as np
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType as QT
 
 from engine.errors import GGUFError
+from engine.quant.iquant import IQ_BLOCK
 
 QK_K = 256
 _CHUNK_BLOCKS = 1 << 14  # bounds temporaries and keeps the working set cache-sized
@@ -108,6 +109,87 @@ def _q6_k(blk: np.ndarray) -> np.ndarray:
     return y.reshape(-1, QK_K)
 
 
+def _q2_k(blk: np.ndarray) -> np.ndarray:
+    """84 bytes / 256: 16 scale bytes (low nibble scale, high nibble min, per 16 values), 64 bytes of
+    2-bit q (4 shifts of each 32-byte half), f16 d, f16 dmin. Value = d*sc*q - dmin*m."""
+    sc = blk[:, 0:16]
+    d, dmin = _f16(blk[:, 80:82]), _f16(blk[:, 82:84])
+    dl = (d[:, None] * (sc & 0x0F).astype(np.float32))[:, :, None]
+    ml = (dmin[:, None] * (sc >> 4).astype(np.float32))[:, :, None]
+    q = (blk[:, 16:80].reshape(-1, 2, 1, 32) >> np.array([0, 2, 4, 6], np.uint8)[None, None, :, None]) & 3
+    return (dl * q.reshape(-1, 16, 16).astype(np.float32) - ml).reshape(-1, QK_K)
+
+
+def q3_k_parts(blk: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Q3_K blocks [n, 110] -> (f16 d [n], int8 scales [n, 16] (one per 16 values), int8 q [n, 256] in
+    -4..3). 110 bytes / 256: hmask[32] (bit j: the high bit of sub-row j), 2-bit qs[64], 12 bytes of
+    6-bit scales (offset 32), f16 d. Value = d * scale * q."""
+    hmask, qs, sc = blk[:, 0:32], blk[:, 32:96], blk[:, 96:108]
+    d = np.ascontiguousarray(blk[:, 108:110]).view(np.float16)[:, 0]
+    lo = (sc[:, 0:8, None] >> np.array([0, 4], np.uint8)[None, None, :]).transpose(0, 2, 1).reshape(-1, 16) & 0x0F
+    hi = (sc[:, 8:12, None] >> np.array([0, 2, 4, 6], np.uint8)[None, None, :]).transpose(0, 2, 1).reshape(-1, 16) & 3
+    scale = (lo | (hi << 4)).astype(np.int8) - np.int8(32)
+    ql = (qs.reshape(-1, 2, 1, 32) >> np.array([0, 2, 4, 6], np.uint8)[None, None, :, None]) & 3
+    qh = (hmask.reshape(-1, 1, 1, 32) >> np.arange(8, dtype=np.uint8)[None, None, :, None]) & 1
+    q = ql.reshape(-1, QK_K).astype(np.int8) - ((qh.reshape(-1, QK_K) ^ 1) << 2).astype(np.int8)
+    return d, scale, q
+
+
+def _q3_k(blk: np.ndarray) -> np.ndarray:
+    d, scale, q = q3_k_parts(blk)
+    dl = (d.astype(np.float32)[:, None] * scale.astype(np.float32))[:, :, None]
+    return (dl * q.reshape(-1, 16, 16).astype(np.float32)).reshape(-1, QK_K)
+
+
+def _tq1_0(blk: np.ndarray) -> np.ndarray:
+    """54 bytes / 256 ternary values: 48 bytes of 5 trits (base-3 digits as fixed-point fractions of
+    a byte), 4 bytes of 4 trits, f16 d. A digit is (byte * 3^k mod 256) * 3 >> 8; value = d * (t - 1)."""
+    d = _f16(blk[:, 52:54])
+    p5 = np.array([1, 3, 9, 27, 81], np.uint8)[None, :, None]
+    parts = [(blk[:, 0:32, None].transpose(0, 2, 1) * p5).reshape(-1, 160),
+             (blk[:, 32:48, None].transpose(0, 2, 1) * p5).reshape(-1, 80),
+             (blk[:, 48:52, None].transpose(0, 2, 1) * p5[:, :4]).reshape(-1, 16)]
+    t = ((np.concatenate(parts, axis=1).astype(np.uint16) * 3) >> 8).astype(np.int8) - np.int8(1)
+    return d[:, None] * t.astype(np.float32)
+
+
+def _tq2_0(blk: np.ndarray) -> np.ndarray:
+    """66 bytes / 256 ternary values: 2-bit codes (4 shifts per 32-byte half), f16 d; value = d * (q - 1)."""
+    d = _f16(blk[:, 64:66])
+    q = (blk[:, 0:64].reshape(-1, 2, 1, 32) >> np.array([0, 2, 4, 6], np.uint8)[None, None, :, None]) & 3
+    return d[:, None] * (q.reshape(-1, QK_K).astype(np.int8) - np.int8(1)).astype(np.float32)
+
+
+_E2M1_X2 = np.array([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12], np.int8)  # FP4 e2m1 values, doubled
+
+
+def _mxfp4(blk: np.ndarray) -> np.ndarray:
+    """17 bytes / 32: an e8m0 exponent (decoded as half the power of two, ggml_e8m0_to_fp32_half),
+    16 bytes of e2m1 nibbles (low: values 0..15)."""
+    e = blk[:, 0:1].astype(np.uint32)
+    d = np.where(e < 2, np.uint32(0x00200000) << e, (e - np.uint32(1)) << np.uint32(23)).astype(np.uint32).view(np.float32)
+    q = np.concatenate([blk[:, 1:17] & 0x0F, blk[:, 1:17] >> 4], axis=1)
+    return d * _E2M1_X2[q].astype(np.float32)
+
+
+def _ue4m3_half(x: np.ndarray) -> np.ndarray:
+    """Unsigned e4m3 (bias 7) scale bytes -> float32, halved for the doubled e2m1 values (0x7F: 0)."""
+    exp = x.astype(np.int32) >> 3 & 0xF
+    man = (x & 7).astype(np.float32)
+    raw = np.where(exp == 0, man * np.float32(2.0**-9),
+                   (np.float32(1) + man / np.float32(8)) * (np.float32(2) ** (exp.astype(np.float32) - np.float32(7))))
+    return np.where((x == 0) | (x == 0x7F), np.float32(0), raw * np.float32(0.5)).astype(np.float32)
+
+
+def _nvfp4(blk: np.ndarray) -> np.ndarray:
+    """36 bytes / 64: 4 ue4m3 scales (one per 16 values), 4 x 8 bytes of e2m1 nibbles (low nibbles:
+    values 0..7 of the 16, high: 8..15)."""
+    d = _ue4m3_half(blk[:, 0:4])[:, :, None]
+    qs = blk[:, 4:36].reshape(-1, 4, 8)
+    q = np.concatenate([qs & 0x0F, qs >> 4], axis=2)
+    return (d * _E2M1_X2[q].astype(np.float32)).reshape(-1, 64)
+
+
 def _q8_k(blk: np.ndarray) -> np.ndarray:
     d = np.ascontiguousarray(blk[:, 0:4]).view(np.float32)[:, 0]
     return d[:, None] * blk[:, 4:260].view(np.int8).astype(np.float32)
@@ -115,7 +197,8 @@ def _q8_k(blk: np.ndarray) -> np.ndarray:
 
 _BLOCK: dict[QT, Callable[[np.ndarray], np.ndarray]] = {
     QT.Q4_0: _q4_0, QT.Q4_1: _q4_1, QT.Q5_0: _q5_0, QT.Q5_1: _q5_1, QT.Q8_0: _q8_0,
-    QT.Q4_K: _q4_k, QT.Q5_K: _q5_k, QT.Q6_K: _q6_k, QT.Q8_K: _q8_k,
+    QT.Q4_K: _q4_k, QT.Q5_K: _q5_k, QT.Q6_K: _q6_k, QT.Q8_K: _q8_k, QT.Q2_K: _q2_k, QT.Q3_K: _q3_k,
+    QT.TQ1_0: _tq1_0, QT.TQ2_0: _tq2_0, QT.MXFP4: _mxfp4, QT.NVFP4: _nvfp4, **IQ_BLOCK,
 }
 SUPPORTED = (QT.F32, QT.F16, QT.BF16, *_BLOCK)
 

@@ -17,6 +17,13 @@ A weight [rows, n] becomes [ceil(rows / 16), n_super * SB_BYTES] uint8: one arra
   u8 min[16] (GGUF's 6-bit fields, unpacked: +4 bytes per 144), nibbles. Value = d*sc*q - dmin*m.
 - Nibbles (256 bytes): 8 vectors of 32 bytes; vector g holds pair g in the low nibbles and pair
   g + 8 in the high ones.
+- Q4_0x16 (SB 32, 288 = 16 x 18): f16 d[16]; nibbles. Value = d * (q - 8).
+- Q4_1x16 (SB 32, 320 = 16 x 20): f16 d[16], f16 m[16]; nibbles. Value = d * q + m.
+- Q5_1x16 (SB 32, 384 = 16 x 24): f16 d[16], f16 m[16]; nibbles; 5th bits as Q5_0's. Value = d * q + m.
+- Q5_Kx16 (SB 256, 2880 = 16 x 180): Q4_Kx16's header; 8 tile blocks of 352: u8 scale[16], u8 min[16],
+  nibbles, 5th bits as Q5_0's. Value = d*sc*q - dmin*m.
+- F16x16 / BF16x16 (SB 32, 1024 = 16 x 64): vector j (32 bytes) holds value j of the 16 rows, as
+  the GGUF's 16-bit floats (no pairs: these are multiplied as floats, tiledot.py).
 """
 
 from __future__ import annotations
@@ -28,13 +35,17 @@ from engine.quant.rows import _k4_scale_min  # Q4_K's 6-bit (scale, min) fields
 
 TILE = 16  # rows per tile: one zmm of int32 row sums
 QB = 32  # values per tile block
-KINDS = ("Q8_0", "Q5_0", "Q4_K", "Q6_K")  # tile kind codes 0..3, as kernels.KIND
-SB_VALUES = (32, 32, 256, 256)
-SB_BYTES = (544, 352, 2368, 3360)
-HEADER = (0, 0, 64, 32)  # super-block header bytes (Q8_0 / Q5_0: d sits in the tile block)
-TB_BYTES = (544, 352, 288, 416)
-GGUF_BYTES = (34, 22, 144, 210)  # per row and super-block in the GGUF
-NIB = (0, 32, 32, 32)  # offset of the nibble vectors in a tile block (after d or the scales)
+# tile kind codes 0..9 (0..3 as kernels.KIND); FLOAT_KINDS and up hold floats, not integers
+KINDS = ("Q8_0", "Q5_0", "Q4_K", "Q6_K", "Q4_0", "Q4_1", "Q5_1", "Q5_K", "F16", "BF16")
+FLOAT_KINDS = 8
+SB_VALUES = (32, 32, 256, 256, 32, 32, 32, 256, 32, 32)
+SB_BYTES = (544, 352, 2368, 3360, 288, 320, 384, 2880, 1024, 1024)
+HEADER = (0, 0, 64, 32, 0, 0, 0, 64, 0, 0)  # super-block header bytes (else the scales sit in the tile block)
+TB_BYTES = (544, 352, 288, 416, 288, 320, 384, 352, 1024, 1024)
+GGUF_BYTES = (34, 22, 144, 210, 18, 20, 24, 176, 64, 64)  # per row and super-block in the GGUF
+NIB = (0, 32, 32, 32, 32, 64, 64, 32, 0, 0)  # offset of the nibble vectors in a tile block (after the scales)
+HBITS = (0, 1, 0, 2, 0, 0, 1, 1, 0, 0)  # high bits per value above the nibble
+OFFSET = (0, 16, 0, 32, 8, 0, 0, 0, 0, 0)  # subtracted from the unsigned value (signed types)
 
 
 def tiled_shape(kind: int, rows: int, n: int) -> tuple[int, int]:
@@ -85,20 +96,46 @@ def _repack_row(kind, src, r, dst, t, i, q):  # type: ignore[no-untyped-def]
                 q[j] = (lo & 15) | (((qh >> j) & 1) << 4)
                 q[j + 16] = (lo >> 4) | (((qh >> (j + 16)) & 1) << 4)
             _put_values(dst, t, o + 32, i, q, 0, 1)
-        elif kind == 2:
+        elif kind == 2 or kind == 7:  # Q4_K / Q5_K: d, dmin, 6-bit scales, (Q5_K: qh[32]), qs[128]
             _f16_copy(src, r, s, dst, t, o, i)  # d
             _f16_copy(src, r, s + 2, dst, t, o + 32, i)  # dmin
+            qs = s + 16 if kind == 2 else s + 48
             for c in range(4):
                 for l in range(32):
-                    v = np.int32(src[r, s + 16 + 32 * c + l])
-                    q[64 * c + l] = v & 15
-                    q[64 * c + 32 + l] = v >> 4
+                    v = np.int32(src[r, qs + 32 * c + l])
+                    h = np.int32(src[r, s + 16 + l]) if kind == 7 else np.int32(0)  # bit j: sub-block j
+                    q[64 * c + l] = (v & 15) | (((h >> (2 * c)) & 1) << 4)
+                    q[64 * c + 32 + l] = (v >> 4) | (((h >> (2 * c + 1)) & 1) << 4)
             for j in range(8):
-                tb = o + 64 + j * 288
+                tb = o + 64 + j * TB_BYTES[kind]
                 sc, m = _k4_scale_min(src, r, s + 4, j)
                 dst[t, tb + i] = sc
                 dst[t, tb + 16 + i] = m
-                _put_values(dst, t, tb + 32, i, q, 32 * j, 0)
+                _put_values(dst, t, tb + 32, i, q, 32 * j, HBITS[kind])
+        elif kind == 4:  # Q4_0: d, 16 bytes of nibbles
+            _f16_copy(src, r, s, dst, t, o, i)
+            for j in range(16):
+                v = np.int32(src[r, s + 2 + j])
+                q[j] = v & 15
+                q[j + 16] = v >> 4
+            _put_values(dst, t, o + 32, i, q, 0, 0)
+        elif kind == 5 or kind == 6:  # Q4_1 / Q5_1: d, m, (Q5_1: u32 of 5th bits), nibbles
+            _f16_copy(src, r, s, dst, t, o, i)
+            _f16_copy(src, r, s + 2, dst, t, o + 32, i)
+            qh = np.int64(0)
+            if kind == 6:
+                for b in range(4):
+                    qh |= np.int64(src[r, s + 4 + b]) << (8 * b)
+            qs = s + 4 if kind == 5 else s + 8
+            for j in range(16):
+                lo = np.int32(src[r, qs + j])
+                q[j] = (lo & 15) | (((qh >> j) & 1) << 4)
+                q[j + 16] = (lo >> 4) | (((qh >> (j + 16)) & 1) << 4)
+            _put_values(dst, t, o + 64, i, q, 0, kind - 5)
+        elif kind >= FLOAT_KINDS:  # F16 / BF16: value j of the block at vector j
+            for j in range(32):
+                dst[t, o + 32 * j + 2 * i] = src[r, s + 2 * j]
+                dst[t, o + 32 * j + 2 * i + 1] = src[r, s + 2 * j + 1]
         else:
             _f16_copy(src, r, s + 208, dst, t, o, i)
             for half in range(2):  # llama.cpp dequantize_row_q6_K's order
