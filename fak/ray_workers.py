@@ -84,7 +84,8 @@ class RayWorkers:
                  resources: list[dict[str, float]] | None = None, num_cpus: float = 1.0,
                  ready_timeout: float = 300.0) -> None:
         ray = _ray()
-        if not ray.is_initialized():
+        self._started_ray = not ray.is_initialized()  # ours to shut down at close
+        if self._started_ray:
             try:
                 ray.init(address=None if address in (None, "", "local") else address, log_to_driver=False,
                          include_dashboard=False)
@@ -100,11 +101,17 @@ class RayWorkers:
             from ray.util.placement_group import placement_group
             from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+            total = float(ray.cluster_resources().get("CPU", 1.0))
+            num_cpus = min(num_cpus, total / len(specs))  # more workers than CPUs (one small host): share them
             self.pg = placement_group([{"CPU": num_cpus}] * len(specs), strategy="SPREAD")
-            ray.get(self.pg.ready(), timeout=ready_timeout)
+            try:
+                ray.get(self.pg.ready(), timeout=ready_timeout)
+            except Exception:
+                raise FakError(f"Ray could not place {len(specs)} workers of {num_cpus:g} CPU within "
+                               f"{ready_timeout:.0f} s (cluster: {ray.cluster_resources()})") from None
             opts = [{"scheduling_strategy": PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=i),
                      "num_cpus": num_cpus} for i in range(len(specs))]
-        threads = str(max(1, int(num_cpus)))
+        threads = str(max(1, round(num_cpus)))
         env = {"env_vars": {"NUMBA_NUM_THREADS": threads, "OMP_NUM_THREADS": threads, "OPENBLAS_NUM_THREADS": threads}}
         self.actors = [cls.options(name=None, runtime_env=env, **o).remote(spec, model, resident)
                        for spec, o in zip(specs, opts)]
@@ -142,20 +149,29 @@ class RayWorkers:
         self.ray.kill(self.actors[i], no_restart=False)
 
     def close(self) -> None:
-        for a in getattr(self, "actors", []):
-            try:
-                self.ray.kill(a, no_restart=True)
-            except Exception:
-                pass
-        if self.pg is not None:
-            from ray.util.placement_group import remove_placement_group
+        """Kill the actors and free the placement group; a Ray runtime this started is shut down. Bounded: a
+        cluster that no longer answers does not hold the server's exit."""
 
-            try:
-                remove_placement_group(self.pg)
-            except Exception:
-                pass
+        def teardown() -> None:
+            if getattr(self, "_started_ray", False):
+                self.ray.shutdown()  # takes our actors and placement group with it
+                return
+            for a in getattr(self, "actors", []):
+                try:
+                    self.ray.kill(a, no_restart=True)
+                except Exception:
+                    pass
+            if getattr(self, "pg", None) is not None:
+                from ray.util.placement_group import remove_placement_group
 
+                try:
+                    remove_placement_group(self.pg)
+                except Exception:
+                    pass
 
+        t = threading.Thread(target=teardown, name="fak-ray-close", daemon=True)
+        t.start()
+        t.join(15)
 
 def supervise_pd(head: Any, workers: RayWorkers, every: float = 0.5) -> threading.Thread:
     """Bring P/D workers back: when the head marks one down, wait for Ray's restart and rejoin it."""

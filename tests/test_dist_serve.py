@@ -158,6 +158,9 @@ def _fak(*args: str) -> subprocess.CompletedProcess[str]:
     (["serve", "--cuts", "9,x"], "expected layer indices"),
     (["serve", "--stage-workers", "127.0.0.1:1", "--cuts", "9"], "drop --stages / --cuts"),
     (["serve", "--stage-workers", "h:1", "--stage-transport", "inproc"], "tcp or shm"),
+    (["serve", "--ray", "auto"], "--ray needs --stages N"),
+    (["serve", "--ray", "auto", "--pd-workers", "h:1,h:2"], "drop --pd-workers"),
+    (["serve", "--ray", "auto", "--stages", "2", "--stage-transport", "shm"], "talk over tcp"),
 ])
 def test_bad_pd_flags_are_one_line_exit_2(args: list[str], msg: str) -> None:
     r = _fak(*args, "--port", "0") if args[0] == "serve" else _fak(*args)
