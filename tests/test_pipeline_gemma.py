@@ -42,8 +42,9 @@ def want(gemma) -> list[list[int]]:  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.parametrize("stages,transport,pressure", [(2, "inproc", None), (3, "inproc", "swap"),
-                                                       (2, "shm", "recompute"), (3, "tcp", None),
-                                                       (2, "tcp", "swap")])
+                                                       (2, "inproc", "recompute"), (2, "shm", "recompute"),
+                                                       (3, "shm", "swap"), (3, "tcp", None), (2, "tcp", "swap"),
+                                                       (3, "tcp", "recompute")])
 def test_gemma_pipeline_equals_single_process(gemma, want, stages: int, transport: str,  # type: ignore[no-untyped-def]
                                               pressure: str | None) -> None:
     model, tok = gemma
