@@ -139,9 +139,9 @@ def _node(role: str, b: object, sched: object, host: str, port: int, name: str |
     model, tok = b.model, b.tokenizer  # type: ignore[attr-defined]
     try:
         if role == "decode":
-            eos = tuple(getattr(tok, "eos_ids", ()) or ()) if tok is not None else ()
-            if not eos and model.config.eos_id is not None:
-                eos = (model.config.eos_id,)
+            from fak.boot import eos_ids
+
+            eos = eos_ids(tok, model.config)
             node: object = DecodeNode(model, name or f"decode-{port}", host=host, port=port, shm_bytes=shm_bytes, key=key,
                                       tokenizer=tok, eos_ids=eos, prefill_chunk=prefill_chunk, warm=True, **opts)
             node.worker.sched.warmed.wait()  # type: ignore[attr-defined]

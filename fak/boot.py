@@ -123,9 +123,7 @@ def boot(model: str | None = None, *, resident: bool = True, sched: SchedOptions
         load_s = time.perf_counter() - t0
         tok = tokenizer_for(m, path, bytes_fallback)
         text_ok = tok is not None and tok.vocab_size >= m.config.vocab_size
-        eos = tuple(getattr(tok, "eos_ids", ()) or ()) if tok is not None else ()
-        if not eos and m.config.eos_id is not None:
-            eos = (m.config.eos_id,)
+        eos = eos_ids(tok, m.config)
         if scheduler:
             # warm=True: the scheduler's own thread loads the numba kernels before any request (so no
             # request, nor its tok/s figure, pays for them) and is then the only thread that runs them
@@ -145,6 +143,14 @@ def boot(model: str | None = None, *, resident: bool = True, sched: SchedOptions
     if show:
         print(b.boot_line(), file=sys.stderr)
     return b
+
+
+def eos_ids(tokenizer: Any, config: Any) -> tuple[int, ...]:
+    """The ids that end a generation: the tokenizer's, else the model config's eos id, else none."""
+    eos = tuple(getattr(tokenizer, "eos_ids", ()) or ()) if tokenizer is not None else ()
+    if not eos and getattr(config, "eos_id", None) is not None:
+        eos = (config.eos_id,)
+    return eos
 
 
 def tokenizer_for(model: Any, path: Path | None, bytes_fallback: bool = False) -> Any:
@@ -170,6 +176,17 @@ def boot_for_text(model: str, who: str, *, resident: bool = True, sched: SchedOp
         b.close()
         raise FakError(f"{model}: no tokenizer for text: {who} needs one")
     return b
+
+
+def _close_on_error(started: Any, e: BaseException) -> None:
+    """A boot that failed after starting workers stops them; an engine error becomes the one-line FakError."""
+    from engine.errors import EngineError
+
+    if started is not None:
+        started.close()
+    if isinstance(e, EngineError):
+        raise FakError(str(e)) from None
+    raise e
 
 
 def boot_pd(model: str, *, resident: bool = True, sched: SchedOptions | None = None, local: int = 0,
@@ -216,19 +233,12 @@ def boot_pd(model: str, *, resident: bool = True, sched: SchedOptions | None = N
                                f"{len(roles['prefill'])} prefill and {len(roles['decode'])} decode")
             prefill, decoders = roles["prefill"][0], roles["decode"]
         c = b.model.config
-        eos = tuple(getattr(b.tokenizer, "eos_ids", ()) or ()) or ((c.eos_id,) if c.eos_id is not None else ())
         head = PDHead(prefill, decoders, tokenizer=b.tokenizer, identity=b.model.identity,
                       vocab_size=int(c.vocab_size), context_length=int(getattr(c, "context_length", 0) or 0),
                       block_tokens=opts.block_tokens, transport=transport or ("shm" if local else "tcp"),
-                      down_after=down_after, eos_ids=eos)
-    except EngineError as e:
-        if started is not None:
-            started.close()
-        raise FakError(str(e)) from None
-    except BaseException:
-        if started is not None:
-            started.close()
-        raise
+                      down_after=down_after, eos_ids=eos_ids(b.tokenizer, c))
+    except BaseException as e:
+        _close_on_error(started, e)
     if started is not None:
         head.owned.append(started)
         head.local = started  # type: ignore[attr-defined]
@@ -251,7 +261,6 @@ def boot_pipeline(model: str, *, resident: bool = True, sched: SchedOptions | No
     from engine.dist.partition import PartitionPlan
     from engine.dist.pipeline import local_pipeline, remote_pipeline
     from engine.dist.pipeline_sched import PipelinedScheduler
-    from engine.errors import EngineError
 
     opts = sched or SchedOptions.resolve()
     b = boot(model, resident=resident, sched=opts, show=False, scheduler=False)
@@ -279,19 +288,12 @@ def boot_pipeline(model: str, *, resident: bool = True, sched: SchedOptions | No
                 started = LocalStages(str(b.path) if b.path is not None else model, plan.bands, plain=not resident)
                 pm = remote_pipeline(b.model, [w.address for w in started.workers], transport=transport or "shm")
                 pm.pipeline.owned.append(started)
-        c = b.model.config
-        eos = tuple(getattr(b.tokenizer, "eos_ids", ()) or ()) or ((c.eos_id,) if c.eos_id is not None else ())
+        eos = eos_ids(b.tokenizer, b.model.config)
         # one scheduler per group of lanes in flight (default: one per stage, so every stage has a step to run)
         s = PipelinedScheduler(pm, micro_batches, tokenizer=b.tokenizer, eos_ids=eos, warm=True, **opts.as_kwargs())
         s.wait_warm()
-    except EngineError as e:
-        if started is not None:
-            started.close()
-        raise FakError(str(e)) from None
-    except BaseException:
-        if started is not None:
-            started.close()
-        raise
+    except BaseException as e:
+        _close_on_error(started, e)
     b.scheduler = s
     b.owned.append(pm)
     return b

@@ -64,9 +64,10 @@ class _Host:
         else:
             from engine.dist.decode_node import DecodeNode
 
-            tok = b.tokenizer
-            eos = tuple(getattr(tok, "eos_ids", ()) or ()) if tok is not None else ()
-            self.node = DecodeNode(b.model, spec.name, host=host, tokenizer=tok, eos_ids=eos, warm=True, **opts)
+            from fak.boot import eos_ids
+
+            self.node = DecodeNode(b.model, spec.name, host=host, tokenizer=b.tokenizer,
+                                   eos_ids=eos_ids(b.tokenizer, b.model.config), warm=True, **opts)
             self.node.worker.sched.warmed.wait()
         self._address = f"{self.node.address[0]}:{self.node.address[1]}"
 

@@ -64,3 +64,10 @@ def model_blas() -> Model:
     blas = Model(m.config, m.weights, name="synthetic-mix-blas")
     blas.prefill_blas = True
     return blas
+
+
+# sixteen short prompts of different kinds (the Gemma tests of the distributed engine run them as 16 lanes)
+GEMMA_PROMPTS = ["The capital of France is", "def fibonacci(n):", "Once upon a time", "2 + 2 =", "The mitochondria",
+                 "import numpy as np\n", "Dear Sir or Madam,", "The weather today", "SELECT * FROM", "In 1492,",
+                 "The quick brown fox", "Water boils at", "My favourite book is", "The recipe calls for",
+                 "Quantum computing is", "Translate to French: cat ->"]

@@ -5,6 +5,7 @@ concurrent lanes, also under a tight KV budget with swap and with recompute pree
 from __future__ import annotations
 
 import pytest
+from sched_helpers import GEMMA_PROMPTS
 
 from engine import load_model
 from engine.dist.partition import PartitionPlan
@@ -18,10 +19,7 @@ from engine.tokenizer.tokenizer import load_tokenizer
 
 pytestmark = [pytest.mark.gemma, pytest.mark.timeout(600)]
 
-PROMPTS = ["The capital of France is", "def fibonacci(n):", "Once upon a time", "2 + 2 =", "The mitochondria",
-           "import numpy as np\n", "Dear Sir or Madam,", "The weather today", "SELECT * FROM", "In 1492,",
-           "The quick brown fox", "Water boils at", "My favourite book is", "The recipe calls for",
-           "Quantum computing is", "Translate to French: cat ->"]
+PROMPTS = GEMMA_PROMPTS
 NEW = 10
 
 

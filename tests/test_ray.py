@@ -25,13 +25,11 @@ from engine.sched.lane import Request  # noqa: E402
 from engine.sched.scheduler import NativeScheduler  # noqa: E402
 from engine.tokenizer.tokenizer import load_tokenizer  # noqa: E402
 from fak.ray_workers import RayWorkers, pd_specs, stage_specs, supervise_pd  # noqa: E402
+from sched_helpers import GEMMA_PROMPTS  # noqa: E402
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.gemma, pytest.mark.timeout(900)]
 
-PROMPTS = ["The capital of France is", "def fibonacci(n):", "Once upon a time", "2 + 2 =", "The mitochondria",
-           "import numpy as np\n", "Dear Sir or Madam,", "The weather today", "SELECT * FROM", "In 1492,",
-           "The quick brown fox", "Water boils at", "My favourite book is", "The recipe calls for",
-           "Quantum computing is", "Translate to French: cat ->"]
+PROMPTS = GEMMA_PROMPTS
 NEW = 24
 
 

@@ -19,6 +19,7 @@ import struct
 import threading
 from typing import Any
 
+from engine.dist.tcp import tune
 from engine.dist.transport import Buffer, TransportClosed, TransportTimeout
 
 MAGIC = b"FAKC"
@@ -31,15 +32,6 @@ MAX_BLOBS = 8
 
 class ChannelClosed(TransportClosed):
     """The peer closed the connection, died, or sent something that is not a channel message."""
-
-
-def tune(sock: socket.socket) -> None:
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # small control messages must not wait for Nagle
-    for opt in (socket.SO_SNDBUF, socket.SO_RCVBUF):
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, opt, 4 << 20)
-        except OSError:
-            pass
 
 
 def parse_address(text: str, what: str = "address") -> tuple[str, int]:

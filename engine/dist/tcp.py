@@ -21,7 +21,7 @@ _LEN = struct.Struct("<Q")
 MAX_FRAME = 1 << 36  # 64 GiB: a length past this is a corrupt or foreign stream, not a frame
 
 
-def _tune(sock: socket.socket) -> None:
+def tune(sock: socket.socket) -> None:
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # the length prefix must not wait for Nagle
     for opt in (socket.SO_SNDBUF, socket.SO_RCVBUF):
         try:
@@ -53,7 +53,7 @@ class TcpReceiver:
                 conn, _ = self._listener.accept()
             except TimeoutError:
                 raise TransportTimeout(f"tcp transport: no sender connected within {timeout} s") from None
-            _tune(conn)
+            tune(conn)
             self._conn = conn
         return self._conn
 
@@ -101,7 +101,7 @@ class TcpSender:
             self._sock = socket.create_connection((host, port), timeout=timeout)
         except OSError as exc:
             raise TransportClosed(f"tcp transport: cannot connect to {host}:{port} ({exc})") from None
-        _tune(self._sock)
+        tune(self._sock)
         self._closed = False
 
     def send(self, frame: Buffer, timeout: float | None = None) -> None:
