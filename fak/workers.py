@@ -1,8 +1,9 @@
 """LocalWorkers: the `fak worker` processes `fak serve --pd P:D` starts on this host, and their end.
 
-The cores are split, not shared: the prefill worker gets half of them (ceil), the decode workers the
-rest (each its own slice when there are enough, else they share the slice), by CPU affinity and by
-numba/BLAS thread counts, so a long prefill cannot take a core a decode step is waiting for. Each child
+The cores are split by CPU affinity and numba/BLAS thread counts (split_cores): with enough of them the
+prefill worker gets half and the decode workers the rest; with fewer, each decode worker gets its own
+core and the prefill runs on all of them at a lower priority. Either way a long prefill cannot take a
+core a decode step is waiting for. Each child
 reads its stdin and exits when it closes: a head that dies, even by SIGKILL, takes its workers with it.
 """
 
@@ -34,16 +35,21 @@ def parse_pd(text: str) -> tuple[int, int]:
     return n_p, n_d
 
 
-def split_cores(cpus: list[int], n_decode: int) -> tuple[list[int], list[list[int]]]:
-    """The prefill worker's cores and each decode worker's (with one core, everyone shares it)."""
+def split_cores(cpus: list[int], n_decode: int) -> tuple[list[int], list[list[int]], bool]:
+    """The prefill worker's cores, each decode worker's, and whether the prefill runs in the background.
+
+    With a core for the prefill and one per decode worker, the prefill gets half of the cores and the decode
+    workers share out the rest. With fewer (2 cores, `--pd 1:2`), decode latency wins: each decode worker
+    gets a core of its own and the prefill may use every core at a lower priority (nice 10), so it runs on
+    what the decode steps leave instead of time-slicing against them."""
     if len(cpus) < 2:
-        return cpus, [cpus] * n_decode
-    k = -(-len(cpus) // 2)
+        return cpus, [cpus] * n_decode, False
+    if len(cpus) < n_decode + 1:
+        return cpus, [[cpus[i % len(cpus)]] for i in range(n_decode)], True
+    k = -(-len(cpus) // 2) if len(cpus) - -(-len(cpus) // 2) >= n_decode else len(cpus) - n_decode
     pre, rest = cpus[:k], cpus[k:]
-    if len(rest) >= n_decode:
-        per = len(rest) // n_decode
-        return pre, [rest[i * per : (i + 1) * per] for i in range(n_decode)]
-    return pre, [rest] * n_decode
+    per = len(rest) // n_decode
+    return pre, [rest[i * per : (i + 1) * per] for i in range(n_decode)], False
 
 
 @dataclass
@@ -65,8 +71,9 @@ class LocalWorkers:
     def __init__(self, model: str, n_decode: int, *, plain: bool = False, sched_args: list[str] | None = None,
                  prefill_chunk: int = 64, ready_timeout: float = 300.0, cpus: list[int] | None = None,
                  env: dict[str, str] | None = None) -> None:
-        pre, dec = split_cores(cpus if cpus is not None else _cpus(), n_decode)
+        pre, dec, background = split_cores(cpus if cpus is not None else _cpus(), n_decode)
         extra = [*(sched_args or []), "--prefill-chunk", str(prefill_chunk)]
+        self.nice = {"prefill-0": 10} if background else {}
         self._launch([("prefill", "prefill-0", pre, extra)] +
                      [("decode", f"decode-{i}", c, extra) for i, c in enumerate(dec)], model, plain, ready_timeout, env)
 
@@ -76,7 +83,7 @@ class LocalWorkers:
         procs: list[subprocess.Popen[str]] = []
         try:
             for role, name, c, args in plan:
-                procs.append(self._spawn(role, name, model, plain, args, c, env))
+                procs.append(self._spawn(role, name, model, plain, args, c, env, getattr(self, "nice", {}).get(name, 0)))
             for (role, name, c, _), proc in zip(plan, procs):
                 self.workers.append(Worker(role, name, self._ready(proc, name, ready_timeout), proc, c))
         except BaseException:
@@ -87,7 +94,7 @@ class LocalWorkers:
 
     @staticmethod
     def _spawn(role: str, name: str, model: str, plain: bool, args: list[str], cpus: list[int],
-               env: dict[str, str] | None) -> subprocess.Popen[str]:
+               env: dict[str, str] | None, nice: int = 0) -> subprocess.Popen[str]:
         n = str(max(1, len(cpus)))
         child_env = {**os.environ, **(env or {}), "NUMBA_NUM_THREADS": n, "OMP_NUM_THREADS": n,
                      "OPENBLAS_NUM_THREADS": n, "MKL_NUM_THREADS": n}
@@ -98,6 +105,11 @@ class LocalWorkers:
         if hasattr(os, "sched_setaffinity") and cpus:
             try:
                 os.sched_setaffinity(proc.pid, cpus)  # before it starts any thread: they inherit it
+            except OSError:
+                pass
+        if nice:
+            try:
+                os.setpriority(os.PRIO_PROCESS, proc.pid, nice)  # likewise inherited by its threads
             except OSError:
                 pass
         # stderr drains all along (a full pipe would block the worker); its last lines explain a failed start

@@ -257,3 +257,14 @@ def test_request_spec_round_trips() -> None:
     for f in ("max_new_tokens", "stop_ids", "request_id", "logprobs", "scope", "tainted", "verdict", "sampling",
               "grammar"):
         assert getattr(back, f) == getattr(r, f), f
+
+
+def test_cores_are_split_so_decode_never_waits_for_a_prefill() -> None:
+    from fak.workers import split_cores
+
+    assert split_cores([0, 1], 1) == ([0], [[1]], False)  # a core each
+    assert split_cores([0, 1], 2) == ([0, 1], [[0], [1]], True)  # each decoder a core, prefill niced on both
+    assert split_cores([0, 1, 2, 3], 2) == ([0, 1], [[2], [3]], False)
+    assert split_cores([0, 1, 2, 3], 3) == ([0], [[1], [2], [3]], False)
+    assert split_cores(list(range(8)), 2) == ([0, 1, 2, 3], [[4, 5], [6, 7]], False)
+    assert split_cores([0], 2) == ([0], [[0], [0]], False)
