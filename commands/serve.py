@@ -97,7 +97,7 @@ def register(app: typer.Typer) -> None:
 
         def _boot() -> object:
             if pipe is not None:
-                from fak.boot import boot_pipeline
+                from fak.dist_boot import boot_pipeline
 
                 b = boot_pipeline(name, resident=not plain, sched=sched, **pipe)
                 logs.SERVER.info(b.boot_line(), extra={"model": name})
@@ -107,7 +107,7 @@ def register(app: typer.Typer) -> None:
                                  f"{len(b.scheduler.groups)} groups of lanes in flight")  # type: ignore[attr-defined]
                 return b
             if local or workers:
-                from fak.boot import boot_pd
+                from fak.dist_boot import boot_pd
 
                 b = boot_pd(name, resident=not plain, sched=sched, local=local, workers=workers,
                             transport=pd_transport, ray=ray)
@@ -219,11 +219,9 @@ def _live_view(app: object, url: str, stop: object) -> None:
         b = st.booted
         total, errors = st.metrics.request_counts()
         pd = b.scheduler.pd_stats() if b is not None and hasattr(b.scheduler, "pd_stats") else None
-        pipe = getattr(getattr(b.scheduler, "model", None), "pipeline", None) if b is not None else None
-        if pipe is not None:
-            from engine.dist.pipeline_stats import pipeline_stats
+        from engine.dist.pipeline_stats import scheduler_pipeline_stats
 
-            pipe = pipeline_stats(pipe)
+        pipe = scheduler_pipeline_stats(b.scheduler) if b is not None else None
         return serve_view(b.scheduler.stats() if b is not None else None, url, total, errors, st.model_name,
                           st.boot_status, pd, pipe)
 

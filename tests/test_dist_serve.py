@@ -127,8 +127,8 @@ def test_stages_serve_equals_colocated(colocated: dict[str, object]) -> None:
         assert p["head"]["forwards"] > 0 and p["head"]["in_flight_max"] >= 2  # both groups' steps overlapped
         assert s.metric("fak_pipeline_stages") == 2
         rows = httpx.get(s.url + "/v1/fak/stats", timeout=10).json()["workers"]  # the web console's stage rows
-        assert [(w["name"], w["role"], w["layers"]) for w in rows] == [("stage0", "stage", [0, 9]),
-                                                                         ("stage1", "stage", [9, 18])]
+        assert [(w["name"], w["role"], w["layers"]) for w in rows] == [("stage0", "stage", [0, 17]),
+                                                                         ("stage1", "stage", [17, 18])]
         assert 0 < s.metric("fak_pipeline_decode_bytes_per_step") <= 640 * 4 * len(PROMPTS)
     finally:
         assert s.stop() == 0

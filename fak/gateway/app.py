@@ -124,12 +124,9 @@ def create_app(boot: Callable[[], Any], model_name: str, *, api_key: str | None 
 
 def _pipeline(b: Any) -> dict[str, Any] | None:
     """A pipeline's figures for /fak/stats (None without stages)."""
-    pipe = getattr(getattr(getattr(b, "scheduler", None), "model", None), "pipeline", None)
-    if pipe is None:
-        return None
-    from engine.dist.pipeline_stats import pipeline_stats
+    from engine.dist.pipeline_stats import scheduler_pipeline_stats
 
-    return pipeline_stats(pipe)
+    return scheduler_pipeline_stats(getattr(b, "scheduler", None))
 
 
 def _tool_family(b: Any) -> type:

@@ -131,12 +131,12 @@ def histogram_quantiles(hist: Any, qs: tuple[float, ...] = QUANTILES) -> dict[st
 def _workers(b: Any) -> list[dict[str, Any]]:
     """One row per worker when the engine is split: P/D (a scheduler with `pd_stats()`, in
     PDCluster.stats()'s shape) and pipeline stages (what /fak/stats reports under "pipeline")."""
-    from fak.gateway.app import _pipeline
+    from engine.dist.pipeline_stats import scheduler_pipeline_stats
 
     sched = getattr(b, "scheduler", None)
     pd = getattr(sched, "pd_stats", None)
     rows = [{"name": k, **v} for k, v in pd().items() if isinstance(v, dict) and "role" in v] if callable(pd) else []
-    pipe = _pipeline(b) if b is not None else None
+    pipe = scheduler_pipeline_stats(b.scheduler) if b is not None else None
     for i, stage in enumerate(pipe["stages"] if pipe else []):
         rows.append({"name": f"stage{i}", "role": "stage", **stage})
     return rows
