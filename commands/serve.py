@@ -80,12 +80,18 @@ def register(app: typer.Typer) -> None:
             logs.SERVER.warning(f"fak serve: warning: listening on {host} without an API key (--api-key)")
         served = served_name or os.path.basename(name)
         local, workers = _pd_flags(pd, pd_workers, pd_transport)
-        pipe = _stage_flags(stages, cuts, stage_workers, stage_transport, micro_batches, bool(local or workers))
+        pipe = _stage_flags(stages, cuts, stage_workers, stage_transport, micro_batches,
+                            bool(local or workers) and ray is None)
+        pd_pipe = pipe if (pipe is not None and local) else None  # --ray --pd 1:N --stages S: pipelined decoders
+        if pd_pipe is not None:
+            pipe = None
         if ray is not None:
             if workers or stage_workers:
                 raise FakError("--ray places workers itself: drop --pd-workers / --stage-workers")
             if not (local or pipe):
                 raise FakError("--ray needs --stages N (pipeline stages) or --pd 1:N (P/D workers) to place")
+            if pd_pipe is not None and pd_pipe.get("micro_batches"):
+                raise FakError("--micro-batches with --pd: a pipelined decode worker runs one group")
             if (pd_transport or stage_transport or "tcp") != "tcp":
                 raise FakError("--ray: workers on other nodes talk over tcp (drop --pd-transport / --stage-transport)")
             from fak.ray_workers import _ray
@@ -110,7 +116,8 @@ def register(app: typer.Typer) -> None:
                 from fak.dist_boot import boot_pd
 
                 b = boot_pd(name, resident=not plain, sched=sched, local=local, workers=workers,
-                            transport=pd_transport, ray=ray)
+                            transport=pd_transport, ray=ray, stages=int((pd_pipe or {}).get("stages") or 0),
+                            cuts=(pd_pipe or {}).get("cuts"))  # type: ignore[arg-type]
                 logs.SERVER.info(b.boot_line(), extra={"model": name})
                 h = b.scheduler  # type: ignore[attr-defined]
                 logs.SERVER.info(f"P/D over {h.transport}: prefill {h.prefill.address} · decode "
@@ -167,7 +174,7 @@ def _stage_flags(stages: int, cuts: str | None, workers: str | None, transport: 
             raise FakError("--stage-transport / --micro-batches need --stages, --cuts or --stage-workers")
         return None
     if pd:
-        raise FakError("--stages with --pd: pipeline stages and P/D workers are not combined yet (pick one)")
+        raise FakError("--stages with --pd: pipelined decode workers need --ray (they run as Ray actors)")
     if stages < 0 or micro_batches < 0:
         raise FakError("--stages / --micro-batches: expected a non-negative integer")
     if transport is not None and transport not in ("inproc", "shm", "tcp"):

@@ -24,7 +24,8 @@ def _close_on_error(started: Any, e: BaseException) -> None:
 
 def boot_pd(model: str, *, resident: bool = True, sched: SchedOptions | None = None, local: int = 0,
             workers: list[str] | None = None, transport: str | None = None, down_after: float = 5.0,
-            ray: str | None = None, ray_resources: list[dict[str, float]] | None = None) -> Booted:
+            ray: str | None = None, ray_resources: list[dict[str, float]] | None = None, stages: int = 0,
+            cuts: list[int] | None = None) -> Booted:
     """`boot_for_text` for P/D across processes: this process keeps the tokenizer (and a copy of the model
     for embeddings), the engine is a PDHead over `fak worker` processes: `local` decode workers (and one
     prefill worker) started here, or the running workers at `workers` (HOST:PORT each; their roles are
@@ -40,10 +41,18 @@ def boot_pd(model: str, *, resident: bool = True, sched: SchedOptions | None = N
     started: Any = None
     try:
         if ray is not None:  # Ray places and restarts the workers; KV still moves over fak's TCP links
-            from fak.ray_workers import RayWorkers, pd_specs
+            from engine.dist.partition import PartitionPlan
+            from fak.ray_workers import RayWorkers, pd_specs, stage_specs
 
-            started = RayWorkers(pd_specs(local, opts.as_kwargs()), str(b.path) if b.path is not None else model,
-                                 address=ray, resident=resident, resources=ray_resources)
+            path = str(b.path) if b.path is not None else model
+            groups: list[Any] = []
+            if stages or cuts:  # each decode worker pipelined over its own stage actors
+                plan = PartitionPlan.at(b.model, cuts) if cuts else PartitionPlan.by_bytes(b.model, stages)
+                groups = [RayWorkers(stage_specs(plan.bands, f"decode-{j}-"), path, address=ray, resident=resident)
+                          for j in range(local)]
+            started = RayWorkers(pd_specs(local, opts.as_kwargs(), stage_actors=[g.actors for g in groups] or None),
+                                 path, address=ray, resident=resident, resources=ray_resources)
+            started.owned = groups
             prefill, decoders = started.addresses[0], started.addresses[1:]
             transport = "tcp"
         elif local:

@@ -63,10 +63,17 @@ class _Host:
             self.node.worker.submit(warmup).result()
         else:
             from engine.dist.decode_node import DecodeNode
-
             from fak.boot import eos_ids
 
-            self.node = DecodeNode(b.model, spec.name, host=host, tokenizer=b.tokenizer,
+            stages = opts.pop("stage_actors", None)
+            model_: Any = b.model
+            if stages:  # a pipelined decode worker: its layers on stage actors, its scheduler and KV pool here
+                from engine.dist.pipeline import remote_pipeline
+
+                addrs = [str(a) for a in ray.get([s.address.remote() for s in stages])]
+                model_ = remote_pipeline(b.model, addrs, transport="tcp",
+                                         rejoin=lambda i, why: new_address(stages[i], addrs, i))
+            self.node = DecodeNode(model_, spec.name, host=host, tokenizer=b.tokenizer,
                                    eos_ids=eos_ids(b.tokenizer, b.model.config), warm=True, **opts)
             self.node.worker.sched.warmed.wait()
         self._address = f"{self.node.address[0]}:{self.node.address[1]}"
@@ -126,21 +133,13 @@ class RayWorkers:
 
     def rejoin(self, i: int, why: str = "", timeout: float = 300.0) -> str:
         """Worker i's address once Ray has restarted it (a new port: a new process)."""
-        deadline = time.monotonic() + timeout
-        old = self.addresses[i]
-        while time.monotonic() < deadline:
-            try:
-                addr = self.ray.get(self.actors[i].address.remote(), timeout=30)
-            except Exception:  # still restarting
-                time.sleep(0.5)
-                continue
-            if addr != old:  # the restarted process listens on a new port
-                with self._lock:
-                    self.addresses[i] = addr
-                    self.restarts[i] += 1
-                return str(addr)
-            time.sleep(0.2)  # the old process has not been noticed dead yet
-        raise FakError(f"Ray did not bring {self.specs[i].name} back within {timeout:.0f} s ({why})")
+        try:
+            addr = new_address(self.actors[i], self.addresses, i, timeout)
+        except FakError as e:
+            raise FakError(f"{self.specs[i].name}: {e} ({why})") from None
+        with self._lock:
+            self.restarts[i] += 1
+        return addr
 
     def health(self) -> list[dict[str, Any]]:
         return list(self.ray.get([a.health.remote() for a in self.actors], timeout=30))
@@ -170,9 +169,29 @@ class RayWorkers:
                 except Exception:
                     pass
 
+        for g in getattr(self, "owned", []):  # the stage actors of pipelined decode workers
+            g.close()
         t = threading.Thread(target=teardown, name="fak-ray-close", daemon=True)
         t.start()
         t.join(15)
+
+def new_address(actor: Any, addresses: list[str], i: int, timeout: float = 300.0) -> str:
+    """The address of a restarted actor (its new process listens on a new port); updates addresses[i]."""
+    import ray
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            addr = str(ray.get(actor.address.remote(), timeout=30))
+        except Exception:  # still restarting
+            time.sleep(0.5)
+            continue
+        if addr != addresses[i]:
+            addresses[i] = addr
+            return addr
+        time.sleep(0.2)  # the old process has not been noticed dead yet
+    raise FakError(f"Ray did not bring the worker back within {timeout:.0f} s")
+
 
 def supervise_pd(head: Any, workers: RayWorkers, every: float = 0.5) -> threading.Thread:
     """Bring P/D workers back: when the head marks one down, wait for Ray's restart and rejoin it."""
@@ -194,12 +213,15 @@ def supervise_pd(head: Any, workers: RayWorkers, every: float = 0.5) -> threadin
     return t
 
 
-def pd_specs(n_decode: int, sched: dict[str, Any], prefill_chunk: int = 64) -> list[WorkerSpec]:
+def pd_specs(n_decode: int, sched: dict[str, Any], prefill_chunk: int = 64,
+             stage_actors: list[list[Any]] | None = None) -> list[WorkerSpec]:
+    """One prefill and n decode workers; `stage_actors[j]`: decode worker j's pipeline stages (P/D + stages)."""
     pre = {"block_tokens": sched.get("block_tokens", 16), "prefill_chunk": prefill_chunk}
     dec = {k: v for k, v in sched.items() if v is not None} | {"prefill_chunk": prefill_chunk}
     return [WorkerSpec("prefill", "prefill-0", options=pre)] + \
-           [WorkerSpec("decode", f"decode-{i}", options=dec) for i in range(n_decode)]
+           [WorkerSpec("decode", f"decode-{i}", options=dec | ({"stage_actors": stage_actors[i]} if stage_actors else {}))
+            for i in range(n_decode)]
 
 
-def stage_specs(bands: list[tuple[int, int]]) -> list[WorkerSpec]:
-    return [WorkerSpec("stage", f"stage-{i}", layers=b) for i, b in enumerate(bands)]
+def stage_specs(bands: list[tuple[int, int]], prefix: str = "") -> list[WorkerSpec]:
+    return [WorkerSpec("stage", f"{prefix}stage-{i}", layers=b) for i, b in enumerate(bands)]

@@ -151,7 +151,7 @@ def _fak(*args: str) -> subprocess.CompletedProcess[str]:
     (["worker", "--role", "decode", "--listen", "localhost"], "is not HOST:PORT"),
     (["worker", "--role", "stage"], "a stage worker needs its band"),
     (["worker", "--role", "decode", "--layers", "0:3"], "--layers is for --role stage"),
-    (["serve", "--stages", "2", "--pd", "1:1"], "not combined yet"),
+    (["serve", "--stages", "2", "--pd", "1:1"], "need --ray"),
     (["serve", "--stages", "2", "--stage-transport", "ib"], "expected inproc, shm or tcp"),
     (["serve", "--micro-batches", "2"], "need --stages"),
     (["serve", "--stages", "3", "--cuts", "9"], "makes 2 stages, --stages says 3"),

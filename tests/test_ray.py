@@ -1,5 +1,7 @@
 """fak's workers on Ray (fak/ray_workers.py): a 3-node `ray.cluster_utils.Cluster` (1 CPU each, a custom
 resource per node so each worker lands on its own node; every link over TCP), Gemma 3 270M.
+2 stages + P/D: a prefill and a decode worker whose layers run on 2 stage actors: the same tokens, also
+after a stage actor is killed mid-run.
 
 Pipeline: 2 stage actors on nodes 1 and 2 give the single-process greedy tokens for 16 concurrent lanes;
 a stage actor killed mid-run is restarted by Ray, the pipeline re-links and recomputes, and every request
@@ -118,6 +120,38 @@ def test_pd_actors_equal_single_process_and_resume_after_a_decode_kill(cluster, 
     finally:
         head.close()
         workers.close()
+
+
+def test_pd_with_a_pipelined_decode_worker_equals_single_process_and_survives_a_stage_kill(  # type: ignore[no-untyped-def]
+        cluster, gemma, want) -> None:
+    """2 stages + P/D: the prefill worker and a decode worker on node 0, the decode worker's layers on two
+    stage actors (nodes 1 and 2): KV frames land in the stages' pools, decode steps go through the stages."""
+    path, model, tok = gemma
+    c = model.config
+    plan = PartitionPlan.by_bytes(model, 2)
+    stages = RayWorkers(stage_specs(plan.bands, "decode-0-"), path, resources=[{"n1": 1}, {"n2": 1}])
+    workers = RayWorkers(pd_specs(1, {"block_tokens": 16}, stage_actors=[stages.actors]), path,
+                         resources=[{"n0": 0.5}, {"n0": 0.5}])
+    head = PDHead(workers.addresses[0], workers.addresses[1:], tokenizer=tok, identity=model.identity,
+                  vocab_size=c.vocab_size, context_length=c.context_length, eos_ids=tuple(tok.eos_ids))
+    try:
+        assert len(set(_nodes(stages) + _nodes(workers))) == 3
+        res = [h.result(timeout=300) for h in [head.admit(Request(p, max_new_tokens=NEW)) for p in PROMPTS]]
+        assert [r.token_ids for r in res] == want
+        pd = head.pd_stats()
+        assert pd["decode-0"]["prefill_tokens"] == 0 and pd["decode-0"]["imported"] == len(PROMPTS)
+        hs = [head.admit(Request(p, max_new_tokens=NEW)) for p in PROMPTS]
+        for _ in zip(range(3), hs[0].tokens(timeout=300)):
+            pass
+        stages.kill(0)  # the decode worker's first stage dies mid-run; Ray restarts it; the lanes recompute
+        res = [h.result(timeout=600) for h in hs]
+        assert [r.error for r in res] == [None] * len(PROMPTS)
+        assert [r.token_ids for r in res] == want
+        assert head.counts["down"] == 0  # the decode worker itself never went away
+    finally:
+        head.close()
+        workers.close()
+        stages.close()
 
 
 def test_no_ray_import_without_ray_flags() -> None:

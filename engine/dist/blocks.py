@@ -53,6 +53,15 @@ def import_blocks(pool: BlockPool, frame: bytes | bytearray | memoryview, identi
     if not pool.growable and pool.num_free < n:
         raise KVExhausted(f"KV pool has {pool.num_free} free blocks, the frame carries {n}")
     blocks = [pool.allocate() for _ in range(n)]  # before writing: a growable pool may reallocate k/v here
+    write_kv = getattr(pool, "write_kv", None)
+    if write_kv is not None:  # a pipeline's pool: the layers live on its stages (engine/dist/pipeline.py)
+        try:
+            write_kv(blocks, f.k, f.v)
+        except BaseException:
+            for b in blocks:
+                pool.release(b)
+            raise
+        return blocks
     for dst, src, n_run in _runs(np.asarray(blocks, dtype=np.int64)):
         pool.k[:, dst : dst + n_run] = f.k[:, src : src + n_run]
         pool.v[:, dst : dst + n_run] = f.v[:, src : src + n_run]

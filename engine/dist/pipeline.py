@@ -52,6 +52,10 @@ class LocalStage:
         self.stop = threading.Event()
         self.thread: threading.Thread | None = None
 
+    @property
+    def band(self) -> tuple[int, int]:
+        return self.stage.lo, self.stage.hi
+
     def start(self, inbound: Any, outbound: Any) -> None:
         self.thread = threading.Thread(target=serve, args=(self.stage, inbound, outbound, self.stop),
                                        name=f"fak-stage-{self.stage.lo}-{self.stage.hi}", daemon=True)
@@ -138,6 +142,10 @@ class RemoteStage:
         if header.get("error"):
             raise EngineError(f"stage {self.address}: {msg['op']}: {header['error']}")
         return header, data
+
+    @property
+    def band(self) -> tuple[int, int]:
+        return int(self.layers[0]), int(self.layers[1])
 
     def read(self, pid: int, blocks: list[int]) -> bytes:
         return self.call({"op": "read", "pool": pid, "blocks": blocks})[1] or b""
@@ -396,6 +404,8 @@ class StagedPool(BlockPool):
         self.generation = pipeline.generation
         self._sizes = [s.reset_pool(self.pid, num_blocks, block_tokens, pipeline.generation) for s in pipeline.stages]
         pipeline.pools.add(self)
+        # what a KV frame must match (engine/dist/frame.py KVLayout): every layer, though none is stored here
+        self.n_layers = int(config.n_layers)
 
     @property
     def block_bytes(self) -> int:
@@ -414,6 +424,13 @@ class StagedPool(BlockPool):
     def copy_block(self, src: int, dst: int) -> None:
         for s in self.pipeline.stages:
             s.copy(self.pid, src, dst)
+
+    def write_kv(self, blocks: list[int], k: np.ndarray, v: np.ndarray) -> None:
+        """Fill `blocks` from all-layer K/V arrays [layers, n, block_tokens, heads, dim] (a P/D frame
+        imported into a pipelined decode worker): each stage gets its own layers' slice."""
+        for s in self.pipeline.stages:
+            lo, hi = s.band
+            s.write(self.pid, blocks, np.ascontiguousarray(k[lo:hi]).tobytes() + np.ascontiguousarray(v[lo:hi]).tobytes())
 
 
 class PipelineModel(Model):
