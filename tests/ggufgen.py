@@ -11,7 +11,13 @@ from pathlib import Path
 import numpy as np
 
 ARCH_MODEL = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
-              "gemma3": "Gemma3ForCausalLM"}
+              "gemma3": "Gemma3ForCausalLM", "mistral": "MistralForCausalLM", "granite": "GraniteForCausalLM",
+              "gemma2": "Gemma2ForCausalLM", "phi3": "Phi3ForCausalLM", "olmo2": "Olmo2ForCausalLM"}
+# The GGUF architecture each one is written as (llama.cpp's convert_hf_to_gguf.py writes Mistral as llama).
+GGUF_ARCH = {"mistral": "llama"}
+# Written the way convert_hf_to_gguf.py does it, tensor names from the gguf package's own per-arch map.
+MAPPED_ARCHS = ("mistral", "granite", "gemma2", "phi3", "olmo2")
+PERMUTED_QK = ("llama", "mistral", "granite")  # rope NORM in llama.cpp: q/k rows permuted by the converter
 
 
 def hf_config(arch: str, vocab: int = 320):  # type: ignore[no-untyped-def]
@@ -33,6 +39,23 @@ def hf_config(arch: str, vocab: int = 320):  # type: ignore[no-untyped-def]
         return transformers.Gemma3TextConfig(**{**common, "num_hidden_layers": 6, "num_attention_heads": 2,
                                                 "num_key_value_heads": 1, "tie_word_embeddings": True},
                                              head_dim=256, sliding_window=8)
+    ids = dict(pad_token_id=0, bos_token_id=1, eos_token_id=2)  # the HF defaults (32000, ...) exceed the vocab
+    if arch == "mistral":  # the window (8) is shorter than the third prompt: it is exercised
+        return transformers.MistralConfig(**common, **ids, head_dim=16, sliding_window=8, rope_theta=10000.0)
+    if arch == "granite":  # multipliers far from 1 (and an attention scale far from 1/sqrt(16)) so each one shows
+        return transformers.GraniteConfig(**common, **ids, rope_theta=10000.0, embedding_multiplier=6.0,
+                                          residual_multiplier=0.3, attention_multiplier=0.6, logits_scaling=4.0)
+    if arch == "gemma2":
+        # 4 layers alternating local (window 8) / global; softcaps small enough to bend the tiny model's
+        # scores and logits (the real models' 50 / 30 would be the identity here)
+        return transformers.Gemma2Config(**{**common, "num_hidden_layers": 4, "num_attention_heads": 2,
+                                            "num_key_value_heads": 1, "tie_word_embeddings": True}, **ids,
+                                         head_dim=32, query_pre_attn_scalar=32, sliding_window=8,
+                                         attn_logit_softcapping=1.5, final_logit_softcapping=2.0)
+    if arch == "phi3":
+        return transformers.Phi3Config(**common, **ids, sliding_window=8, rope_theta=10000.0)
+    if arch == "olmo2":
+        return transformers.Olmo2Config(**common, **ids, rope_theta=500000.0)
     raise ValueError(arch)
 
 
@@ -84,7 +107,52 @@ _GEMMA3_NAMES = {
 }
 
 
+def _mapped_tensors(model, arch: str) -> dict[str, np.ndarray]:  # type: ignore[no-untyped-def]
+    import gguf
+
+    cfg = model.config
+    enum = {v: k for k, v in gguf.MODEL_ARCH_NAMES.items()}[GGUF_ARCH.get(arch, arch)]
+    names = gguf.get_tensor_name_map(enum, cfg.num_hidden_layers)
+    out: dict[str, np.ndarray] = {}
+    for name, t in model.state_dict().items():
+        if name == "lm_head.weight" and cfg.tie_word_embeddings:
+            continue
+        a = t.detach().float().numpy()
+        gname = names.get_name(name, try_suffixes=(".weight", ".bias"))
+        if gname is None:
+            raise KeyError(f"{arch}: no GGUF name for {name}")
+        if arch == "gemma2" and name.endswith("norm.weight"):
+            a = a + 1.0  # stored as (1 + w), as for gemma3
+        if arch in PERMUTED_QK and gname.endswith(("attn_q.weight", "attn_k.weight")):
+            kv = cfg.num_attention_heads if gname.endswith("attn_q.weight") else cfg.num_key_value_heads
+            a = permute_qk(a, cfg.num_attention_heads, kv)
+        out[gname] = a
+    return out
+
+
+def arch_kv(model, arch: str) -> dict[str, object]:  # type: ignore[no-untyped-def]
+    """The per-architecture metadata convert_hf_to_gguf.py writes beyond the common keys (floats as
+    float32: add_kv)."""
+    cfg, a = model.config, GGUF_ARCH.get(arch, arch)
+    kv: dict[str, object] = {}
+    if arch in ("mistral", "phi3", "gemma2", "gemma3") and getattr(cfg, "sliding_window", None):
+        kv[f"{a}.attention.sliding_window"] = int(cfg.sliding_window)
+    if arch == "mistral":
+        kv["general.name"] = "Tiny Mistral"  # how transformers' GGUF reader tells Mistral from llama
+    if arch == "granite":
+        kv.update({f"{a}.embedding_scale": float(cfg.embedding_multiplier),
+                   f"{a}.residual_scale": float(cfg.residual_multiplier),
+                   f"{a}.attention.scale": float(cfg.attention_multiplier),
+                   f"{a}.logit_scale": float(cfg.logits_scaling)})
+    if arch == "gemma2":
+        kv.update({f"{a}.attn_logit_softcapping": float(cfg.attn_logit_softcapping),
+                   f"{a}.final_logit_softcapping": float(cfg.final_logit_softcapping)})
+    return kv
+
+
 def gguf_tensors(model, arch: str) -> dict[str, np.ndarray]:  # type: ignore[no-untyped-def]
+    if arch in MAPPED_ARCHS:
+        return _mapped_tensors(model, arch)
     cfg = model.config
     names = _GEMMA3_NAMES if arch == "gemma3" else _LAYER_NAMES
     out: dict[str, np.ndarray] = {}
@@ -116,6 +184,8 @@ def add_kv(w, key: str, val: object) -> None:  # type: ignore[no-untyped-def]
         w.add_string(key, val)
     elif isinstance(val, list):
         w.add_array(key, val)
+    elif isinstance(val, float):
+        w.add_float32(key, val)
     else:
         w.add_uint32(key, val)
 
@@ -129,7 +199,7 @@ def write_gguf(model, arch: str, path: Path, matrix_dtype: type = np.float32,  #
 
     cfg = model.config
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    w = gguf.GGUFWriter(str(path), arch)
+    w = gguf.GGUFWriter(str(path), GGUF_ARCH.get(arch, arch))
     w.add_context_length(cfg.max_position_embeddings)
     w.add_embedding_length(cfg.hidden_size)
     w.add_block_count(cfg.num_hidden_layers)
@@ -144,10 +214,10 @@ def write_gguf(model, arch: str, path: Path, matrix_dtype: type = np.float32,  #
     w.add_key_length(head_dim)
     w.add_value_length(head_dim)
     w.add_vocab_size(cfg.vocab_size)
-    if getattr(cfg, "sliding_window", None) and arch == "gemma3":
-        w.add_sliding_window(cfg.sliding_window)
+    for k, v in arch_kv(model, arch).items():
+        add_kv(w, k, v)
     for k, v in (extra_kv or {}).items():
-        w.add_uint32(k, v)
+        add_kv(w, k, v)
     for name, a in gguf_tensors(model, arch).items():
         if name in skip:
             continue

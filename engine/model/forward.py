@@ -22,12 +22,12 @@ from engine.kernels.ops import apply_rope, gated_act, rmsnorm, rope_tables
 
 @dataclass
 class LayerWeights:
-    attn_norm: np.ndarray
+    attn_norm: np.ndarray | None  # None: no pre-norm (olmo2)
     wq: Any
     wk: Any
     wv: Any
     wo: Any
-    ffn_norm: np.ndarray
+    ffn_norm: np.ndarray | None
     w_gate: Any
     w_up: Any
     w_down: Any
@@ -133,16 +133,19 @@ class Model:
             if key not in tables:
                 tables[key] = rope_tables(positions, key[0], c.head_dim, key[1], w.rope_freqs)
             cos, sin = tables[key]
-            h = rmsnorm(x, lw.attn_norm, c.norm_eps)
+            h = rmsnorm(x, lw.attn_norm, c.norm_eps) if lw.attn_norm is not None else x
             q, k, v = mm(h, lw.wq), mm(h, lw.wk), mm(h, lw.wv)
             if lw.bq is not None:
                 q += lw.bq
                 k += lw.bk
                 v += lw.bv
+            if c.qk_norm_full:  # olmo2: over the whole projection, before the split into heads
+                q = rmsnorm(q, lw.q_norm, c.norm_eps)
+                k = rmsnorm(k, lw.k_norm, c.norm_eps)
             q = q.reshape(rows, c.n_heads, c.head_dim)
             k = k.reshape(rows, c.n_kv_heads, c.head_dim)
             v = v.reshape(rows, c.n_kv_heads, c.head_dim)
-            if lw.q_norm is not None:
+            if lw.q_norm is not None and not c.qk_norm_full:
                 q = rmsnorm(q, lw.q_norm, c.norm_eps)
                 k = rmsnorm(k, lw.k_norm, c.norm_eps)
             q = apply_rope(q, cos, sin, c.rope_style)
@@ -153,12 +156,16 @@ class Model:
             o = mm(att.reshape(rows, c.q_dim), lw.wo)
             if lw.post_attn_norm is not None:
                 o = rmsnorm(o, lw.post_attn_norm, c.norm_eps)
+            if c.residual_scale != 1.0:  # granite
+                o *= np.float32(c.residual_scale)
             x = x + o
-            h = rmsnorm(x, lw.ffn_norm, c.norm_eps)
+            h = rmsnorm(x, lw.ffn_norm, c.norm_eps) if lw.ffn_norm is not None else x
             a = gated_act(mm(h, lw.w_gate), mm(h, lw.w_up), c.act)
             d = mm(a, lw.w_down)
             if lw.post_ffn_norm is not None:
                 d = rmsnorm(d, lw.post_ffn_norm, c.norm_eps)
+            if c.residual_scale != 1.0:
+                d *= np.float32(c.residual_scale)
             x = x + d
             if trace is not None:
                 trace.append(x.copy())
@@ -176,6 +183,8 @@ class Model:
         if not head:
             return hl
         logits = linear.matmul(hl, w.output)  # the head always takes the row-stable path
+        if c.logit_scale != 1.0:  # granite
+            logits *= np.float32(1.0 / c.logit_scale)
         if c.final_softcap > 0:
             logits = np.float32(c.final_softcap) * np.tanh(logits / np.float32(c.final_softcap))
         return logits

@@ -36,13 +36,13 @@ def _specs(c: ModelConfig) -> dict[str, tuple[int, ...]]:
     s: dict[str, tuple[int, ...]] = {"token_embd.weight": (c.vocab_size, c.hidden), "output_norm.weight": (c.hidden,)}
     for i in range(c.n_layers):
         p = f"blk.{i}."
+        if c.pre_norms:
+            s.update({p + "attn_norm.weight": (c.hidden,), p + "ffn_norm.weight": (c.hidden,)})
         s.update({
-            p + "attn_norm.weight": (c.hidden,),
             p + "attn_q.weight": (c.q_dim, c.hidden),
             p + "attn_k.weight": (c.kv_dim, c.hidden),
             p + "attn_v.weight": (c.kv_dim, c.hidden),
             p + "attn_output.weight": (c.hidden, c.q_dim),
-            p + "ffn_norm.weight": (c.hidden,),
             p + "ffn_gate.weight": (c.ffn, c.hidden),
             p + "ffn_up.weight": (c.ffn, c.hidden),
             p + "ffn_down.weight": (c.hidden, c.ffn),
@@ -50,7 +50,8 @@ def _specs(c: ModelConfig) -> dict[str, tuple[int, ...]]:
         if c.qkv_bias:
             s.update({p + "attn_q.bias": (c.q_dim,), p + "attn_k.bias": (c.kv_dim,), p + "attn_v.bias": (c.kv_dim,)})
         if c.qk_norm:
-            s.update({p + "attn_q_norm.weight": (c.head_dim,), p + "attn_k_norm.weight": (c.head_dim,)})
+            q, k = (c.q_dim, c.kv_dim) if c.qk_norm_full else (c.head_dim, c.head_dim)
+            s.update({p + "attn_q_norm.weight": (q,), p + "attn_k_norm.weight": (k,)})
         if c.post_norms:
             s.update({p + "post_attention_norm.weight": (c.hidden,), p + "post_ffw_norm.weight": (c.hidden,)})
     return s
@@ -68,18 +69,57 @@ def config_for(g: GGUFFile) -> ModelConfig:
     return c.with_(tied_embeddings="output.weight" not in g.tensors)
 
 
+def _split_rows(t: TensorInfo, parts: dict[str, int]) -> dict[str, TensorInfo]:
+    """A fused matrix cut into consecutive row bands (name -> rows), each a view of the same file bytes:
+    a GGUF row is whole blocks, so a band is a plain or resident matrix like any other."""
+    out: dict[str, TensorInfo] = {}
+    r0 = 0
+    for name, rows in parts.items():
+        raw = t.raw[r0:r0 + rows]
+        out[name] = TensorInfo(name, t.qtype, (rows, *t.shape[1:]), t.offset + r0 * raw.shape[1], int(raw.nbytes), raw)
+        r0 += rows
+    return out
+
+
+def unfuse(g: GGUFFile, c: ModelConfig) -> dict[str, TensorInfo]:
+    """g's tensors with fused projections (phi3: attn_qkv = [q; k; v], ffn_up = [gate; up], twice as tall,
+    with no ffn_gate) split into the attn_q/k/v and ffn_gate/up the forward pass reads."""
+    ts = dict(g.tensors)
+    for i in range(c.n_layers):
+        p = f"blk.{i}."
+        bands = []
+        if p + "attn_qkv.weight" in ts and p + "attn_q.weight" not in ts:
+            bands.append(("attn_qkv.weight", {"attn_q.weight": c.q_dim, "attn_k.weight": c.kv_dim,
+                                               "attn_v.weight": c.kv_dim}))
+        up = ts.get(p + "ffn_up.weight")
+        if p + "ffn_gate.weight" not in ts and up is not None and up.shape[0] == 2 * c.ffn:
+            bands.append(("ffn_up.weight", {"ffn_gate.weight": c.ffn, "ffn_up.weight": c.ffn}))
+        for fused, parts in bands:
+            t = ts.pop(p + fused)
+            want = (sum(parts.values()), c.hidden)
+            if t.shape != want:
+                raise GGUFError(f"{g.path}: fused tensor {p + fused!r} has shape {t.shape}, expected {want}")
+            ts.update(_split_rows(t, {p + n: r for n, r in parts.items()}))
+    return ts
+
+
 def build_model(g: GGUFFile, make_resident: Callable[..., Any] | None = None, progress: bool | None = None) -> Model:
     c = config_for(g)
-    last = f"blk.{c.n_layers - 1}.attn_norm.weight"  # before listing every layer's tensors: a corrupt
-    if last not in g.tensors:                          # block_count may be in the billions
+    # before listing every layer's tensors: a corrupt block_count may be in the billions
+    last = f"blk.{c.n_layers - 1}.{'attn_norm' if c.pre_norms else 'attn_output'}.weight"
+    if last not in g.tensors:
         raise GGUFError(f"{g.path}: missing tensor {last!r} (block_count is {c.n_layers})")
+    for name in ("rope_factors_long.weight", "rope_factors_short.weight"):
+        if name in g.tensors:  # phi3 128k (LongRoPE): per-frequency factors switched by context length
+            raise GGUFError(f"{g.path}: LongRoPE ({name!r}) is not supported (architecture {c.arch})")
+    tensors = unfuse(g, c)
     specs = _specs(c)
     if not c.tied_embeddings:
         specs["output.weight"] = (c.vocab_size, c.hidden)
-    if "rope_freqs.weight" in g.tensors:
+    if "rope_freqs.weight" in tensors:
         specs["rope_freqs.weight"] = (c.head_dim // 2,)
     for name, shape in specs.items():
-        t = g.tensors.get(name)
+        t = tensors.get(name)
         if t is None:
             raise GGUFError(f"{g.path}: missing tensor {name!r} (architecture {c.arch})")
         if t.shape != shape:
@@ -92,10 +132,10 @@ def build_model(g: GGUFFile, make_resident: Callable[..., Any] | None = None, pr
             except EngineError as exc:
                 raise GGUFError(f"{g.path}: {exc}") from None
     cache: dict[str, Any] = {}
-    total = sum(g.tensors[n].nbytes for n in specs)
+    total = sum(tensors[n].nbytes for n in specs)
     with _Progress(progress, total, g.path.name) as bar:
         for name in specs:
-            t = g.tensors[name]
+            t = tensors[name]
             cache[name] = _materialize(t, make_resident)
             bar.advance(t.nbytes)
 
@@ -120,7 +160,7 @@ def build_model(g: GGUFFile, make_resident: Callable[..., Any] | None = None, pr
                 output=emb if c.tied_embeddings else cache["output.weight"], rope_freqs=cache.get("rope_freqs.weight"))
     types: dict[str, int] = {}
     for name in specs:
-        types[g.tensors[name].qtype.name] = types.get(g.tensors[name].qtype.name, 0) + 1
+        types[tensors[name].qtype.name] = types.get(tensors[name].qtype.name, 0) + 1
     return Model(c, w, name=g.path.name, tensor_types=types, identity=gguf_identity(g))
 
 
