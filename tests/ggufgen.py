@@ -138,7 +138,8 @@ def arch_kv(model, arch: str) -> dict[str, object]:  # type: ignore[no-untyped-d
     if arch in ("mistral", "phi3", "gemma2", "gemma3") and getattr(cfg, "sliding_window", None):
         kv[f"{a}.attention.sliding_window"] = int(cfg.sliding_window)
     if arch == "mistral":
-        kv["general.name"] = "Tiny Mistral"  # how transformers' GGUF reader tells Mistral from llama
+        kv["general.name"] = "Tiny Mistral"  # not "mistral": transformers' GGUF reader would then ask gguf-py
+        # for a "mistral" architecture, which it does not have (and fails); it reads the file as llama
     if arch == "granite":
         kv.update({f"{a}.embedding_scale": float(cfg.embedding_multiplier),
                    f"{a}.residual_scale": float(cfg.residual_multiplier),
@@ -192,9 +193,10 @@ def add_kv(w, key: str, val: object) -> None:  # type: ignore[no-untyped-def]
 
 def write_gguf(model, arch: str, path: Path, matrix_dtype: type = np.float32,  # type: ignore[no-untyped-def]
                extra_kv: dict | None = None, skip: tuple[str, ...] = (),  # type: ignore[type-arg]
-               quant=None) -> Path:  # type: ignore[no-untyped-def]
+               quant=None, extra_tensors: dict | None = None) -> Path:  # type: ignore[no-untyped-def,type-arg]
     """`quant(name, matrix)`, if given, returns (block bytes uint8 [rows, row_bytes], GGML type) for
-    each 2-D tensor: the file then holds those blocks (quantized fixtures)."""
+    each 2-D tensor: the file then holds those blocks (quantized fixtures). `extra_tensors` (name ->
+    float32 array) are written as they are after the model's (malformed-file tests)."""
     import gguf
 
     cfg = model.config
@@ -227,6 +229,8 @@ def write_gguf(model, arch: str, path: Path, matrix_dtype: type = np.float32,  #
             continue
         if a.ndim == 2 and matrix_dtype != np.float32:
             a = a.astype(matrix_dtype)
+        w.add_tensor(name, np.ascontiguousarray(a))
+    for name, a in (extra_tensors or {}).items():
         w.add_tensor(name, np.ascontiguousarray(a))
     w.write_header_to_file()
     w.write_kv_data_to_file()
