@@ -12,7 +12,8 @@ import numpy as np
 
 ARCH_MODEL = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
               "gemma3": "Gemma3ForCausalLM", "mistral": "MistralForCausalLM", "granite": "GraniteForCausalLM",
-              "gemma2": "Gemma2ForCausalLM", "phi3": "Phi3ForCausalLM", "olmo2": "Olmo2ForCausalLM"}
+              "gemma2": "Gemma2ForCausalLM", "phi3": "Phi3ForCausalLM", "olmo2": "Olmo2ForCausalLM",
+              "qwen3moe": "Qwen3MoeForCausalLM"}
 # The GGUF architecture each one is written as (llama.cpp's convert_hf_to_gguf.py writes Mistral as llama).
 GGUF_ARCH = {"mistral": "llama"}
 # Written the way convert_hf_to_gguf.py does it, tensor names from the gguf package's own per-arch map.
@@ -56,6 +57,9 @@ def hf_config(arch: str, vocab: int = 320):  # type: ignore[no-untyped-def]
         return transformers.Phi3Config(**common, **ids, sliding_window=8, rope_theta=10000.0)
     if arch == "olmo2":
         return transformers.Olmo2Config(**common, **ids, rope_theta=500000.0)
+    if arch == "qwen3moe":  # 8 experts of width 32, top 2 renormalised (as llama.cpp always does for qwen3moe)
+        return transformers.Qwen3MoeConfig(**common, **ids, head_dim=16, rope_theta=1_000_000.0, num_experts=8,
+                                           num_experts_per_tok=2, moe_intermediate_size=32, norm_topk_prob=True)
     raise ValueError(arch)
 
 
@@ -71,6 +75,10 @@ def random_hf_model(arch: str, seed: int = 0):  # type: ignore[no-untyped-def]
                 p.copy_(1.0 + 0.2 * torch.randn_like(p))
             elif name.endswith(".bias"):
                 p.copy_(0.2 * torch.randn_like(p))
+            elif name.endswith("mlp.gate.weight"):  # a MoE router: spread so the top-k is never a near-tie
+                p.copy_(0.5 * torch.randn_like(p))
+            elif ".experts." in name:
+                p.copy_(0.08 * torch.randn_like(p))
     return model
 
 
@@ -145,19 +153,49 @@ def arch_kv(model, arch: str) -> dict[str, object]:  # type: ignore[no-untyped-d
                    f"{a}.residual_scale": float(cfg.residual_multiplier),
                    f"{a}.attention.scale": float(cfg.attention_multiplier),
                    f"{a}.logit_scale": float(cfg.logits_scaling)})
+    if arch == "qwen3moe":
+        kv.update({f"{a}.expert_count": int(cfg.num_experts), f"{a}.expert_used_count": int(cfg.num_experts_per_tok),
+                   f"{a}.expert_feed_forward_length": int(cfg.moe_intermediate_size)})
     if arch == "gemma2":
         kv.update({f"{a}.attn_logit_softcapping": float(cfg.attn_logit_softcapping),
                    f"{a}.final_logit_softcapping": float(cfg.final_logit_softcapping)})
     return kv
 
 
+def _moe_tensors(model) -> dict[str, np.ndarray]:  # type: ignore[no-untyped-def]
+    """qwen3moe: attention as qwen3; the router as ffn_gate_inp, HF's fused expert stacks (gate_up_proj
+    [E, 2I, H], gate first; down_proj [E, H, I]) as ffn_{gate,up,down}_exps, as convert_hf_to_gguf.py."""
+    out: dict[str, np.ndarray] = {}
+    rest = {}
+    for name, t in model.state_dict().items():
+        a = t.detach().float().numpy()
+        parts = name.split(".")
+        if name.endswith("mlp.gate.weight"):
+            out[f"blk.{parts[2]}.ffn_gate_inp.weight"] = a
+        elif name.endswith("mlp.experts.gate_up_proj"):
+            half = a.shape[1] // 2
+            out[f"blk.{parts[2]}.ffn_gate_exps.weight"] = np.ascontiguousarray(a[:, :half])
+            out[f"blk.{parts[2]}.ffn_up_exps.weight"] = np.ascontiguousarray(a[:, half:])
+        elif name.endswith("mlp.experts.down_proj"):
+            out[f"blk.{parts[2]}.ffn_down_exps.weight"] = a
+        else:
+            rest[name] = t
+    out.update(_dense_tensors(model.config, rest, "qwen3"))  # the rest is named as for qwen3
+    return out
+
+
 def gguf_tensors(model, arch: str) -> dict[str, np.ndarray]:  # type: ignore[no-untyped-def]
     if arch in MAPPED_ARCHS:
         return _mapped_tensors(model, arch)
-    cfg = model.config
+    if arch == "qwen3moe":
+        return _moe_tensors(model)
+    return _dense_tensors(model.config, model.state_dict(), arch)
+
+
+def _dense_tensors(cfg, state: dict, arch: str) -> dict[str, np.ndarray]:  # type: ignore[no-untyped-def,type-arg]
     names = _GEMMA3_NAMES if arch == "gemma3" else _LAYER_NAMES
     out: dict[str, np.ndarray] = {}
-    for name, t in model.state_dict().items():
+    for name, t in state.items():
         a = t.detach().float().numpy()
         if arch == "gemma3" and name.endswith("norm.weight"):
             a = a + 1.0  # llama.cpp's Gemma converter stores (1 + w): GGUF norms are plain multipliers
@@ -223,9 +261,9 @@ def write_gguf(model, arch: str, path: Path, matrix_dtype: type = np.float32,  #
     for name, a in gguf_tensors(model, arch).items():
         if name in skip:
             continue
-        if a.ndim == 2 and quant is not None:
-            raw, qtype = quant(name, a)
-            w.add_tensor(name, np.ascontiguousarray(raw), raw_dtype=qtype)
+        if a.ndim >= 2 and quant is not None:  # a 3-D expert stack: quantized as its rows, kept 3-D
+            raw, qtype = quant(name, a.reshape(-1, a.shape[-1]))
+            w.add_tensor(name, np.ascontiguousarray(raw).reshape(*a.shape[:-1], raw.shape[-1]), raw_dtype=qtype)
             continue
         if a.ndim == 2 and matrix_dtype != np.float32:
             a = a.astype(matrix_dtype)

@@ -12,7 +12,7 @@ from typing import Any, Mapping
 
 from engine.errors import GGUFError
 
-SUPPORTED_ARCHS = ("llama", "granite", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "olmo2")
+SUPPORTED_ARCHS = ("llama", "granite", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "olmo2", "qwen3moe")
 
 ROPE_NORM = "norm"  # llama.cpp mode 0: rotate adjacent pairs (2i, 2i+1); llama GGUF Q/K are permuted for it
 ROPE_NEOX = "neox"  # rotate (i, i + d/2): HF rotate_half; qwen2, qwen3, gemma2/3, phi3, olmo2
@@ -47,6 +47,10 @@ class ModelConfig:
     sliding_pattern: int = 0  # gemma3: 6 -> layer i is global when (i + 1) % 6 == 0 (gemma2: 2); 0 -> all local if window
     attn_softcap: float = 0.0  # gemma2-style; 0 -> off
     final_softcap: float = 0.0
+    n_experts: int = 0  # qwen3moe: experts per layer (every layer); 0 -> a dense FFN
+    n_experts_used: int = 0  # top-k
+    expert_ffn: int = 0  # each expert's FFN width
+    expert_weights_norm: bool = False  # the top-k router weights renormalised to sum 1
     tied_embeddings: bool = True
     context_length: int = 4096
     bos_id: int | None = None
@@ -134,6 +138,7 @@ def from_gguf_metadata(md: Mapping[str, Any], where: str = "<gguf>") -> ModelCon
     rope_dims = md.get(f"{a}.rope.dimension_count")
     if rope_dims is not None and _num(md, f"{a}.rope.dimension_count", where, int) != head_dim:
         raise GGUFError(f"{where}: partial rotary embedding ({rope_dims} of {head_dim} dims) is not supported")
+    moe = a == "qwen3moe"  # its dense FFN width is unused (every layer is sparse) and may be absent
     base = dict(
         arch=a,
         vocab_size=vocab,
@@ -142,7 +147,7 @@ def from_gguf_metadata(md: Mapping[str, Any], where: str = "<gguf>") -> ModelCon
         n_heads=n_heads,
         n_kv_heads=n_kv,
         head_dim=head_dim,
-        ffn=_num(md, f"{a}.feed_forward_length", where, int, positive=True),
+        ffn=_num(md, f"{a}.feed_forward_length", where, int, 0 if moe else _REQUIRED, positive=not moe),
         norm_eps=_num(md, f"{a}.attention.layer_norm_rms_epsilon", where, float, 1e-5),
         rope_base=_num(md, f"{a}.rope.freq_base", where, float, 10000.0, positive=True),
         rope_scale=rope_scale,
@@ -164,6 +169,15 @@ def from_gguf_metadata(md: Mapping[str, Any], where: str = "<gguf>") -> ModelCon
         return ModelConfig(**base, rope_style=ROPE_NEOX, qkv_bias=True)
     if a == "qwen3":
         return ModelConfig(**base, rope_style=ROPE_NEOX, qk_norm=True)
+    if a == "qwen3moe":
+        n_exp = _num(md, f"{a}.expert_count", where, int, positive=True)
+        used = _num(md, f"{a}.expert_used_count", where, int, positive=True)
+        if used > n_exp:
+            raise GGUFError(f"{where}: expert_used_count {used} exceeds expert_count {n_exp}")
+        norm_w = md.get(f"{a}.expert_weights_norm", True)  # llama.cpp renormalises qwen3moe's top-k
+        return ModelConfig(**base, rope_style=ROPE_NEOX, qk_norm=True, n_experts=n_exp, n_experts_used=used,
+                           expert_ffn=_num(md, f"{a}.expert_feed_forward_length", where, int, positive=True),
+                           expert_weights_norm=bool(norm_w))
     if a == "phi3":  # fused attn_qkv / ffn_up are split by the loader
         return ModelConfig(**base, rope_style=ROPE_NEOX, sliding_window=window)
     if a == "olmo2":

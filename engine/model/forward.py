@@ -17,6 +17,7 @@ from engine.model.attention_groups import attention_groups
 from engine.gguf.identity import config_identity
 from engine.gguf.config import ModelConfig
 from engine.model.kv import BlockPool, PageTable
+from engine.model.moe import Experts, moe_ffn
 from engine.kernels.ops import apply_rope, gated_act, rmsnorm, rope_tables
 
 
@@ -38,6 +39,7 @@ class LayerWeights:
     k_norm: np.ndarray | None = None
     post_attn_norm: np.ndarray | None = None
     post_ffn_norm: np.ndarray | None = None
+    moe: Experts | None = None  # a MoE layer: router + experts instead of w_gate / w_up / w_down
 
 
 @dataclass
@@ -85,6 +87,7 @@ class Model:
         self.identity = identity if identity is not None else config_identity(config, name)
         self.tensor_types = tensor_types or {}  # GGUF tensor count per type ("Q4_K": 100, ...): the quant mix
         self.prefill_blas = True
+        self.expert_bytes_read = 0  # MoE: expert weight bytes the forwards have read (only chosen experts)
 
     def new_pool(self, num_blocks: int | None = None, block_tokens: int = 16) -> BlockPool:
         c = self.config
@@ -160,8 +163,11 @@ class Model:
                 o *= np.float32(c.residual_scale)
             x = x + o
             h = rmsnorm(x, lw.ffn_norm, c.norm_eps) if lw.ffn_norm is not None else x
-            a = gated_act(mm(h, lw.w_gate), mm(h, lw.w_up), c.act)
-            d = mm(a, lw.w_down)
+            if lw.moe is not None:
+                d, nb = moe_ffn(h, lw.moe, c.n_experts_used, c.expert_weights_norm, c.act, mm)
+                self.expert_bytes_read += nb
+            else:
+                d = mm(gated_act(mm(h, lw.w_gate), mm(h, lw.w_up), c.act), lw.w_down)
             if lw.post_ffn_norm is not None:
                 d = rmsnorm(d, lw.post_ffn_norm, c.norm_eps)
             if c.residual_scale != 1.0:
