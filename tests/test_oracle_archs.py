@@ -1,7 +1,7 @@
 """Oracle for the architectures beyond llama/qwen/gemma3 (issue 19 item 2): mistral (written as llama, a
 sliding window in its metadata), granite (embedding / residual / attention / logit multipliers), gemma2
 (attention and final softcaps, alternating window), phi3 (fused attn_qkv and gate/up, split at load),
-olmo2 (post-norms only, q/k norm over the whole projection).
+olmo2 (post-norms only, q/k norm over the whole projection), qwen3moe (router top-k over 8 experts).
 
 Each: a tiny random HF transformers model -> GGUF (tests/ggufgen.py, tensor names from the gguf package's
 per-arch map) -> fak, against the HF model it was written from (float32 both sides): cosine >= 0.9999
@@ -33,9 +33,10 @@ pytestmark = pytest.mark.oracle
 
 # the third prompt (43 tokens) runs far past every window (8)
 PROMPTS = [[1, 5, 9, 200, 17], [3, 77, 77, 140, 9, 250, 31, 8, 8, 300, 12, 64, 5, 19], list(range(20, 320, 7))]
-ARCHS = ["mistral", "granite", "gemma2", "phi3", "olmo2"]
+ARCHS = ["mistral", "granite", "gemma2", "phi3", "olmo2", "qwen3moe"]
 # transformers' own GGUF reader knows these (a llama-arch Mistral file it reads as LlamaForCausalLM)
-HF_READS_GGUF = {"mistral": "LlamaForCausalLM", "gemma2": "Gemma2ForCausalLM", "phi3": "Phi3ForCausalLM"}
+HF_READS_GGUF = {"mistral": "LlamaForCausalLM", "gemma2": "Gemma2ForCausalLM", "phi3": "Phi3ForCausalLM",
+                 "qwen3moe": "Qwen3MoeForCausalLM"}
 
 
 @pytest.fixture(scope="module", params=ARCHS)
@@ -58,6 +59,12 @@ def test_config_from_metadata(pair) -> None:  # type: ignore[no-untyped-def]
     arch, hf, model, _ = pair
     c, h = model.config, hf.config
     assert c.arch == ("llama" if arch == "mistral" else arch)
+    if arch == "qwen3moe":
+        assert (c.n_experts, c.n_experts_used, c.expert_ffn, c.expert_weights_norm) == (
+            h.num_experts, h.num_experts_per_tok, h.moe_intermediate_size, h.norm_topk_prob) == (8, 2, 32, True)
+        assert all(lw.moe is not None and lw.w_gate is None for lw in model.weights.layers)
+    else:
+        assert c.n_experts == 0 and all(lw.moe is None for lw in model.weights.layers)
     assert (c.n_layers, c.n_heads, c.n_kv_heads, c.hidden) == (
         h.num_hidden_layers, h.num_attention_heads, h.num_key_value_heads, h.hidden_size)
     assert c.tied_embeddings == bool(h.tie_word_embeddings)
@@ -85,10 +92,9 @@ def test_config_from_metadata(pair) -> None:  # type: ignore[no-untyped-def]
         assert c.pre_norms and not c.qk_norm_full
 
 
+@pytest.mark.parametrize("pair", ["phi3"], indirect=True)
 def test_phi3_fused_tensors_split_into_the_halves_hf_uses(pair) -> None:  # type: ignore[no-untyped-def]
     arch, hf, model, path = pair
-    if arch != "phi3":
-        pytest.skip("phi3 only")
     from engine.gguf.reader import read_gguf
 
     g = read_gguf(path)
@@ -102,15 +108,16 @@ def test_phi3_fused_tensors_split_into_the_halves_hf_uses(pair) -> None:  # type
     assert np.array_equal(lw.w_gate, gate_up[: c.ffn]) and np.array_equal(lw.w_up, gate_up[c.ffn:])
 
 
+@pytest.mark.parametrize("pair", list(HF_READS_GGUF), indirect=True)
 def test_transformers_gguf_reader_reads_our_file_as_the_original(pair) -> None:  # type: ignore[no-untyped-def]
     """Where transformers can read the architecture from GGUF, it gets back the random model we wrote,
     tensor for tensor: an independent check of the writer's names, q/k permutation and fused layouts."""
     arch, hf, _, path = pair
-    if arch not in HF_READS_GGUF:
-        pytest.skip(f"transformers has no GGUF reader for {arch}")
     # pad_token_id: the file has no tokenizer, and phi3's default pad id (32000) is outside the tiny vocab
+    # (and its qwen3moe reader does not map expert_feed_forward_length: the expert width is given)
+    extra = {"moe_intermediate_size": hf.config.moe_intermediate_size} if arch == "qwen3moe" else {}
     back = transformers.AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name,
-                                                             dtype=torch.float32, pad_token_id=0).eval()
+                                                             dtype=torch.float32, pad_token_id=0, **extra).eval()
     assert type(back).__name__ == HF_READS_GGUF[arch]
     want = {k: (t + 1.0) - 1.0 if arch == "gemma2" and k.endswith("norm.weight") else t
             for k, t in hf.state_dict().items()}
@@ -133,6 +140,9 @@ def _wrong_models(arch: str, model: Model) -> list[tuple[str, Model]]:
     if arch == "granite":
         cfgs += [("no embedding scale", c.with_(embed_scale=1.0)), ("no residual scale", c.with_(residual_scale=1.0)),
                  ("1/sqrt(d) attention", c.with_(attn_scale=0.0)), ("no logit scale", c.with_(logit_scale=1.0))]
+    if arch == "qwen3moe":
+        cfgs += [("top-k not renormalised", c.with_(expert_weights_norm=False)), ("top 1", c.with_(n_experts_used=1)),
+                 ("top 3", c.with_(n_experts_used=3))]
     out = [(why, Model(cfg, w)) for why, cfg in cfgs]
     if arch == "phi3":  # the fused halves the other way round
         import copy
@@ -200,3 +210,86 @@ def test_phi3_fused_tensor_of_the_wrong_height_and_longrope_are_one_line_errors(
                    extra_tensors={"blk.1.attn_qkv.weight": np.zeros((100, 64), np.float32)})
     with pytest.raises(GGUFError, match=r"fused tensor 'blk.1.attn_qkv.weight' has shape \(100, 64\), expected \(128, 64\)"):
         load_model(str(p))
+
+
+def _moe_model(tmp_path: Path, quant=None) -> tuple[object, Model]:  # type: ignore[no-untyped-def]
+    hf = random_hf_model("qwen3moe", seed=5)
+    path = write_gguf(hf, "qwen3moe", tmp_path / "moe.gguf", quant=quant)
+    return hf, load_model(str(path), resident=quant is not None)
+
+
+def test_moe_reads_only_the_chosen_experts_once_per_step(tmp_path: Path) -> None:
+    """A decode step reads k experts per layer per lane, and lanes that pick the same expert share its
+    read: the batched step counts each chosen expert once, never more than the lanes alone."""
+    from engine import Session
+    from engine.model.moe import route
+
+    _, m = _moe_model(tmp_path)
+    c = m.config
+    per_expert = m.weights.layers[0].moe.expert_nbytes(0)  # type: ignore[union-attr]
+    all_experts = c.n_layers * c.n_experts * per_expert
+    assert per_expert == 3 * c.expert_ffn * c.hidden * 4  # float32 gate + up + down
+    s = Session(m)
+    s.prefill(PROMPTS[1])
+    before = m.expert_bytes_read
+    s.step(5)
+    solo = m.expert_bytes_read - before
+    assert solo == c.n_layers * c.n_experts_used * per_expert == all_experts // 4  # 2 of 8 per layer
+    s.free()
+    # batched: the bytes are the union of the lanes' choices, layer by layer (recomputed from the router)
+    prompts = [PROMPTS[0], PROMPTS[1], PROMPTS[2][:20], PROMPTS[0]]  # lanes 0 and 3 choose alike
+    serial, sessions = serial_steps(m, prompts)
+    before = m.expert_bytes_read
+    BatchSession(sessions).step_batch([p[-1] + 1 for p in prompts])
+    batched = m.expert_bytes_read - before
+    assert solo < batched < len(prompts) * solo
+    chosen = _chosen_experts(m, prompts)
+    assert batched == sum(len(set().union(*layer)) for layer in chosen) * per_expert
+    assert [sorted(layer[0]) for layer in chosen] == [sorted(layer[3]) for layer in chosen]
+    assert route(np.array([[0.0, 3.0, 1.0, 2.0]], np.float32), 2, True)[0].tolist() == [[1, 3]]
+
+
+def _chosen_experts(m: Model, prompts: list[list[int]]) -> list[list[set[int]]]:
+    """[layer][lane] -> the experts that lane's next token (its last + 1) picks, from a forward whose MoE
+    layers are wrapped to record the router's choice."""
+    from engine import Session
+    from engine.model import forward as fw
+    from engine.model.moe import route
+
+    out: list[list[set[int]]] = [[set() for _ in prompts] for _ in range(m.config.n_layers)]
+    seen: list[np.ndarray] = []
+    real = fw.moe_ffn
+
+    def spy(h, ex, k, renorm, act, mm):  # type: ignore[no-untyped-def]
+        seen.append(route(mm(h, ex.router), k, renorm)[0])
+        return real(h, ex, k, renorm, act, mm)
+
+    fw.moe_ffn = spy  # type: ignore[assignment]
+    try:
+        for lane, p in enumerate(prompts):
+            s = Session(m)
+            s.prefill(p)
+            seen.clear()
+            s.step(p[-1] + 1)
+            s.free()
+            for li, top in enumerate(seen):
+                out[li][lane] = {int(e) for e in top[0]}
+    finally:
+        fw.moe_ffn = real  # type: ignore[assignment]
+    return out
+
+
+def test_moe_resident_q8_0_matches_plain_and_batches_bit_exact(tmp_path: Path) -> None:
+    _, res = _moe_model(tmp_path, quant=lambda name, a: (quantize_as(QT.Q8_0, a), QT.Q8_0))
+    plain = load_model(str(tmp_path / "moe.gguf"))
+    assert not isinstance(res.weights.layers[0].moe.gate[0], np.ndarray)  # type: ignore[union-attr]
+    # the file's tensors, not their per-expert bands: norms (output, then attn / ffn / q / k per layer) and
+    # the matrices (embedding, head, then q / k / v / o, router, three expert stacks per layer)
+    assert res.tensor_types == {"F32": 1 + 4 * 3, "Q8_0": 2 + 8 * 3}
+    for ids in PROMPTS:
+        _agree(res, plain, ids, prompt_tol=0.05, decode_tol=0.05)
+    prompts = [PROMPTS[0], PROMPTS[1], [7], PROMPTS[0]]
+    serial, sessions = serial_steps(res, prompts)
+    batched = BatchSession(sessions).step_batch([p[-1] + 1 for p in prompts])
+    for b, row in enumerate(serial):
+        assert np.array_equal(batched[b], row)
