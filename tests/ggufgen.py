@@ -13,12 +13,12 @@ import numpy as np
 ARCH_MODEL = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
               "gemma3": "Gemma3ForCausalLM", "mistral": "MistralForCausalLM", "granite": "GraniteForCausalLM",
               "gemma2": "Gemma2ForCausalLM", "phi3": "Phi3ForCausalLM", "olmo2": "Olmo2ForCausalLM",
-              "qwen3moe": "Qwen3MoeForCausalLM"}
+              "qwen3moe": "Qwen3MoeForCausalLM", "smollm3": "SmolLM3ForCausalLM"}
 # The GGUF architecture each one is written as (llama.cpp's convert_hf_to_gguf.py writes Mistral as llama).
 GGUF_ARCH = {"mistral": "llama"}
 # Written the way convert_hf_to_gguf.py does it, tensor names from the gguf package's own per-arch map.
-MAPPED_ARCHS = ("mistral", "granite", "gemma2", "phi3", "olmo2")
-PERMUTED_QK = ("llama", "mistral", "granite")  # rope NORM in llama.cpp: q/k rows permuted by the converter
+MAPPED_ARCHS = ("mistral", "granite", "gemma2", "phi3", "olmo2", "smollm3")
+PERMUTED_QK = ("llama", "mistral", "granite", "smollm3")  # rope NORM in llama.cpp: q/k rows permuted by the converter
 
 
 def hf_config(arch: str, vocab: int = 320):  # type: ignore[no-untyped-def]
@@ -57,6 +57,9 @@ def hf_config(arch: str, vocab: int = 320):  # type: ignore[no-untyped-def]
         return transformers.Phi3Config(**common, **ids, sliding_window=8, rope_theta=10000.0)
     if arch == "olmo2":
         return transformers.Olmo2Config(**common, **ids, rope_theta=500000.0)
+    if arch == "smollm3":  # 4 layers: the 4th has no RoPE (NoPE every 4th layer, as llama.cpp hard-codes)
+        return transformers.SmolLM3Config(**{**common, "num_hidden_layers": 4}, **ids, rope_theta=10000.0,
+                                          no_rope_layer_interval=4)
     if arch == "qwen3moe":  # 8 experts of width 32, top 2 renormalised (as llama.cpp always does for qwen3moe)
         return transformers.Qwen3MoeConfig(**common, **ids, head_dim=16, rope_theta=1_000_000.0, num_experts=8,
                                            num_experts_per_tok=2, moe_intermediate_size=32, norm_topk_prob=True)

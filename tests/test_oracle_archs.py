@@ -1,7 +1,8 @@
 """Oracle for the architectures beyond llama/qwen/gemma3 (issue 19 item 2): mistral (written as llama, a
 sliding window in its metadata), granite (embedding / residual / attention / logit multipliers), gemma2
 (attention and final softcaps, alternating window), phi3 (fused attn_qkv and gate/up, split at load),
-olmo2 (post-norms only, q/k norm over the whole projection), qwen3moe (router top-k over 8 experts).
+olmo2 (post-norms only, q/k norm over the whole projection), qwen3moe (router top-k over 8 experts),
+smollm3 (llama with no RoPE on every 4th layer).
 
 Each: a tiny random HF transformers model -> GGUF (tests/ggufgen.py, tensor names from the gguf package's
 per-arch map) -> fak, against the HF model it was written from (float32 both sides): cosine >= 0.9999
@@ -33,7 +34,7 @@ pytestmark = pytest.mark.oracle
 
 # the third prompt (43 tokens) runs far past every window (8)
 PROMPTS = [[1, 5, 9, 200, 17], [3, 77, 77, 140, 9, 250, 31, 8, 8, 300, 12, 64, 5, 19], list(range(20, 320, 7))]
-ARCHS = ["mistral", "granite", "gemma2", "phi3", "olmo2", "qwen3moe"]
+ARCHS = ["mistral", "granite", "gemma2", "phi3", "olmo2", "qwen3moe", "smollm3"]
 # transformers' own GGUF reader knows these (a llama-arch Mistral file it reads as LlamaForCausalLM)
 HF_READS_GGUF = {"mistral": "LlamaForCausalLM", "gemma2": "Gemma2ForCausalLM", "phi3": "Phi3ForCausalLM",
                  "qwen3moe": "Qwen3MoeForCausalLM"}
@@ -83,6 +84,10 @@ def test_config_from_metadata(pair) -> None:  # type: ignore[no-untyped-def]
         assert np.allclose(got, want) and want == (6.0, 0.3, 0.6, 4.0)
     else:
         assert (c.residual_scale, c.logit_scale) == (1.0, 1.0)
+    assert [c.uses_rope(i) for i in range(c.n_layers)] == (
+        [bool(r) for r in h.no_rope_layers] if arch == "smollm3" else [True] * c.n_layers)
+    if arch == "smollm3":
+        assert h.no_rope_layers == [1, 1, 1, 0] and c.nope_step == 4
     if arch == "olmo2":
         assert (c.pre_norms, c.post_norms, c.qk_norm, c.qk_norm_full) == (False, True, True, True)
         lw = model.weights.layers[0]
@@ -140,6 +145,8 @@ def _wrong_models(arch: str, model: Model) -> list[tuple[str, Model]]:
     if arch == "granite":
         cfgs += [("no embedding scale", c.with_(embed_scale=1.0)), ("no residual scale", c.with_(residual_scale=1.0)),
                  ("1/sqrt(d) attention", c.with_(attn_scale=0.0)), ("no logit scale", c.with_(logit_scale=1.0))]
+    if arch == "smollm3":
+        cfgs += [("RoPE on every layer", c.with_(nope_step=0)), ("NoPE every 3rd", c.with_(nope_step=3))]
     if arch == "qwen3moe":
         cfgs += [("top-k not renormalised", c.with_(expert_weights_norm=False)), ("top 1", c.with_(n_experts_used=1)),
                  ("top 3", c.with_(n_experts_used=3))]

@@ -12,7 +12,7 @@ from typing import Any, Mapping
 
 from engine.errors import GGUFError
 
-SUPPORTED_ARCHS = ("llama", "granite", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "olmo2", "qwen3moe")
+SUPPORTED_ARCHS = ("llama", "granite", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "olmo2", "qwen3moe", "smollm3")
 
 ROPE_NORM = "norm"  # llama.cpp mode 0: rotate adjacent pairs (2i, 2i+1); llama GGUF Q/K are permuted for it
 ROPE_NEOX = "neox"  # rotate (i, i + d/2): HF rotate_half; qwen2, qwen3, gemma2/3, phi3, olmo2
@@ -43,6 +43,7 @@ class ModelConfig:
     act: str = "silu"  # "silu" | "gelu_tanh" (gated in both cases)
     embed_scale: float = 1.0  # gemma3: sqrt(hidden)
     attn_scale: float = 0.0  # 0 -> 1/sqrt(head_dim)
+    nope_step: int = 0  # smollm3: 4 -> layer i has no RoPE when (i + 1) % 4 == 0 (llama.cpp: a constant, no key)
     sliding_window: int = 0  # 0 -> none
     sliding_pattern: int = 0  # gemma3: 6 -> layer i is global when (i + 1) % 6 == 0 (gemma2: 2); 0 -> all local if window
     attn_softcap: float = 0.0  # gemma2-style; 0 -> off
@@ -78,6 +79,9 @@ class ModelConfig:
     def window(self, layer: int) -> int:
         """Attention window of a layer in positions (0 = unbounded causal)."""
         return self.sliding_window if self.is_sliding(layer) else 0
+
+    def uses_rope(self, layer: int) -> bool:
+        return self.nope_step <= 0 or (layer + 1) % self.nope_step != 0
 
     def rope_theta(self, layer: int) -> float:
         if self.is_sliding(layer) and self.rope_base_local is not None:
@@ -156,10 +160,10 @@ def from_gguf_metadata(md: Mapping[str, Any], where: str = "<gguf>") -> ModelCon
         eos_id=_num(md, "tokenizer.ggml.eos_token_id", where, int, None),
     )
     window = _num(md, f"{a}.attention.sliding_window", where, int, 0)  # mistral (as llama), phi3, gemma2/3
-    if a in ("llama", "granite"):
+    if a in ("llama", "granite", "smollm3"):
         # granite's multipliers (llama.cpp keys); absent in a llama file, so 1 / 0 there
         return ModelConfig(
-            **base, rope_style=ROPE_NORM, sliding_window=window,
+            **base, rope_style=ROPE_NORM, sliding_window=window, nope_step=4 if a == "smollm3" else 0,
             embed_scale=_num(md, f"{a}.embedding_scale", where, float, 1.0, positive=True),
             residual_scale=_num(md, f"{a}.residual_scale", where, float, 1.0, positive=True),
             attn_scale=_num(md, f"{a}.attention.scale", where, float, 0.0),

@@ -151,8 +151,9 @@ class Model:
             if lw.q_norm is not None and not c.qk_norm_full:
                 q = rmsnorm(q, lw.q_norm, c.norm_eps)
                 k = rmsnorm(k, lw.k_norm, c.norm_eps)
-            q = apply_rope(q, cos, sin, c.rope_style)
-            k = apply_rope(k, cos, sin, c.rope_style)
+            if c.uses_rope(li):  # smollm3: every 4th layer has none
+                q = apply_rope(q, cos, sin, c.rope_style)
+                k = apply_rope(k, cos, sin, c.rope_style)
             att = np.empty_like(q)
             for g in groups:
                 g.attend(li - kv_layer0, q, k, v, att, c.window(li), c.scale, c.attn_softcap)
