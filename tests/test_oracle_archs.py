@@ -300,3 +300,19 @@ def test_moe_resident_q8_0_matches_plain_and_batches_bit_exact(tmp_path: Path) -
     batched = BatchSession(sessions).step_batch([p[-1] + 1 for p in prompts])
     for b, row in enumerate(serial):
         assert np.array_equal(batched[b], row)
+
+
+def test_moe_metadata_and_tensor_errors_are_one_line(tmp_path: Path) -> None:
+    from engine.gguf.config import from_gguf_metadata
+
+    md = {"general.architecture": "qwen3moe", "qwen3moe.embedding_length": 64, "qwen3moe.block_count": 1,
+          "qwen3moe.attention.head_count": 4, "qwen3moe.expert_count": 8, "qwen3moe.expert_used_count": 9,
+          "qwen3moe.expert_feed_forward_length": 32}
+    with pytest.raises(GGUFError, match="m.gguf: expert_used_count 9 exceeds expert_count 8"):
+        from_gguf_metadata(md, "m.gguf")
+    with pytest.raises(GGUFError, match="missing metadata key 'qwen3moe.expert_count'"):
+        from_gguf_metadata({k: v for k, v in md.items() if k != "qwen3moe.expert_count"}, "m.gguf")
+    hf = random_hf_model("qwen3moe", seed=5)
+    p = write_gguf(hf, "qwen3moe", tmp_path / "x.gguf", skip=("blk.2.ffn_down_exps.weight",))
+    with pytest.raises(GGUFError, match=r"x.gguf: missing tensor 'blk.2.ffn_down_exps.weight' \(architecture qwen3moe\)"):
+        load_model(str(p))
