@@ -316,3 +316,26 @@ def test_moe_metadata_and_tensor_errors_are_one_line(tmp_path: Path) -> None:
     p = write_gguf(hf, "qwen3moe", tmp_path / "x.gguf", skip=("blk.2.ffn_down_exps.weight",))
     with pytest.raises(GGUFError, match=r"x.gguf: missing tensor 'blk.2.ffn_down_exps.weight' \(architecture qwen3moe\)"):
         load_model(str(p))
+
+
+def test_moe_memory_plan_counts_the_chosen_experts_per_token(tmp_path: Path) -> None:
+    """q4kdiag's header-only plan: an expert stack is resident per expert, and a token reads k of them;
+    the plan's bytes per token equal what a loaded model's decode step reads, embedding row aside."""
+    from engine.gguf.reader import read_gguf
+    from engine.model.diag import plan
+    from engine import Session
+
+    _, res = _moe_model(tmp_path, quant=lambda name, a: (quantize_as(QT.Q8_0, a), QT.Q8_0))
+    g = read_gguf(tmp_path / "moe.gguf")
+    c, w = res.config, res.weights
+    p = plan(g)
+    assert p.resident_bytes == w.nbytes  # every tensor resident as loaded, expert bands included
+    s = Session(res)
+    s.prefill([1, 2, 3])
+    before = res.expert_bytes_read
+    s.step(4)
+    experts = res.expert_bytes_read - before
+    s.free()
+    dense = w.nbytes - sum(lw.moe.nbytes for lw in w.layers) + sum(int(lw.moe.router.nbytes) for lw in w.layers)  # type: ignore[union-attr]
+    emb = int(w.token_embd.nbytes)
+    assert p.bytes_per_token == dense - emb + emb // c.vocab_size + experts
