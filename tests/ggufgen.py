@@ -13,7 +13,7 @@ import numpy as np
 ARCH_MODEL = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
               "gemma3": "Gemma3ForCausalLM", "mistral": "MistralForCausalLM", "granite": "GraniteForCausalLM",
               "gemma2": "Gemma2ForCausalLM", "phi3": "Phi3ForCausalLM", "olmo2": "Olmo2ForCausalLM",
-              "qwen3moe": "Qwen3MoeForCausalLM", "smollm3": "SmolLM3ForCausalLM"}
+              "qwen3moe": "Qwen3MoeForCausalLM", "smollm3": "SmolLM3ForCausalLM", "olmoe": "OlmoeForCausalLM"}
 # The GGUF architecture each one is written as (llama.cpp's convert_hf_to_gguf.py writes Mistral as llama).
 GGUF_ARCH = {"mistral": "llama"}
 # Written the way convert_hf_to_gguf.py does it, tensor names from the gguf package's own per-arch map.
@@ -63,6 +63,9 @@ def hf_config(arch: str, vocab: int = 320):  # type: ignore[no-untyped-def]
     if arch == "qwen3moe":  # 8 experts of width 32, top 2 renormalised (as llama.cpp always does for qwen3moe)
         return transformers.Qwen3MoeConfig(**common, **ids, head_dim=16, rope_theta=1_000_000.0, num_experts=8,
                                            num_experts_per_tok=2, moe_intermediate_size=32, norm_topk_prob=True)
+    if arch == "olmoe":  # experts as wide as intermediate_size (32), top 2 of 8, not renormalised
+        return transformers.OlmoeConfig(**{**common, "intermediate_size": 32}, **ids, rope_theta=10000.0,
+                                        num_experts=8, num_experts_per_tok=2, norm_topk_prob=False)
     raise ValueError(arch)
 
 
@@ -156,9 +159,10 @@ def arch_kv(model, arch: str) -> dict[str, object]:  # type: ignore[no-untyped-d
                    f"{a}.residual_scale": float(cfg.residual_multiplier),
                    f"{a}.attention.scale": float(cfg.attention_multiplier),
                    f"{a}.logit_scale": float(cfg.logits_scaling)})
-    if arch == "qwen3moe":
-        kv.update({f"{a}.expert_count": int(cfg.num_experts), f"{a}.expert_used_count": int(cfg.num_experts_per_tok),
-                   f"{a}.expert_feed_forward_length": int(cfg.moe_intermediate_size)})
+    if arch in ("qwen3moe", "olmoe"):
+        kv.update({f"{a}.expert_count": int(cfg.num_experts), f"{a}.expert_used_count": int(cfg.num_experts_per_tok)})
+    if arch == "qwen3moe":  # olmoe's experts are feed_forward_length wide: no key of their own
+        kv[f"{a}.expert_feed_forward_length"] = int(cfg.moe_intermediate_size)
     if arch == "gemma2":
         kv.update({f"{a}.attn_logit_softcapping": float(cfg.attn_logit_softcapping),
                    f"{a}.final_logit_softcapping": float(cfg.final_logit_softcapping)})
@@ -190,7 +194,7 @@ def _moe_tensors(model) -> dict[str, np.ndarray]:  # type: ignore[no-untyped-def
 def gguf_tensors(model, arch: str) -> dict[str, np.ndarray]:  # type: ignore[no-untyped-def]
     if arch in MAPPED_ARCHS:
         return _mapped_tensors(model, arch)
-    if arch == "qwen3moe":
+    if arch in ("qwen3moe", "olmoe"):
         return _moe_tensors(model)
     return _dense_tensors(model.config, model.state_dict(), arch)
 

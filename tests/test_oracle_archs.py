@@ -1,7 +1,8 @@
 """Oracle for the architectures beyond llama/qwen/gemma3 (issue 19 item 2): mistral (written as llama, a
 sliding window in its metadata), granite (embedding / residual / attention / logit multipliers), gemma2
 (attention and final softcaps, alternating window), phi3 (fused attn_qkv and gate/up, split at load),
-olmo2 (post-norms only, q/k norm over the whole projection), qwen3moe (router top-k over 8 experts),
+olmo2 (post-norms only, q/k norm over the whole projection), qwen3moe and olmoe (router top-k over 8 experts,
+renormalised or not),
 smollm3 (llama with no RoPE on every 4th layer).
 
 Each: a tiny random HF transformers model -> GGUF (tests/ggufgen.py, tensor names from the gguf package's
@@ -34,7 +35,7 @@ pytestmark = pytest.mark.oracle
 
 # the third prompt (43 tokens) runs far past every window (8)
 PROMPTS = [[1, 5, 9, 200, 17], [3, 77, 77, 140, 9, 250, 31, 8, 8, 300, 12, 64, 5, 19], list(range(20, 320, 7))]
-ARCHS = ["mistral", "granite", "gemma2", "phi3", "olmo2", "qwen3moe", "smollm3"]
+ARCHS = ["mistral", "granite", "gemma2", "phi3", "olmo2", "qwen3moe", "olmoe", "smollm3"]
 # transformers' own GGUF reader knows these (a llama-arch Mistral file it reads as LlamaForCausalLM)
 HF_READS_GGUF = {"mistral": "LlamaForCausalLM", "gemma2": "Gemma2ForCausalLM", "phi3": "Phi3ForCausalLM",
                  "qwen3moe": "Qwen3MoeForCausalLM"}
@@ -60,9 +61,11 @@ def test_config_from_metadata(pair) -> None:  # type: ignore[no-untyped-def]
     arch, hf, model, _ = pair
     c, h = model.config, hf.config
     assert c.arch == ("llama" if arch == "mistral" else arch)
-    if arch == "qwen3moe":
+    if arch in ("qwen3moe", "olmoe"):
+        width = h.moe_intermediate_size if arch == "qwen3moe" else h.intermediate_size
         assert (c.n_experts, c.n_experts_used, c.expert_ffn, c.expert_weights_norm) == (
-            h.num_experts, h.num_experts_per_tok, h.moe_intermediate_size, h.norm_topk_prob) == (8, 2, 32, True)
+            h.num_experts, h.num_experts_per_tok, width, h.norm_topk_prob) == (8, 2, 32, arch == "qwen3moe")
+        assert c.qk_norm_full == (arch == "olmoe")
         assert all(lw.moe is not None and lw.w_gate is None for lw in model.weights.layers)
     else:
         assert c.n_experts == 0 and all(lw.moe is None for lw in model.weights.layers)
@@ -94,7 +97,7 @@ def test_config_from_metadata(pair) -> None:  # type: ignore[no-untyped-def]
         assert lw.attn_norm is None and lw.ffn_norm is None and lw.q_norm.shape == (c.q_dim,)
         assert lw.k_norm.shape == (c.kv_dim,)
     else:
-        assert c.pre_norms and not c.qk_norm_full
+        assert c.pre_norms and c.qk_norm_full == (arch == "olmoe")
 
 
 @pytest.mark.parametrize("pair", ["phi3"], indirect=True)
@@ -147,9 +150,9 @@ def _wrong_models(arch: str, model: Model) -> list[tuple[str, Model]]:
                  ("1/sqrt(d) attention", c.with_(attn_scale=0.0)), ("no logit scale", c.with_(logit_scale=1.0))]
     if arch == "smollm3":
         cfgs += [("RoPE on every layer", c.with_(nope_step=0)), ("NoPE every 3rd", c.with_(nope_step=3))]
-    if arch == "qwen3moe":
-        cfgs += [("top-k not renormalised", c.with_(expert_weights_norm=False)), ("top 1", c.with_(n_experts_used=1)),
-                 ("top 3", c.with_(n_experts_used=3))]
+    if arch in ("qwen3moe", "olmoe"):
+        cfgs += [("top-k renormalisation flipped", c.with_(expert_weights_norm=not c.expert_weights_norm)),
+                 ("top 1", c.with_(n_experts_used=1)), ("top 3", c.with_(n_experts_used=3))]
     out = [(why, Model(cfg, w)) for why, cfg in cfgs]
     if arch == "phi3":  # the fused halves the other way round
         import copy

@@ -12,7 +12,7 @@ from typing import Any, Mapping
 
 from engine.errors import GGUFError
 
-SUPPORTED_ARCHS = ("llama", "granite", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "olmo2", "qwen3moe", "smollm3")
+SUPPORTED_ARCHS = ("llama", "granite", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "olmo2", "qwen3moe", "olmoe", "smollm3")
 
 ROPE_NORM = "norm"  # llama.cpp mode 0: rotate adjacent pairs (2i, 2i+1); llama GGUF Q/K are permuted for it
 ROPE_NEOX = "neox"  # rotate (i, i + d/2): HF rotate_half; qwen2, qwen3, gemma2/3, phi3, olmo2
@@ -48,7 +48,7 @@ class ModelConfig:
     sliding_pattern: int = 0  # gemma3: 6 -> layer i is global when (i + 1) % 6 == 0 (gemma2: 2); 0 -> all local if window
     attn_softcap: float = 0.0  # gemma2-style; 0 -> off
     final_softcap: float = 0.0
-    n_experts: int = 0  # qwen3moe: experts per layer (every layer); 0 -> a dense FFN
+    n_experts: int = 0  # qwen3moe, olmoe: experts per layer (every layer); 0 -> a dense FFN
     n_experts_used: int = 0  # top-k
     expert_ffn: int = 0  # each expert's FFN width
     expert_weights_norm: bool = False  # the top-k router weights renormalised to sum 1
@@ -173,15 +173,19 @@ def from_gguf_metadata(md: Mapping[str, Any], where: str = "<gguf>") -> ModelCon
         return ModelConfig(**base, rope_style=ROPE_NEOX, qkv_bias=True)
     if a == "qwen3":
         return ModelConfig(**base, rope_style=ROPE_NEOX, qk_norm=True)
-    if a == "qwen3moe":
+    if a in ("qwen3moe", "olmoe"):
         n_exp = _num(md, f"{a}.expert_count", where, int, positive=True)
         used = _num(md, f"{a}.expert_used_count", where, int, positive=True)
         if used > n_exp:
             raise GGUFError(f"{where}: expert_used_count {used} exceeds expert_count {n_exp}")
-        norm_w = md.get(f"{a}.expert_weights_norm", True)  # llama.cpp renormalises qwen3moe's top-k
-        return ModelConfig(**base, rope_style=ROPE_NEOX, qk_norm=True, n_experts=n_exp, n_experts_used=used,
-                           expert_ffn=_num(md, f"{a}.expert_feed_forward_length", where, int, positive=True),
-                           expert_weights_norm=bool(norm_w))
+        if md.get(f"{a}.attention.clamp_kqv"):
+            raise GGUFError(f"{where}: {a}.attention.clamp_kqv (clipped q/k/v) is not supported")
+        # llama.cpp renormalises qwen3moe's top-k, not olmoe's; olmoe's experts are feed_forward_length wide
+        norm_w = md.get(f"{a}.expert_weights_norm", a == "qwen3moe")
+        expert_ffn = _num(md, f"{a}.expert_feed_forward_length", where, int,
+                          _REQUIRED if moe else base["ffn"], positive=True)
+        return ModelConfig(**base, rope_style=ROPE_NEOX, qk_norm=True, qk_norm_full=a == "olmoe", n_experts=n_exp,
+                           n_experts_used=used, expert_ffn=expert_ffn, expert_weights_norm=bool(norm_w))
     if a == "phi3":  # fused attn_qkv / ffn_up are split by the loader
         return ModelConfig(**base, rope_style=ROPE_NEOX, sliding_window=window)
     if a == "olmo2":
