@@ -313,6 +313,10 @@ def test_moe_metadata_and_tensor_errors_are_one_line(tmp_path: Path) -> None:
           "qwen3moe.expert_feed_forward_length": 32}
     with pytest.raises(GGUFError, match="m.gguf: expert_used_count 9 exceeds expert_count 8"):
         from_gguf_metadata(md, "m.gguf")
+    for key, val, what in (("expert_gating_func", 2, "softmax only"), ("expert_weights_scale", 2.5, "not supported"),
+                           ("attention.clamp_kqv", 8.0, "clipped")):
+        with pytest.raises(GGUFError, match=f"qwen3moe.{key} .*{what}"):
+            from_gguf_metadata({**md, "qwen3moe.expert_used_count": 2, f"qwen3moe.{key}": val}, "m.gguf")
     with pytest.raises(GGUFError, match="missing metadata key 'qwen3moe.expert_count'"):
         from_gguf_metadata({k: v for k, v in md.items() if k != "qwen3moe.expert_count"}, "m.gguf")
     hf = random_hf_model("qwen3moe", seed=5)

@@ -180,6 +180,11 @@ def from_gguf_metadata(md: Mapping[str, Any], where: str = "<gguf>") -> ModelCon
             raise GGUFError(f"{where}: expert_used_count {used} exceeds expert_count {n_exp}")
         if md.get(f"{a}.attention.clamp_kqv"):
             raise GGUFError(f"{where}: {a}.attention.clamp_kqv (clipped q/k/v) is not supported")
+        if md.get(f"{a}.expert_weights_scale", 0) not in (0, 1):
+            raise GGUFError(f"{where}: {a}.expert_weights_scale {md[f'{a}.expert_weights_scale']!r} is not supported")
+        if md.get(f"{a}.expert_gating_func", 1) != 1:  # llama.cpp: 1 = softmax, 2 = sigmoid
+            raise GGUFError(f"{where}: {a}.expert_gating_func {md[f'{a}.expert_gating_func']!r} is not supported "
+                            f"(softmax only)")
         # llama.cpp renormalises qwen3moe's top-k, not olmoe's; olmoe's experts are feed_forward_length wide
         norm_w = md.get(f"{a}.expert_weights_norm", a == "qwen3moe")
         expert_ffn = _num(md, f"{a}.expert_feed_forward_length", where, int,
