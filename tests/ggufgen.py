@@ -11,7 +11,14 @@ from pathlib import Path
 import numpy as np
 
 ARCH_MODEL = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
-              "gemma3": "Gemma3ForCausalLM"}
+              "gemma3": "Gemma3ForCausalLM", "mistral": "MistralForCausalLM", "granite": "GraniteForCausalLM",
+              "gemma2": "Gemma2ForCausalLM", "phi3": "Phi3ForCausalLM", "olmo2": "Olmo2ForCausalLM",
+              "qwen3moe": "Qwen3MoeForCausalLM", "smollm3": "SmolLM3ForCausalLM", "olmoe": "OlmoeForCausalLM"}
+# The GGUF architecture each one is written as (llama.cpp's convert_hf_to_gguf.py writes Mistral as llama).
+GGUF_ARCH = {"mistral": "llama"}
+# Written the way convert_hf_to_gguf.py does it, tensor names from the gguf package's own per-arch map.
+MAPPED_ARCHS = ("mistral", "granite", "gemma2", "phi3", "olmo2", "smollm3")
+PERMUTED_QK = ("llama", "mistral", "granite", "smollm3")  # rope NORM in llama.cpp: q/k rows permuted by the converter
 
 
 def hf_config(arch: str, vocab: int = 320):  # type: ignore[no-untyped-def]
@@ -33,6 +40,32 @@ def hf_config(arch: str, vocab: int = 320):  # type: ignore[no-untyped-def]
         return transformers.Gemma3TextConfig(**{**common, "num_hidden_layers": 6, "num_attention_heads": 2,
                                                 "num_key_value_heads": 1, "tie_word_embeddings": True},
                                              head_dim=256, sliding_window=8)
+    ids = dict(pad_token_id=0, bos_token_id=1, eos_token_id=2)  # the HF defaults (32000, ...) exceed the vocab
+    if arch == "mistral":  # the window (8) is shorter than the third prompt: it is exercised
+        return transformers.MistralConfig(**common, **ids, head_dim=16, sliding_window=8, rope_theta=10000.0)
+    if arch == "granite":  # multipliers far from 1 (and an attention scale far from 1/sqrt(16)) so each one shows
+        return transformers.GraniteConfig(**common, **ids, rope_theta=10000.0, embedding_multiplier=6.0,
+                                          residual_multiplier=0.3, attention_multiplier=0.6, logits_scaling=4.0)
+    if arch == "gemma2":
+        # 4 layers alternating local (window 8) / global; softcaps small enough to bend the tiny model's
+        # scores and logits (the real models' 50 / 30 would be the identity here)
+        return transformers.Gemma2Config(**{**common, "num_hidden_layers": 4, "num_attention_heads": 2,
+                                            "num_key_value_heads": 1, "tie_word_embeddings": True}, **ids,
+                                         head_dim=32, query_pre_attn_scalar=32, sliding_window=8,
+                                         attn_logit_softcapping=1.5, final_logit_softcapping=2.0)
+    if arch == "phi3":
+        return transformers.Phi3Config(**common, **ids, sliding_window=8, rope_theta=10000.0)
+    if arch == "olmo2":
+        return transformers.Olmo2Config(**common, **ids, rope_theta=500000.0)
+    if arch == "smollm3":  # 4 layers: the 4th has no RoPE (NoPE every 4th layer, as llama.cpp hard-codes)
+        return transformers.SmolLM3Config(**{**common, "num_hidden_layers": 4}, **ids, rope_theta=10000.0,
+                                          no_rope_layer_interval=4)
+    if arch == "qwen3moe":  # 8 experts of width 32, top 2 renormalised (as llama.cpp always does for qwen3moe)
+        return transformers.Qwen3MoeConfig(**common, **ids, head_dim=16, rope_theta=1_000_000.0, num_experts=8,
+                                           num_experts_per_tok=2, moe_intermediate_size=32, norm_topk_prob=True)
+    if arch == "olmoe":  # experts as wide as intermediate_size (32), top 2 of 8, not renormalised
+        return transformers.OlmoeConfig(**{**common, "intermediate_size": 32}, **ids, rope_theta=10000.0,
+                                        num_experts=8, num_experts_per_tok=2, norm_topk_prob=False)
     raise ValueError(arch)
 
 
@@ -48,6 +81,10 @@ def random_hf_model(arch: str, seed: int = 0):  # type: ignore[no-untyped-def]
                 p.copy_(1.0 + 0.2 * torch.randn_like(p))
             elif name.endswith(".bias"):
                 p.copy_(0.2 * torch.randn_like(p))
+            elif name.endswith("mlp.gate.weight"):  # a MoE router: spread so the top-k is never a near-tie
+                p.copy_(0.5 * torch.randn_like(p))
+            elif ".experts." in name:
+                p.copy_(0.08 * torch.randn_like(p))
     return model
 
 
@@ -84,11 +121,88 @@ _GEMMA3_NAMES = {
 }
 
 
-def gguf_tensors(model, arch: str) -> dict[str, np.ndarray]:  # type: ignore[no-untyped-def]
+def _mapped_tensors(model, arch: str) -> dict[str, np.ndarray]:  # type: ignore[no-untyped-def]
+    import gguf
+
     cfg = model.config
-    names = _GEMMA3_NAMES if arch == "gemma3" else _LAYER_NAMES
+    enum = {v: k for k, v in gguf.MODEL_ARCH_NAMES.items()}[GGUF_ARCH.get(arch, arch)]
+    names = gguf.get_tensor_name_map(enum, cfg.num_hidden_layers)
     out: dict[str, np.ndarray] = {}
     for name, t in model.state_dict().items():
+        if name == "lm_head.weight" and cfg.tie_word_embeddings:
+            continue
+        a = t.detach().float().numpy()
+        gname = names.get_name(name, try_suffixes=(".weight", ".bias"))
+        if gname is None:
+            raise KeyError(f"{arch}: no GGUF name for {name}")
+        if arch == "gemma2" and name.endswith("norm.weight"):
+            a = a + 1.0  # stored as (1 + w), as for gemma3
+        if arch in PERMUTED_QK and gname.endswith(("attn_q.weight", "attn_k.weight")):
+            kv = cfg.num_attention_heads if gname.endswith("attn_q.weight") else cfg.num_key_value_heads
+            a = permute_qk(a, cfg.num_attention_heads, kv)
+        out[gname] = a
+    return out
+
+
+def arch_kv(model, arch: str) -> dict[str, object]:  # type: ignore[no-untyped-def]
+    """The per-architecture metadata convert_hf_to_gguf.py writes beyond the common keys (floats as
+    float32: add_kv)."""
+    cfg, a = model.config, GGUF_ARCH.get(arch, arch)
+    kv: dict[str, object] = {}
+    if arch in ("mistral", "phi3", "gemma2", "gemma3") and getattr(cfg, "sliding_window", None):
+        kv[f"{a}.attention.sliding_window"] = int(cfg.sliding_window)
+    if arch == "mistral":
+        kv["general.name"] = "Tiny Mistral"  # not "mistral": transformers' GGUF reader would then ask gguf-py
+        # for a "mistral" architecture, which it does not have (and fails); it reads the file as llama
+    if arch == "granite":
+        kv.update({f"{a}.embedding_scale": float(cfg.embedding_multiplier),
+                   f"{a}.residual_scale": float(cfg.residual_multiplier),
+                   f"{a}.attention.scale": float(cfg.attention_multiplier),
+                   f"{a}.logit_scale": float(cfg.logits_scaling)})
+    if arch in ("qwen3moe", "olmoe"):
+        kv.update({f"{a}.expert_count": int(cfg.num_experts), f"{a}.expert_used_count": int(cfg.num_experts_per_tok)})
+    if arch == "qwen3moe":  # olmoe's experts are feed_forward_length wide: no key of their own
+        kv[f"{a}.expert_feed_forward_length"] = int(cfg.moe_intermediate_size)
+    if arch == "gemma2":
+        kv.update({f"{a}.attn_logit_softcapping": float(cfg.attn_logit_softcapping),
+                   f"{a}.final_logit_softcapping": float(cfg.final_logit_softcapping)})
+    return kv
+
+
+def _moe_tensors(model) -> dict[str, np.ndarray]:  # type: ignore[no-untyped-def]
+    """qwen3moe: attention as qwen3; the router as ffn_gate_inp, HF's fused expert stacks (gate_up_proj
+    [E, 2I, H], gate first; down_proj [E, H, I]) as ffn_{gate,up,down}_exps, as convert_hf_to_gguf.py."""
+    out: dict[str, np.ndarray] = {}
+    rest = {}
+    for name, t in model.state_dict().items():
+        a = t.detach().float().numpy()
+        parts = name.split(".")
+        if name.endswith("mlp.gate.weight"):
+            out[f"blk.{parts[2]}.ffn_gate_inp.weight"] = a
+        elif name.endswith("mlp.experts.gate_up_proj"):
+            half = a.shape[1] // 2
+            out[f"blk.{parts[2]}.ffn_gate_exps.weight"] = np.ascontiguousarray(a[:, :half])
+            out[f"blk.{parts[2]}.ffn_up_exps.weight"] = np.ascontiguousarray(a[:, half:])
+        elif name.endswith("mlp.experts.down_proj"):
+            out[f"blk.{parts[2]}.ffn_down_exps.weight"] = a
+        else:
+            rest[name] = t
+    out.update(_dense_tensors(model.config, rest, "qwen3"))  # the rest is named as for qwen3
+    return out
+
+
+def gguf_tensors(model, arch: str) -> dict[str, np.ndarray]:  # type: ignore[no-untyped-def]
+    if arch in MAPPED_ARCHS:
+        return _mapped_tensors(model, arch)
+    if arch in ("qwen3moe", "olmoe"):
+        return _moe_tensors(model)
+    return _dense_tensors(model.config, model.state_dict(), arch)
+
+
+def _dense_tensors(cfg, state: dict, arch: str) -> dict[str, np.ndarray]:  # type: ignore[no-untyped-def,type-arg]
+    names = _GEMMA3_NAMES if arch == "gemma3" else _LAYER_NAMES
+    out: dict[str, np.ndarray] = {}
+    for name, t in state.items():
         a = t.detach().float().numpy()
         if arch == "gemma3" and name.endswith("norm.weight"):
             a = a + 1.0  # llama.cpp's Gemma converter stores (1 + w): GGUF norms are plain multipliers
@@ -116,20 +230,23 @@ def add_kv(w, key: str, val: object) -> None:  # type: ignore[no-untyped-def]
         w.add_string(key, val)
     elif isinstance(val, list):
         w.add_array(key, val)
+    elif isinstance(val, float):
+        w.add_float32(key, val)
     else:
         w.add_uint32(key, val)
 
 
 def write_gguf(model, arch: str, path: Path, matrix_dtype: type = np.float32,  # type: ignore[no-untyped-def]
                extra_kv: dict | None = None, skip: tuple[str, ...] = (),  # type: ignore[type-arg]
-               quant=None) -> Path:  # type: ignore[no-untyped-def]
+               quant=None, extra_tensors: dict | None = None) -> Path:  # type: ignore[no-untyped-def,type-arg]
     """`quant(name, matrix)`, if given, returns (block bytes uint8 [rows, row_bytes], GGML type) for
-    each 2-D tensor: the file then holds those blocks (quantized fixtures)."""
+    each 2-D tensor: the file then holds those blocks (quantized fixtures). `extra_tensors` (name ->
+    float32 array) are written as they are after the model's (malformed-file tests)."""
     import gguf
 
     cfg = model.config
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    w = gguf.GGUFWriter(str(path), arch)
+    w = gguf.GGUFWriter(str(path), GGUF_ARCH.get(arch, arch))
     w.add_context_length(cfg.max_position_embeddings)
     w.add_embedding_length(cfg.hidden_size)
     w.add_block_count(cfg.num_hidden_layers)
@@ -144,19 +261,21 @@ def write_gguf(model, arch: str, path: Path, matrix_dtype: type = np.float32,  #
     w.add_key_length(head_dim)
     w.add_value_length(head_dim)
     w.add_vocab_size(cfg.vocab_size)
-    if getattr(cfg, "sliding_window", None) and arch == "gemma3":
-        w.add_sliding_window(cfg.sliding_window)
+    for k, v in arch_kv(model, arch).items():
+        add_kv(w, k, v)
     for k, v in (extra_kv or {}).items():
-        w.add_uint32(k, v)
+        add_kv(w, k, v)
     for name, a in gguf_tensors(model, arch).items():
         if name in skip:
             continue
-        if a.ndim == 2 and quant is not None:
-            raw, qtype = quant(name, a)
-            w.add_tensor(name, np.ascontiguousarray(raw), raw_dtype=qtype)
+        if a.ndim >= 2 and quant is not None:  # a 3-D expert stack: quantized as its rows, kept 3-D
+            raw, qtype = quant(name, a.reshape(-1, a.shape[-1]))
+            w.add_tensor(name, np.ascontiguousarray(raw).reshape(*a.shape[:-1], raw.shape[-1]), raw_dtype=qtype)
             continue
         if a.ndim == 2 and matrix_dtype != np.float32:
             a = a.astype(matrix_dtype)
+        w.add_tensor(name, np.ascontiguousarray(a))
+    for name, a in (extra_tensors or {}).items():
         w.add_tensor(name, np.ascontiguousarray(a))
     w.write_header_to_file()
     w.write_kv_data_to_file()

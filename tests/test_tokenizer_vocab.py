@@ -117,6 +117,34 @@ def test_unknown_pre_tokenizer_is_an_error_naming_it() -> None:
         build_tokenizer(meta)
 
 
+def test_every_pre_type_llama_cpp_maps_is_known() -> None:
+    """The `tokenizer_pre == "..."` names of llama.cpp's llama-vocab.cpp (92 names):
+    each either splits here or is refused with its own one-line reason."""
+    from engine.tokenizer.build import UNSUPPORTED_PRE
+
+    assert not UNSUPPORTED_PRE & set(PRE_SPLITS)
+    for name in LLAMA_CPP_PRE:
+        assert name in PRE_SPLITS or name in UNSUPPORTED_PRE, name
+
+
+@pytest.mark.parametrize("pre", ["gemma4", "kimi-k2", "whitespace"])
+def test_a_pre_type_split_by_other_means_is_refused_naming_it(pre: str) -> None:
+    meta = VocabMeta(model="gpt2", pre=pre, arch="x", tokens=["a", "b", "ab"], types=[1, 1, 1], merges=["a b"])
+    with pytest.raises(EngineError, match=f"pre-type '{pre}' .* is not supported"):
+        build_tokenizer(meta)
+
+
+# llama.cpp's llama-vocab.cpp (the build the bench compares against): every tokenizer.ggml.pre it maps
+LLAMA_CPP_PRE = """a.x-4.0 afmoe bailingmoe bailingmoe2 bloom chameleon chatglm-bpe codeshell cohere2moe command-r dbrx
+deepseek-coder deepseek-llm deepseek-r1-qwen deepseek-v3 default exaone exaone-moe exaone4 f2llmv2 falcon falcon-h1
+falcon3 gemma4 gigachat glm4 glm5 gpt-2 gpt-4o gpt3-finnish granite-docling granite-embed-multi-311m
+granite-embed-multi-97m grok-2 hunyuan hunyuan-dense hy_v4 jais jais-2 jina-de jina-es jina-v1-en jina-v2-code
+jina-v2-de jina-v2-es jina-v5-nano joyai-llm kanana2 kimi-k2 kormo laguna lfm2 llada-moe llama-bpe llama-v3 llama3
+llama4 megrez mellum mellum2 midm-2.0 minerva-7b minicpm5 minimax-m2 mmbert modern-bert mpt olmo phi-2 pixtral
+poro-chat qwen2 qwen35 refact roberta-bpe sarvam-moe seed-coder smaug-bpe smollm solar-open spark2_5 stablelm2
+starcoder superbpe talkie tekken tiny_aya trillion ufakzeka viking whitespace youtu""".split()
+
+
 def test_unknown_tokenizer_model_is_an_error() -> None:
     meta = VocabMeta(model="wordpiece", pre="default", arch="x", tokens=["a"], types=[1])
     with pytest.raises(EngineError, match="wordpiece"):
@@ -193,6 +221,13 @@ DIGIT_SPLITS = {  # how "12345" is cut before BPE, per llama.cpp's regexes for e
     "llama-bpe": ["123", "45"], "falcon": ["123", "45"], "default": ["123", "45"], "chatglm-bpe": ["123", "45"],
     "qwen2": list("12345"), "deepseek-coder": list("12345"), "starcoder": list("12345"),
     "refact": list("12345"), "command-r": list("12345"),
+    # llama.cpp's newer pre-types (its llama-vocab.cpp regexes)
+    "qwen35": list("12345"), "grok-2": list("12345"), "solar-open": list("12345"), "seed-coder": list("12345"),
+    "ufakzeka": list("12345"), "exaone-moe": list("12345"), "bailingmoe": list("12345"), "youtu": list("12345"),
+    "mellum2": list("12345"), "laguna": list("12345"), "chameleon": list("12345"), "spark2_5": list("12345"),
+    "jais-2": ["123", "45"], "jina-v5-nano": ["123", "45"], "hy_v4": ["123", "45"], "glm5": ["123", "45"],
+    "minicpm5": ["123", "45"], "kanana2": ["123", "45"], "granite-embed-multi-97m": ["123", "45"],
+    "superbpe": ["12", "345"], "tiny_aya": ["12", "345"], "cohere2moe": ["12", "345"],
 }
 
 

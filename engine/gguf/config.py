@@ -12,10 +12,10 @@ from typing import Any, Mapping
 
 from engine.errors import GGUFError
 
-SUPPORTED_ARCHS = ("llama", "qwen2", "qwen3", "gemma3")
+SUPPORTED_ARCHS = ("llama", "granite", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "olmo2", "qwen3moe", "olmoe", "smollm3")
 
 ROPE_NORM = "norm"  # llama.cpp mode 0: rotate adjacent pairs (2i, 2i+1); llama GGUF Q/K are permuted for it
-ROPE_NEOX = "neox"  # rotate (i, i + d/2): HF rotate_half; qwen2, qwen3, gemma3
+ROPE_NEOX = "neox"  # rotate (i, i + d/2): HF rotate_half; qwen2, qwen3, gemma2/3, phi3, olmo2
 
 
 @dataclass(frozen=True)
@@ -35,14 +35,23 @@ class ModelConfig:
     rope_base_local: float | None = None  # sliding-window layers' own base (gemma3: 10000)
     qkv_bias: bool = False  # qwen2
     qk_norm: bool = False  # per-head RMSNorm of q and k before RoPE (qwen3, gemma3)
-    post_norms: bool = False  # gemma3: norm after attention and after the FFN, before the residual add
+    qk_norm_full: bool = False  # olmo2: that RMSNorm spans the whole q / k projection, not one head
+    pre_norms: bool = True  # olmo2: False -> no norm before attention / FFN (attn_norm, ffn_norm absent)
+    post_norms: bool = False  # gemma2/3, olmo2: norm after attention and after the FFN, before the residual add
+    residual_scale: float = 1.0  # granite: attention / FFN output scaled before the residual add
+    logit_scale: float = 1.0  # granite: logits divided by it
     act: str = "silu"  # "silu" | "gelu_tanh" (gated in both cases)
     embed_scale: float = 1.0  # gemma3: sqrt(hidden)
     attn_scale: float = 0.0  # 0 -> 1/sqrt(head_dim)
+    nope_step: int = 0  # smollm3: 4 -> layer i has no RoPE when (i + 1) % 4 == 0 (llama.cpp: a constant, no key)
     sliding_window: int = 0  # 0 -> none
-    sliding_pattern: int = 0  # gemma3: 6 -> layer i is global when (i + 1) % 6 == 0; 0 -> all local if window
+    sliding_pattern: int = 0  # gemma3: 6 -> layer i is global when (i + 1) % 6 == 0 (gemma2: 2); 0 -> all local if window
     attn_softcap: float = 0.0  # gemma2-style; 0 -> off
     final_softcap: float = 0.0
+    n_experts: int = 0  # qwen3moe, olmoe: experts per layer (every layer); 0 -> a dense FFN
+    n_experts_used: int = 0  # top-k
+    expert_ffn: int = 0  # each expert's FFN width
+    expert_weights_norm: bool = False  # the top-k router weights renormalised to sum 1
     tied_embeddings: bool = True
     context_length: int = 4096
     bos_id: int | None = None
@@ -70,6 +79,9 @@ class ModelConfig:
     def window(self, layer: int) -> int:
         """Attention window of a layer in positions (0 = unbounded causal)."""
         return self.sliding_window if self.is_sliding(layer) else 0
+
+    def uses_rope(self, layer: int) -> bool:
+        return self.nope_step <= 0 or (layer + 1) % self.nope_step != 0
 
     def rope_theta(self, layer: int) -> float:
         if self.is_sliding(layer) and self.rope_base_local is not None:
@@ -130,6 +142,7 @@ def from_gguf_metadata(md: Mapping[str, Any], where: str = "<gguf>") -> ModelCon
     rope_dims = md.get(f"{a}.rope.dimension_count")
     if rope_dims is not None and _num(md, f"{a}.rope.dimension_count", where, int) != head_dim:
         raise GGUFError(f"{where}: partial rotary embedding ({rope_dims} of {head_dim} dims) is not supported")
+    moe = a == "qwen3moe"  # its dense FFN width is unused (every layer is sparse) and may be absent
     base = dict(
         arch=a,
         vocab_size=vocab,
@@ -138,7 +151,7 @@ def from_gguf_metadata(md: Mapping[str, Any], where: str = "<gguf>") -> ModelCon
         n_heads=n_heads,
         n_kv_heads=n_kv,
         head_dim=head_dim,
-        ffn=_num(md, f"{a}.feed_forward_length", where, int, positive=True),
+        ffn=_num(md, f"{a}.feed_forward_length", where, int, 0 if moe else _REQUIRED, positive=not moe),
         norm_eps=_num(md, f"{a}.attention.layer_norm_rms_epsilon", where, float, 1e-5),
         rope_base=_num(md, f"{a}.rope.freq_base", where, float, 10000.0, positive=True),
         rope_scale=rope_scale,
@@ -146,25 +159,53 @@ def from_gguf_metadata(md: Mapping[str, Any], where: str = "<gguf>") -> ModelCon
         bos_id=_num(md, "tokenizer.ggml.bos_token_id", where, int, None),
         eos_id=_num(md, "tokenizer.ggml.eos_token_id", where, int, None),
     )
-    if a == "llama":
-        return ModelConfig(**base, rope_style=ROPE_NORM)
+    window = _num(md, f"{a}.attention.sliding_window", where, int, 0)  # mistral (as llama), phi3, gemma2/3
+    if a in ("llama", "granite", "smollm3"):
+        # granite's multipliers (llama.cpp keys); absent in a llama file, so 1 / 0 there
+        return ModelConfig(
+            **base, rope_style=ROPE_NORM, sliding_window=window, nope_step=4 if a == "smollm3" else 0,
+            embed_scale=_num(md, f"{a}.embedding_scale", where, float, 1.0, positive=True),
+            residual_scale=_num(md, f"{a}.residual_scale", where, float, 1.0, positive=True),
+            attn_scale=_num(md, f"{a}.attention.scale", where, float, 0.0),
+            logit_scale=_num(md, f"{a}.logit_scale", where, float, 1.0, positive=True),
+        )
     if a == "qwen2":
         return ModelConfig(**base, rope_style=ROPE_NEOX, qkv_bias=True)
     if a == "qwen3":
         return ModelConfig(**base, rope_style=ROPE_NEOX, qk_norm=True)
-    # gemma3 (llama.cpp: f_attention_scale = 1/sqrt(head_dim) except 27B, which uses hidden/heads)
-    window = _num(md, f"{a}.attention.sliding_window", where, int, 0)
-    qpas = hidden // n_heads if base["n_layers"] == 62 else head_dim
-    return ModelConfig(
-        **base,
-        rope_style=ROPE_NEOX,
-        rope_base_local=10000.0,
-        qk_norm=True,
-        post_norms=True,
-        act="gelu_tanh",
-        embed_scale=math.sqrt(hidden),
-        attn_scale=1.0 / math.sqrt(qpas),
-        sliding_window=window,
-        sliding_pattern=6,
-    )
-
+    if a in ("qwen3moe", "olmoe"):
+        n_exp = _num(md, f"{a}.expert_count", where, int, positive=True)
+        used = _num(md, f"{a}.expert_used_count", where, int, positive=True)
+        if used > n_exp:
+            raise GGUFError(f"{where}: expert_used_count {used} exceeds expert_count {n_exp}")
+        if md.get(f"{a}.attention.clamp_kqv"):
+            raise GGUFError(f"{where}: {a}.attention.clamp_kqv (clipped q/k/v) is not supported")
+        if md.get(f"{a}.expert_weights_scale", 0) not in (0, 1):
+            raise GGUFError(f"{where}: {a}.expert_weights_scale {md[f'{a}.expert_weights_scale']!r} is not supported")
+        if md.get(f"{a}.expert_gating_func", 1) != 1:  # llama.cpp: 1 = softmax, 2 = sigmoid
+            raise GGUFError(f"{where}: {a}.expert_gating_func {md[f'{a}.expert_gating_func']!r} is not supported "
+                            f"(softmax only)")
+        # llama.cpp renormalises qwen3moe's top-k, not olmoe's; olmoe's experts are feed_forward_length wide
+        norm_w = md.get(f"{a}.expert_weights_norm", a == "qwen3moe")
+        expert_ffn = _num(md, f"{a}.expert_feed_forward_length", where, int,
+                          _REQUIRED if moe else base["ffn"], positive=True)
+        return ModelConfig(**base, rope_style=ROPE_NEOX, qk_norm=True, qk_norm_full=a == "olmoe", n_experts=n_exp,
+                           n_experts_used=used, expert_ffn=expert_ffn, expert_weights_norm=bool(norm_w))
+    if a == "phi3":  # fused attn_qkv / ffn_up are split by the loader
+        return ModelConfig(**base, rope_style=ROPE_NEOX, sliding_window=window)
+    if a == "olmo2":
+        return ModelConfig(**base, rope_style=ROPE_NEOX, qk_norm=True, qk_norm_full=True, pre_norms=False,
+                           post_norms=True)
+    # gemma2 / gemma3 (llama.cpp: f_attention_scale = 1/sqrt(head_dim) except the 27B models, 46 / 62
+    # layers, which use hidden/heads)
+    big = base["n_layers"] == (46 if a == "gemma2" else 62)
+    qpas = hidden // n_heads if big else head_dim
+    gemma = dict(rope_style=ROPE_NEOX, post_norms=True, act="gelu_tanh", embed_scale=math.sqrt(hidden),
+                 attn_scale=1.0 / math.sqrt(qpas), sliding_window=window)
+    if a == "gemma2":  # every other layer local (0, 2, ...), one RoPE base, tanh softcaps on scores and logits
+        return ModelConfig(
+            **base, **gemma, sliding_pattern=2,  # type: ignore[arg-type]
+            attn_softcap=_num(md, f"{a}.attn_logit_softcapping", where, float, 50.0, positive=True),
+            final_softcap=_num(md, f"{a}.final_logit_softcapping", where, float, 30.0, positive=True),
+        )
+    return ModelConfig(**base, **gemma, rope_base_local=10000.0, qk_norm=True, sliding_pattern=6)  # type: ignore[arg-type]

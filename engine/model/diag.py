@@ -67,10 +67,10 @@ def rss_bytes() -> int:
 
 
 def _resident_nbytes(t: TensorInfo) -> int:
-    kind = tiled_kind(t.qtype, int(t.shape[-1])) if len(t.shape) == 2 else None
-    if kind is not None:
-        cols = int(t.shape[-1])
-        return resident_nbytes(kind, t.n_elements // cols, cols)
+    kind = tiled_kind(t.qtype, int(t.shape[-1])) if len(t.shape) >= 2 else None
+    if kind is not None:  # a 3-D MoE expert stack is one resident matrix per expert (each padded alike)
+        rows, cols = int(t.shape[-2]), int(t.shape[-1])
+        return t.n_elements // (rows * cols) * resident_nbytes(kind, rows, cols)
     return t.nbytes if t.qtype == QT.F32 else t.n_elements * 4
 
 
@@ -86,12 +86,15 @@ def plan(g: GGUFFile) -> Plan:
     types = [TypeUse(k, counts[k], res[k], f32[k]) for k in sorted(counts, key=lambda k: -res[k])]
     per_token = 0
     tied = "output.weight" not in g.tensors
+    arch = str(g.metadata.get("general.architecture", "?"))
+    n_exp, used = g.metadata.get(f"{arch}.expert_count"), g.metadata.get(f"{arch}.expert_used_count")
     for name, t in g.tensors.items():
         if name == "token_embd.weight":
             per_token += _resident_nbytes(t) if tied else _resident_nbytes(t) // max(1, t.shape[0])
+        elif name.endswith("_exps.weight") and isinstance(n_exp, int) and isinstance(used, int) and n_exp > 0:
+            per_token += _resident_nbytes(t) // n_exp * min(used, n_exp)  # a token reads its top-k experts only
         else:
             per_token += _resident_nbytes(t)
-    arch = str(g.metadata.get("general.architecture", "?"))
     name = str(g.metadata.get("general.name", g.path.stem))
     return Plan(name, arch, os.path.getsize(g.path), types, per_token)
 

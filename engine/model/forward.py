@@ -17,17 +17,18 @@ from engine.model.attention_groups import attention_groups
 from engine.gguf.identity import config_identity
 from engine.gguf.config import ModelConfig
 from engine.model.kv import BlockPool, PageTable
+from engine.model.moe import Experts, moe_ffn
 from engine.kernels.ops import apply_rope, gated_act, rmsnorm, rope_tables
 
 
 @dataclass
 class LayerWeights:
-    attn_norm: np.ndarray
+    attn_norm: np.ndarray | None  # None: no pre-norm (olmo2)
     wq: Any
     wk: Any
     wv: Any
     wo: Any
-    ffn_norm: np.ndarray
+    ffn_norm: np.ndarray | None
     w_gate: Any
     w_up: Any
     w_down: Any
@@ -38,6 +39,7 @@ class LayerWeights:
     k_norm: np.ndarray | None = None
     post_attn_norm: np.ndarray | None = None
     post_ffn_norm: np.ndarray | None = None
+    moe: Experts | None = None  # a MoE layer: router + experts instead of w_gate / w_up / w_down
 
 
 @dataclass
@@ -85,6 +87,7 @@ class Model:
         self.identity = identity if identity is not None else config_identity(config, name)
         self.tensor_types = tensor_types or {}  # GGUF tensor count per type ("Q4_K": 100, ...): the quant mix
         self.prefill_blas = True
+        self.expert_bytes_read = 0  # MoE: expert weight bytes the forwards have read (only chosen experts)
 
     def new_pool(self, num_blocks: int | None = None, block_tokens: int = 16) -> BlockPool:
         c = self.config
@@ -133,32 +136,43 @@ class Model:
             if key not in tables:
                 tables[key] = rope_tables(positions, key[0], c.head_dim, key[1], w.rope_freqs)
             cos, sin = tables[key]
-            h = rmsnorm(x, lw.attn_norm, c.norm_eps)
+            h = rmsnorm(x, lw.attn_norm, c.norm_eps) if lw.attn_norm is not None else x
             q, k, v = mm(h, lw.wq), mm(h, lw.wk), mm(h, lw.wv)
             if lw.bq is not None:
                 q += lw.bq
                 k += lw.bk
                 v += lw.bv
+            if c.qk_norm_full:  # olmo2: over the whole projection, before the split into heads
+                q = rmsnorm(q, lw.q_norm, c.norm_eps)
+                k = rmsnorm(k, lw.k_norm, c.norm_eps)
             q = q.reshape(rows, c.n_heads, c.head_dim)
             k = k.reshape(rows, c.n_kv_heads, c.head_dim)
             v = v.reshape(rows, c.n_kv_heads, c.head_dim)
-            if lw.q_norm is not None:
+            if lw.q_norm is not None and not c.qk_norm_full:
                 q = rmsnorm(q, lw.q_norm, c.norm_eps)
                 k = rmsnorm(k, lw.k_norm, c.norm_eps)
-            q = apply_rope(q, cos, sin, c.rope_style)
-            k = apply_rope(k, cos, sin, c.rope_style)
+            if c.uses_rope(li):  # smollm3: every 4th layer has none
+                q = apply_rope(q, cos, sin, c.rope_style)
+                k = apply_rope(k, cos, sin, c.rope_style)
             att = np.empty_like(q)
             for g in groups:
                 g.attend(li - kv_layer0, q, k, v, att, c.window(li), c.scale, c.attn_softcap)
             o = mm(att.reshape(rows, c.q_dim), lw.wo)
             if lw.post_attn_norm is not None:
                 o = rmsnorm(o, lw.post_attn_norm, c.norm_eps)
+            if c.residual_scale != 1.0:  # granite
+                o *= np.float32(c.residual_scale)
             x = x + o
-            h = rmsnorm(x, lw.ffn_norm, c.norm_eps)
-            a = gated_act(mm(h, lw.w_gate), mm(h, lw.w_up), c.act)
-            d = mm(a, lw.w_down)
+            h = rmsnorm(x, lw.ffn_norm, c.norm_eps) if lw.ffn_norm is not None else x
+            if lw.moe is not None:
+                d, nb = moe_ffn(h, lw.moe, c.n_experts_used, c.expert_weights_norm, c.act, mm)
+                self.expert_bytes_read += nb
+            else:
+                d = mm(gated_act(mm(h, lw.w_gate), mm(h, lw.w_up), c.act), lw.w_down)
             if lw.post_ffn_norm is not None:
                 d = rmsnorm(d, lw.post_ffn_norm, c.norm_eps)
+            if c.residual_scale != 1.0:
+                d *= np.float32(c.residual_scale)
             x = x + d
             if trace is not None:
                 trace.append(x.copy())
@@ -176,6 +190,8 @@ class Model:
         if not head:
             return hl
         logits = linear.matmul(hl, w.output)  # the head always takes the row-stable path
+        if c.logit_scale != 1.0:  # granite
+            logits *= np.float32(1.0 / c.logit_scale)
         if c.final_softcap > 0:
             logits = np.float32(c.final_softcap) * np.tanh(logits / np.float32(c.final_softcap))
         return logits

@@ -45,6 +45,23 @@ _GPT4O = (r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo
           r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*" + _CONTRACTION +
           r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 _PORO = r" ?[^(\s|.,!?…。，、।۔،)]+"
+_CONTRACTIONS = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)"
+_QWEN35 = (_CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+"
+           r"|\s+(?!\S)|\s+")
+_JAIS2 = _LLAMA3.replace(r"|\s+(?!\S)|\s+", "|" + "|".join(rf"\s{{{n}}}(?!\S)" for n in (512, 256, 128, 64, 32, 16, 8, 4))
+                         + r"|\s{1,2}(?!\S)|\s{1}")
+_UPPER, _LOWER = r"[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]", r"[\p{Ll}\p{Lm}\p{Lo}\p{M}]"
+_YOUTU_CJK = r"[가-힣ㄱ-ㆎ]+|[！…“”‘’—：；，、-〿︰-﹏]+|[ㄅ-ㄯ]+|[一-龥぀-ゟ゠-ヿ]+"
+_YOUTU = (rf"[^\r\n\p{{L}}\p{{N}}]?{_UPPER}*{_LOWER}+{_CONTRACTIONS}?|[^\r\n\p{{L}}\p{{N}}]?{_UPPER}+{_LOWER}*"
+          rf"{_CONTRACTIONS}?|\p{{N}}| ?[^\s\p{{L}}\p{{N}}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+_BAILING = (r"'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]++[\r\n]*|\s*[\r\n]"
+            r"|\s+(?!\S)|\s+")  # possessive quantifiers, as in its tokenizer.json (Oniguruma has them)
+_SEED_CODER = (_CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1}| ?[^\s\p{L}\p{N}\r\n]+|\s*[\r\n]+"
+               r"|\s+(?!\S)|\s+")
+_UFAKZEKA = r"[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+_EXAONE_MOE = (_CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?(?:\p{L}\p{M}*(?: \p{L}\p{M}*)*)+|\p{N}"
+               r"| ?[^\s\p{L}\p{N}]+[\r\n/]?|\s*[\r\n]|\s+(?!\S)|\s+")
+_MINICPM5 = _QWEN2.replace(r"|\p{N}|", r"|\p{N}+|")
 _CJK = r"[一-龥ࠀ-一가-퟿]+"
 # DeepSeek LLM's letter class: the cased letters (Lu, Ll, Lt) of its tokenizer.json, as code point
 # ranges (written as numbers: several of these characters change under Unicode normalization).
@@ -68,6 +85,7 @@ _DEEPSEEK_CASED = (
 _DEEPSEEK_LETTERS = r"\s?[" + "".join(f"\\x{{{a:X}}}-\\x{{{b:X}}}" for a, b in _DEEPSEEK_CASED) + "]+"
 _DEEPSEEK3_MAIN = (r"[!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+"
                    r"| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+_SPARK25_MAIN = _DEEPSEEK3_MAIN.replace(r"| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|", r"| ?[\p{P}\p{S}]+|[\r\n]|")
 
 
 def _names(*names: str, splits: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
@@ -77,33 +95,52 @@ def _names(*names: str, splits: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
 PRE_SPLITS: dict[str, tuple[str, ...]] = {
     **_names("default", splits=(r"[\p{P}\$\+<=>\^~\|]+", _GPT2, r"\p{N}+", r"[0-9][0-9][0-9]")),
     **_names("llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2",
-             "dbrx", "smaug-bpe", splits=(_LLAMA3,)),
+             "dbrx", "smaug-bpe", "jina-v5-nano", splits=(_LLAMA3,)),
+    **_names("jais-2", splits=(_JAIS2,)),
     **_names("deepseek-llm", splits=(r"[\r\n]", _DEEPSEEK_LETTERS, r"\s?[!-/:-~！-／：-～‘-‟　-。]+",
                                      r"\s+$", _CJK, r"\p{N}+")),
     **_names("deepseek-coder", splits=(r"[\r\n]", r"\s?\p{L}+", r"\s?\p{P}+", _CJK, r"\p{N}")),
-    **_names("deepseek-v3", splits=(r"\p{N}{1,3}", r"[一-龥぀-ゟ゠-ヿ]+", _DEEPSEEK3_MAIN)),
+    **_names("deepseek-v3", "hunyuan-dense", "joyai-llm", "hy_v4",
+             splits=(r"\p{N}{1,3}", r"[一-龥぀-ゟ゠-ヿ]+", _DEEPSEEK3_MAIN)),
+    **_names("spark2_5", splits=(r"\p{N}{1,3}", r"[一-龥぀-ゟ゠-ヿ]+", _SPARK25_MAIN, r"\p{N}")),
     **_names("falcon", splits=(r"[\p{P}\$\+<=>\^~\|`]+", _GPT2, r"[0-9][0-9][0-9]")),
-    **_names("starcoder", "refact", "command-r", "smollm", "codeshell", "exaone", "minerva-7b",
+    **_names("starcoder", "refact", "command-r", "smollm", "codeshell", "exaone", "minerva-7b", "mellum2",
              splits=(r"\p{N}", _GPT2)),
     # gpt-neox: GPT-NeoX's tokenizer.json uses the plain GPT-2 byte-level split.
     **_names("gpt-2", "gpt-neox", "mpt", "olmo", "jais", "phi-2", "jina-es", "jina-de", "jina-v2-es",
              "jina-v2-de", "jina-v1-en", "jina-v2-code", "roberta-bpe", "trillion", "granite-docling",
              "exaone4", "mellum", "gigachat", "a.x-4.0", "modern-bert", splits=(_GPT2,)),
-    **_names("qwen2", "qwen2.5", "stablelm2", "deepseek-r1-qwen", "megrez", "hunyuan", "kormo",
-             splits=(_QWEN2,)),
-    **_names("chatglm-bpe", "glm4", splits=(_CHATGLM4,)),
+    **_names("qwen2", "qwen2.5", "stablelm2", "deepseek-r1-qwen", "megrez", "hunyuan", "kormo", "f2llmv2",
+             "solar-open", "grok-2", splits=(_QWEN2,)),
+    **_names("qwen35", splits=(_QWEN35,)),
+    **_names("laguna", splits=(r"[^\n]+|[\n]+", _QWEN2)),
+    **_names("minicpm5", splits=(r"\p{N}{1,3}", _MINICPM5)),
+    **_names("chatglm-bpe", "glm4", "glm5", splits=(_CHATGLM4,)),
+    **_names("youtu", splits=(_YOUTU_CJK, _YOUTU)),
+    **_names("bailingmoe", "bailingmoe2", "llada-moe", splits=(_BAILING,)),
+    **_names("seed-coder", splits=(_SEED_CODER,)),
+    **_names("ufakzeka", splits=(_UFAKZEKA,)),
+    **_names("exaone-moe", splits=(_EXAONE_MOE,)),
+    **_names("chameleon", splits=(r"<sentinel:[0-9]+>", r"(IMGIMG)((A|B|C|D|E|F|G|H|I){1,4})Z", r"([\t\n]|    |  )",
+                                  r"\p{N}", r"[\p{P}!-/:-@\[-`{-~]", _GPT2)),
+    **_names("superbpe", splits=(r"\p{N}+", r"(?=(\d{3})+(?!\d))")),  # digits in threes from the right
+    **_names("tiny_aya", "cohere2moe", splits=(r"\d{1,3}(?=(?:\d{3})*\b)", _GPT4O)),
     **_names("poro-chat", "bloom", "gpt3-finnish", splits=(_PORO,)),
     **_names("viking", splits=(_PORO, r"\p{N}")),
     **_names("tekken", splits=(_TEKKEN,)),
-    **_names("gpt-4o", "llama4", "minimax-m2", splits=(_GPT4O,)),
+    **_names("gpt-4o", "llama4", "minimax-m2", "kanana2", "talkie", "granite-embed-multi-97m", splits=(_GPT4O,)),
 }
+# llama.cpp knows these too, but does not split them by regexes over GPT-2 bytes: SentencePiece-style BPE on
+# raw UTF-8 (gemma4, sarvam-moe, mmbert, granite-embed-multi-311m, whitespace) or its own code (kimi-k2's Han
+# handling, afmoe's digit grouping). A clear error, not a wrong split.
+UNSUPPORTED_PRE = {"gemma4", "granite-embed-multi-311m", "sarvam-moe", "mmbert", "whitespace", "kimi-k2", "afmoe"}
 
 # llama.cpp: these look a whole pre-token up in the vocabulary before merging (HF `ignore_merges`).
 IGNORE_MERGES = {"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0",
-                 "lfm2", "tekken"}
+                 "lfm2", "tekken", "jina-v5-nano", "minicpm5", "youtu", "glm5", "granite-embed-multi-97m"}
 # llama.cpp adds BOS for these even when the file does not say so.
 ADD_BOS_PRE = {"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0",
-               "lfm2", "tekken"}
+               "lfm2", "tekken", "jina-v5-nano", "chameleon"}
 # transformers' GGUF loader: Gemma's merge order is the token order, not the scores.
 RANK_BY_ID_ARCHS = {"gemma", "gemma2", "gemma3"}
 
@@ -202,6 +239,9 @@ def spm_merges(spelled: list[str], vocab: dict[str, int], rank: list[float]) -> 
 
 def plan_tokenizer(meta: VocabMeta) -> TokenizerPlan:
     if meta.model == "gpt2":
+        if meta.pre in UNSUPPORTED_PRE:
+            raise EngineError(f"tokenizer pre-type {meta.pre!r} (tokenizer.ggml.pre) is not supported: llama.cpp "
+                              f"does not split it by regexes over GPT-2 bytes (raw-UTF-8 BPE or custom code)")
         if meta.pre not in PRE_SPLITS:
             raise EngineError(f"unknown tokenizer pre-type {meta.pre!r} (tokenizer.ggml.pre); "
                               f"known: {', '.join(sorted(PRE_SPLITS))}")
