@@ -15,6 +15,7 @@ the sender's head store would need a fence); the other side polls.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from multiprocessing import shared_memory
@@ -50,20 +51,22 @@ def _wait(ready: Callable[[], bool], timeout: float | None, what: str) -> None:
         delay = min(0.001, delay * 2 or 1e-6)
 
 
-_CREATED: set[str] = set()  # rings this process created (it owns them: their tracker entry stays)
+_TRACK_LOCK = threading.Lock()
 
 
-def _untrack(shm: shared_memory.SharedMemory) -> None:
-    """An attaching process must not own the ring: Python < 3.13 registers every attach with the resource
-    tracker, which unlinks the segment when this process exits (under the receiver that created it)."""
-    if shm._name in _CREATED:  # type: ignore[attr-defined]
-        return
-    try:
-        from multiprocessing import resource_tracker
+def _attach(name: str) -> shared_memory.SharedMemory:
+    """Attach to a ring without registering it with this process's resource tracker: Python < 3.13 registers
+    every attach, and the tracker then unlinks the segment when this process exits, under the receiver that
+    created it (which stays its one owner: its tracker cleans up even after a SIGKILL)."""
+    from multiprocessing import resource_tracker
 
-        resource_tracker.unregister(shm._name, "shared_memory")  # type: ignore[attr-defined]
-    except Exception:
-        pass
+    with _TRACK_LOCK:
+        register = resource_tracker.register
+        resource_tracker.register = lambda *a, **k: None  # type: ignore[assignment]
+        try:
+            return shared_memory.SharedMemory(name=name, create=False)
+        finally:
+            resource_tracker.register = register  # type: ignore[assignment]
 
 
 class _Ring:
@@ -97,8 +100,8 @@ class ShmReceiver:
 
     def __init__(self, capacity: int = 64 << 20, name: str | None = None) -> None:
         capacity = _pad(capacity)
-        self._shm = shared_memory.SharedMemory(name=name, create=True, size=_CTL + capacity)
-        _CREATED.add(self._shm._name)  # type: ignore[attr-defined]
+        with _TRACK_LOCK:  # not while an attach has the tracker's register switched off
+            self._shm = shared_memory.SharedMemory(name=name, create=True, size=_CTL + capacity)
         self._ring = _Ring(self._shm)
         self._ring.ctl[:] = 0
         self._ring.set(_CAPACITY, capacity)
@@ -179,10 +182,9 @@ class ShmSender:
 
     def __init__(self, name: str) -> None:
         try:
-            self._shm = shared_memory.SharedMemory(name=name, create=False)
+            self._shm = _attach(name)
         except FileNotFoundError:
             raise TransportClosed(f"shm transport: no ring named {name!r} (the receiver is gone)") from None
-        _untrack(self._shm)
         self._ring = _Ring(self._shm)
         self._closed = False
 
