@@ -14,18 +14,17 @@ earlier round), the same ones for every arm.
 
 Arms: `colo` one NativeScheduler; `pdN` PDCluster(decode_workers=N, transport="inproc"); `pdNs` the same
 with numba's thread count set to 1 on the prefill thread and on each decode loop thread (the cores split
-between the workers instead of one OpenMP team per launching thread on every core).
+between the workers instead of one OpenMP team per launching thread on every core); `procN` what
+`fak serve --pd 1:N` runs: `fak worker` processes with the cores split (fak/workers.py split_cores), shm.
 
 Printed per arm: inter-token latency p50/p99/max of the short requests (pooled over their streams and the
 rounds), TTFT p50/max of the long prompts (from admit() to the first token, prefill and transfer included),
 short-request decode tok/s and round wall time; the ratios against `colo`; and for the P/D arms the bytes
 and blocks moved, blocks skipped thanks to residency and import time from `cluster.stats()`.
 
-Read the P/D figures for what they are: every worker here is a thread of ONE Python process. Numba and
-BLAS release the GIL, but the prefill thread's kernels and the decode thread's kernels still share this
-machine's cores, so a long prefill slows the decode steps instead of stalling them between steps. What P/D
-buys when prefill and decode run on separate cores (processes, `fak serve --pd 1:2`, or hosts) is not
-measured here; the issue-17 target (P/D ITL p99 <= half the colocated) is about that topology.
+Read the thread arms for what they are: their workers share one Python process and its cores, so a long
+prefill slows the decode steps instead of stalling them between steps. The process arms give each worker
+cores of its own, the topology the issue-17 target (P/D ITL p99 <= half the colocated) is about.
 """
 
 from __future__ import annotations
@@ -235,11 +234,9 @@ def main() -> None:
         print(f"\nissue-17 target (P/D ITL p99 <= 0.5 x colocated): best arm {best} at {ratio:.2f}x -> "
               f"{'met' if ratio <= 0.5 else 'NOT met'} here, with long-prompt TTFT p50 at {ttft:.2f}x and the time "
               f"to finish every request at {done:.2f}x the colocated run.")
-    print("Note: every worker here is a thread of one process sharing these cores (numba and BLAS release the GIL "
-          "inside kernels). So a P/D arm changes who gets the cores, not how many there are: a long prefill runs "
-          "beside the decode steps instead of inside them, which shows as lower decode ITL and a longer TTFT for the "
-          "long prompts when decode wins the cores. The issue-17 target is about workers with cores of their own "
-          "(processes or hosts), which this run does not measure.")
+    print("Note: the pdN arms are threads of this process sharing its cores; the procN arms are worker processes "
+          "with the cores split between them (what fak serve --pd 1:N runs). Either way P/D changes who gets the "
+          "cores, not how many there are: lower decode ITL, a longer TTFT for the long prompts.")
 
 if __name__ == "__main__":
     main()
