@@ -138,6 +138,9 @@ def test_pd_with_a_pipelined_decode_worker_equals_single_process_and_survives_a_
         assert len(set(_nodes(stages) + _nodes(workers))) == 3
         res = [h.result(timeout=300) for h in [head.admit(Request(p, max_new_tokens=NEW)) for p in PROMPTS]]
         assert [r.token_ids for r in res] == want
+        deadline = time.monotonic() + 10  # the figures arrive with the worker's next heartbeat
+        while time.monotonic() < deadline and head.pd_stats()["decode-0"]["imported"] < len(PROMPTS):
+            time.sleep(0.1)
         pd = head.pd_stats()
         assert pd["decode-0"]["prefill_tokens"] == 0 and pd["decode-0"]["imported"] == len(PROMPTS)
         hs = [head.admit(Request(p, max_new_tokens=NEW)) for p in PROMPTS]
