@@ -11,6 +11,14 @@ from fak.boot import Booted, SchedOptions, boot, eos_ids
 from fak.errors import FakError
 
 
+def _boot_head(model: str, resident: bool, opts: SchedOptions) -> Booted:
+    """The serving process's model and tokenizer, no scheduler of its own (its workers run the engine)."""
+    b = boot(model, resident=resident, sched=opts, show=False, scheduler=False)
+    if b.tokenizer is None or b.tokenizer.vocab_size < b.model.config.vocab_size:
+        raise FakError(f"{model}: no tokenizer for text: fak serve needs one")
+    return b
+
+
 def _close_on_error(started: Any, e: BaseException) -> None:
     """A boot that failed after starting workers stops them; an engine error becomes the one-line FakError."""
     from engine.errors import EngineError
@@ -35,9 +43,7 @@ def boot_pd(model: str, *, resident: bool = True, sched: SchedOptions | None = N
     from engine.errors import EngineError
 
     opts = sched or SchedOptions.resolve()
-    b = boot(model, resident=resident, sched=opts, show=False, scheduler=False)
-    if b.tokenizer is None or b.tokenizer.vocab_size < b.model.config.vocab_size:
-        raise FakError(f"{model}: no tokenizer for text: fak serve needs one")
+    b = _boot_head(model, resident, opts)
     started: Any = None
     try:
         if ray is not None:  # Ray places and restarts the workers; KV still moves over fak's TCP links
@@ -105,9 +111,7 @@ def boot_pipeline(model: str, *, resident: bool = True, sched: SchedOptions | No
     from engine.dist.pipeline_sched import PipelinedScheduler
 
     opts = sched or SchedOptions.resolve()
-    b = boot(model, resident=resident, sched=opts, show=False, scheduler=False)
-    if b.tokenizer is None or b.tokenizer.vocab_size < b.model.config.vocab_size:
-        raise FakError(f"{model}: no tokenizer for text: fak serve needs one")
+    b = _boot_head(model, resident, opts)
     started: Any = None
     try:
         if ray is not None:  # Ray places and restarts the stages; hidden rows still move over fak's TCP links
