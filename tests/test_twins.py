@@ -18,7 +18,7 @@ from engine.quant import rows as K
 from engine.kernels import ops
 from engine.quant import tiles as L
 from engine.kernels import tilegemm as T
-from engine.kernels.attention import RaggedRows, _paged_attention, batched_attention
+from engine.kernels.attention import RaggedRows, _paged_attention, batched_attention, chunk_positions
 from engine.model.linear import _rows_kernel
 from engine.kernels.parallel import serial_twin
 from tests.test_kernels import TYPES, random_blocks
@@ -121,12 +121,26 @@ def test_paged_attention_twin(window: int, softcap: float, dim: int, blocks: int
     top = 16 * blocks - 26
     rows = RaggedRows.of([list(RNG.permutation(40)[:blocks]), list(RNG.permutation(40)[:blocks - 1])], [top, 40], [3, 1], bt)
     q = RNG.standard_normal((4, heads, dim)).astype(np.float32)
-    _assert_same(_paged_attention, lambda: (q, k, v, rows.tables, rows.row_lane, rows.row_pos, window, 0.0625,
-                                            softcap, np.zeros_like(q)))
+    none, no_ids = np.empty((0, kvh, dim), np.float32), np.empty(0, np.int64)
+    for chunk in (chunk_positions(dim), 7):
+        _assert_same(_paged_attention, lambda: (q, k, v, rows.tables, rows.row_lane, rows.row_pos, window, 0.0625,
+                                                softcap, chunk, none, none, no_ids, no_ids, np.zeros_like(q)))
     out = batched_attention(q, k, v, rows, window, 0.0625, softcap)
     one = batched_attention(q[3:4], k, v, RaggedRows(rows.tables, rows.row_lane[3:4], rows.row_pos[3:4]), window,
                             0.0625, softcap)
     assert np.array_equal(one[0], out[3])  # a lone row gets the bits it gets in the batch
+    # the rows' own K/V stored by the kernel == stored by numpy first, and the twin agrees with the team
+    kn, vn = RNG.standard_normal((2, 4, kvh, dim)).astype(np.float32)
+    blk = rows.tables[rows.row_lane, rows.row_pos // bt]
+    off = rows.row_pos % bt
+    k2, v2 = k.copy(), v.copy()
+    k2[blk, off], v2[blk, off] = kn, vn
+    want = batched_attention(q, k2, v2, rows, window, 0.0625, softcap)
+    k3, v3 = k.copy(), v.copy()
+    got = batched_attention(q, k3, v3, rows, window, 0.0625, softcap, (kn, vn, blk, off))
+    assert np.array_equal(got, want) and np.array_equal(k3, k2) and np.array_equal(v3, v2)
+    _assert_same(_paged_attention, lambda: (q, k.copy(), v.copy(), rows.tables, rows.row_lane, rows.row_pos, window,
+                                            0.0625, softcap, 16, kn, vn, blk, off, np.zeros_like(q)))
 
 
 @pytest.mark.parametrize("width", [640, 100, 130, 2048, 48])

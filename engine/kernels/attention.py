@@ -10,17 +10,29 @@ for the weight products).
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 from dataclasses import dataclass
 
 import numpy as np
 from numba import njit, prange
 
 from engine.errors import EngineError
-from engine.kernels.blockdot import axpy_f32, dot_f32
-from engine.kernels.parallel import ORDERED_FASTMATH, launch, prefill_pool
+from engine.kernels.blockdot import axpy_f32, dot_f32, prefetch_ahead
+from engine.kernels.ops import _exp32
+from engine.kernels.parallel import ORDERED_FASTMATH, SMALL_WORK, launch, prefill_pool
 
 
-CHUNK = 128  # key positions per decode-attention task (a fixed split: the bits never depend on threads)
+# Key positions per decode-attention task: a fixed number of K bytes (KV_TASK_BYTES / (4 * head_dim)
+# positions, at least 16), the same for every row of a model, so a row's bits never depend on the batch
+# or the threads. Why this small: at decode the K/V of a layer come cold from DRAM (a step streams
+# more weight bytes than the L3 holds), and one core pulls a fraction of what two do; splitting a
+# 100-token context into tasks puts both cores on it (Gemma 3 270M: 55 -> ~20 us a layer in a step).
+KV_TASK_BYTES = 16 << 10
+PAR_KV_BYTES = 48 << 10  # K+V bytes a call reads below which one thread runs it (waking the team costs more)
+
+
+def chunk_positions(head_dim: int) -> int:
+    return max(16, KV_TASK_BYTES // (4 * head_dim))
 
 
 # Every sum adds in the order written (the q.k dots through blockdot.dot_f32, the softmax sums in
@@ -38,18 +50,32 @@ def _paged_attention(
     window: int,  # 0 = unbounded
     scale: float,
     softcap: float,  # 0 = off
+    chunk: int,  # key positions per task (chunk_positions)
+    k_new: np.ndarray,  # [R, KVH, D] or [0, KVH, D]: the rows' own K/V, written to the pool first
+    v_new: np.ndarray,
+    dest_block: np.ndarray,  # [R] int64: where row r's K/V go (block id, offset in the block)
+    dest_off: np.ndarray,
     out: np.ndarray,  # [R, H, D]
 ) -> None:  # pragma: no cover - numba
-    """Split-K decode attention: a task is (row, KV head, CHUNK positions); it reads each K and V
+    """Split-K decode attention: a task is (row, KV head, `chunk` positions); it reads each K and V
     row once for all the query heads sharing that KV head (Gemma 3: 4) and keeps a partial softmax
-    (max, sum, unnormalised P.V); a second pass merges a row's chunks in order."""
+    (max, sum, unnormalised P.V); a second pass merges a row's chunks in order. With k_new rows, the
+    rows' own K/V are stored into the pool before any is read (one call per layer, no numpy scatter)."""
     t_rows, n_heads, dim = q.shape
     bt, kvh = k_pool.shape[1], k_pool.shape[2]
     group = n_heads // kvh
     if q.strides[2] != 4 or q.strides[1] != 4 * dim or k_pool.strides[3] != 4 or k_pool.shape[3] != dim:
         raise ValueError("paged attention: q and K must hold contiguous float32 rows of head_dim")  # raw reads below
-    if v_pool.strides[3] != 4 or v_pool.shape[3] != dim or v_pool.shape[2] != kvh:
+    if v_pool.strides[3] != 4 or v_pool.shape[3] != dim or v_pool.shape[2] != kvh or chunk < 1:
         raise ValueError("paged attention: V must hold contiguous float32 rows of head_dim")
+    if k_new.shape[0] != 0:
+        if (k_new.shape[0] != t_rows or v_new.shape[0] != t_rows or k_new.shape[1] != kvh or k_new.shape[2] != dim
+                or v_new.shape[1] != kvh or v_new.shape[2] != dim or dest_block.shape[0] != t_rows
+                or dest_off.shape[0] != t_rows):
+            raise ValueError("paged attention: new K/V rows do not match the query rows")
+        for t in range(t_rows):
+            k_pool[dest_block[t], dest_off[t]] = k_new[t]
+            v_pool[dest_block[t], dest_off[t]] = v_new[t]
     qa, ka, va = np.uint64(q.ctypes.data), np.uint64(k_pool.ctypes.data), np.uint64(v_pool.ctypes.data)
     ks0, ks1, ks2 = np.uint64(k_pool.strides[0]), np.uint64(k_pool.strides[1]), np.uint64(k_pool.strides[2])
     vs0, vs1, vs2 = np.uint64(v_pool.strides[0]), np.uint64(v_pool.strides[1]), np.uint64(v_pool.strides[2])
@@ -60,7 +86,7 @@ def _paged_attention(
         if window > 0 and row_pos[t] - window + 1 > 0:
             lo = row_pos[t] - window + 1
         los[t] = lo
-        first[t + 1] = first[t] + (row_pos[t] - lo + CHUNK) // CHUNK
+        first[t + 1] = first[t] + (row_pos[t] - lo + chunk) // chunk
     nch = first[t_rows]
     part_m = np.empty((nch, kvh, group), dtype=np.float32)
     part_l = np.empty((nch, kvh, group), dtype=np.float32)
@@ -68,13 +94,14 @@ def _paged_attention(
     for task in prange(nch * kvh):
         ci, kh = task // kvh, task % kvh
         t = np.searchsorted(first, ci, side="right") - 1
-        lo = los[t] + (ci - first[t]) * CHUNK
-        n = min(row_pos[t] + 1, lo + CHUNK) - lo
+        lo = los[t] + (ci - first[t]) * chunk
+        n = min(row_pos[t] + 1, lo + chunk) - lo
         table = tables[row_lane[t]]
-        s = np.empty((group, CHUNK), dtype=np.float32)
+        s = np.empty((group, chunk), dtype=np.float32)
         for j in range(n):
             p = lo + j
             krow = ka + np.uint64(table[p // bt]) * ks0 + np.uint64(p % bt) * ks1 + np.uint64(kh) * ks2
+            prefetch_ahead(krow)  # the K rows come cold from DRAM: ask for the ones a few positions on
             for g in range(group):
                 acc = dot_f32(qa + np.uint64(((t * n_heads) + kh * group + g) * dim * 4), krow, dim)
                 acc = acc * np.float32(scale)
@@ -87,15 +114,16 @@ def _paged_attention(
                 m = max(m, s[g, j])
             tot = np.float32(0.0)
             for j in range(n):
-                e = np.exp(s[g, j] - m)
-                s[g, j] = e
-                tot += e
+                s[g, j] = _exp32(s[g, j] - m)  # vectorisable (libm's expf is a scalar call per score)
+            for j in range(n):
+                tot += s[g, j]
             part_m[ci, kh, g] = m
             part_l[ci, kh, g] = tot
         oa = np.uint64(part_o.ctypes.data) + np.uint64((ci * kvh + kh) * group * dim * 4)
         for j in range(n):
             p = lo + j
             vrow = va + np.uint64(table[p // bt]) * vs0 + np.uint64(p % bt) * vs1 + np.uint64(kh) * vs2
+            prefetch_ahead(vrow)
             for g in range(group):
                 axpy_f32(s[g, j], vrow, oa + np.uint64(g * dim * 4), dim)
     for th in prange(t_rows * kvh):
@@ -161,22 +189,41 @@ class RaggedRows:
 
 
 def batched_attention(q: np.ndarray, k_pool: np.ndarray, v_pool: np.ndarray, rows: RaggedRows, window: int = 0,
-                      scale: float | None = None, softcap: float = 0.0) -> np.ndarray:
+                      scale: float | None = None, softcap: float = 0.0, new_kv: tuple[np.ndarray, ...] | None = None,
+                      out: np.ndarray | None = None) -> np.ndarray:
     """Attention of the query rows of several lanes in ONE kernel call (a decode step of 16 lanes
-    was 16 calls per layer). Each (row, head) runs the same loop as alone: results are unchanged."""
+    was 16 calls per layer). Each (row, head) runs the same loop as alone: results are unchanged.
+    new_kv = (k [R, KVH, D], v, dest_block [R], dest_off [R]): the rows' own K/V, stored into the
+    pool by the same call before it reads. `out`: where to write [R, H, D] (else a new array)."""
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1])
-    out = np.empty_like(q)
+    if out is None:
+        out = np.empty_like(q)
     t_rows, n_heads, dim = q.shape
+    kvh = k_pool.shape[2]
     span = int(rows.row_pos.max()) + 1 if t_rows else 0
     if window > 0:
         span = min(span, window)
-    work = 2 * t_rows * n_heads * dim * span
-    if t_rows * k_pool.shape[2] * -(-span // CHUNK) < 2:
-        work = 0  # one task: waking the thread team costs more than it could save
-    launch(_paged_attention, work, np.ascontiguousarray(q), k_pool, v_pool, rows.tables,
-           rows.row_lane, rows.row_pos, int(window), float(scale), float(softcap), out)
+    chunk = chunk_positions(dim)
+    # threads by the K/V bytes read, and only with two tasks or more
+    work = 0 if t_rows * kvh * -(-span // chunk) < 2 or 8 * t_rows * kvh * dim * span < PAR_KV_BYTES else SMALL_WORK
+    if new_kv is None:
+        k_new = v_new = _no_rows(kvh, dim)
+        dest_block = dest_off = _NO_IDS
+    else:
+        k_new, v_new, dest_block, dest_off = new_kv
+    launch(_paged_attention, work, np.ascontiguousarray(q), k_pool, v_pool, rows.tables, rows.row_lane, rows.row_pos,
+           int(window), float(scale), float(softcap), chunk, k_new, v_new, dest_block, dest_off, out)
     return out
+
+
+_NO_IDS = np.empty(0, np.int64)
+
+
+@lru_cache(maxsize=None)
+def _no_rows(kvh: int, dim: int) -> np.ndarray:
+    """"No new K/V rows": one empty array per shape, not an allocation per call."""
+    return np.empty((0, kvh, dim), np.float32)
 
 
 PREFILL_ATTN_MIN_ROWS = 32  # a prefill chunk this long takes BLAS attention; shorter, the numba kernel is as fast

@@ -42,12 +42,17 @@ class PoolRows:
     dest_block: np.ndarray  # [len(rows)] block id each row's K/V lands in
     dest_off: np.ndarray  # [len(rows)] offset inside that block
 
+    whole: bool = False  # rows are every row of the batch, in order: no gather, no scatter
+
     def attend(self, li: int, q: np.ndarray, k: np.ndarray, v: np.ndarray, out: np.ndarray, window: int,
                scale: float, softcap: float) -> None:
-        self.pool.k[li, self.dest_block, self.dest_off] = k[self.rows]
-        self.pool.v[li, self.dest_block, self.dest_off] = v[self.rows]
+        if self.whole:  # the kernel stores the rows' K/V and writes `out` itself
+            new = (np.ascontiguousarray(k), np.ascontiguousarray(v), self.dest_block, self.dest_off)
+            batched_attention(q, self.pool.k[li], self.pool.v[li], self.ragged, window, scale, softcap, new, out)
+            return
+        new = (np.ascontiguousarray(k[self.rows]), np.ascontiguousarray(v[self.rows]), self.dest_block, self.dest_off)
         out[self.rows] = batched_attention(q[self.rows], self.pool.k[li], self.pool.v[li], self.ragged, window,
-                                           scale, softcap)
+                                           scale, softcap, new)
 
 
 def attention_groups(lanes: list[Any], blas: bool) -> list[PrefillLane | PoolRows]:
@@ -67,5 +72,6 @@ def attention_groups(lanes: list[Any], blas: bool) -> list[PrefillLane | PoolRow
         rows = np.concatenate([np.arange(r, r + ln.n, dtype=np.int64) for ln, r in members])
         bt = pool.block_tokens
         dest = ragged.tables[ragged.row_lane, ragged.row_pos // bt]
-        out.append(PoolRows(pool, rows, ragged, dest, ragged.row_pos % bt))
+        whole = len(rows) == r0 and bool(np.array_equal(rows, np.arange(r0)))
+        out.append(PoolRows(pool, rows, ragged, dest, ragged.row_pos % bt, whole))
     return out

@@ -17,6 +17,7 @@ from engine.model.attention_groups import attention_groups
 from engine.gguf.identity import config_identity
 from engine.gguf.config import ModelConfig
 from engine.model.kv import BlockPool, PageTable
+from engine.model.fuse import matmul_group
 from engine.model.moe import Experts, moe_ffn
 from engine.kernels.ops import apply_rope, gated_act, rmsnorm, rope_tables
 
@@ -137,7 +138,7 @@ class Model:
                 tables[key] = rope_tables(positions, key[0], c.head_dim, key[1], w.rope_freqs)
             cos, sin = tables[key]
             h = rmsnorm(x, lw.attn_norm, c.norm_eps) if lw.attn_norm is not None else x
-            q, k, v = mm(h, lw.wq), mm(h, lw.wk), mm(h, lw.wv)
+            q, k, v = matmul_group(h, (lw.wq, lw.wk, lw.wv), mm)
             if lw.bq is not None:
                 q += lw.bq
                 k += lw.bk
@@ -168,7 +169,8 @@ class Model:
                 d, nb = moe_ffn(h, lw.moe, c.n_experts_used, c.expert_weights_norm, c.act, mm)
                 self.expert_bytes_read += nb
             else:
-                d = mm(gated_act(mm(h, lw.w_gate), mm(h, lw.w_up), c.act), lw.w_down)
+                g_, u_ = matmul_group(h, (lw.w_gate, lw.w_up), mm)
+                d = mm(gated_act(g_, u_, c.act), lw.w_down)
             if lw.post_ffn_norm is not None:
                 d = rmsnorm(d, lw.post_ffn_norm, c.norm_eps)
             if c.residual_scale != 1.0:

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -17,6 +18,7 @@ from engine.gguf.aliases import default_model, resolve_model
 from engine.gguf.identity import gguf_identity
 from engine.gguf.reader import GGUFFile, TensorInfo, read_gguf
 from engine.model.forward import LayerWeights, Model, Weights
+from engine.model.fuse import fuse_siblings
 from engine.model.moe import Experts
 from engine.model.resident import check_resident, resident_weight
 from engine.model.synthetic import synthetic_model
@@ -176,6 +178,10 @@ def build_model(g: GGUFFile, make_resident: Callable[..., Any] | None = None, pr
         )
         for i in range(c.n_layers)
     ]
+    if make_resident is not None and os.environ.get("FAK_FUSE", "1") != "0":  # FAK_FUSE=0: apart, for A/B runs
+        for lw in layers:
+            fuse_siblings((lw.wq, lw.wk, lw.wv))
+            fuse_siblings((lw.w_gate, lw.w_up))
     emb = cache["token_embd.weight"]
     w = Weights(token_embd=emb, layers=layers, output_norm=cache["output_norm.weight"],
                 output=emb if c.tied_embeddings else cache["output.weight"], rope_freqs=cache.get("rope_freqs.weight"))

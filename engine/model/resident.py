@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import threading
 from dataclasses import dataclass, field
+from typing import Any
 
 import numba
 import numpy as np
@@ -59,6 +60,7 @@ class QuantWeight:
     layout: str = ""  # format of `raw`: "<type>x16" tiles (the default), a GGUF type, or Q8_0 for Q5_0
     _kind: str = field(init=False, repr=False)
     _tile: int = field(init=False, repr=False)  # tile kind code (tiles.KINDS), -1: GGUF blocks
+    group: Any = field(default=None, repr=False)  # engine.model.fuse.FusedWeight when `raw` is a band of one
 
     def __post_init__(self) -> None:
         self.layout = self.layout or QUANT_TYPES[self.qtype]

@@ -1,0 +1,83 @@
+"""Sibling weights that read the same input, fused at load: one product launch instead of two or three.
+
+Why: a decode step is bound by per-launch costs as much as by bytes (Gemma 3 270M: ~130 kernel calls a
+step, each ~10 us of dispatch, thread wake-up and stream ramp beyond its bytes). Q and K (and V when it
+has the same layout), gate and up, multiply the same normed row; when their tiles share a layout and a
+row length they are laid end to end in ONE buffer, each member's `raw` a view of its band, so a single
+`gemm_tiles` call over the whole buffer computes every member. Tiles are independent of each other, so
+each output element is the same bits fused or apart (tests/test_fuse.py), and the members still work on
+their own (a pipeline stage, the diagnostics, a test).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from engine.model.resident import TILED, QuantWeight
+
+
+@dataclass(eq=False)
+class FusedWeight:
+    """Members whose tiles lie end to end in `whole.raw`; member i's outputs are columns bounds[i]:bounds[i+1]."""
+
+    whole: QuantWeight
+    members: tuple[QuantWeight, ...]
+    bounds: tuple[int, ...]
+
+
+def fusable(ws: Sequence[Any]) -> bool:
+    """Tiled, one layout and row length, and every member but the last a whole number of tiles (a padded
+    tile in the middle would shift the next member's rows)."""
+    if len(ws) < 2 or not all(isinstance(w, QuantWeight) and w.layout.endswith(TILED) for w in ws):
+        return False
+    first = ws[0]
+    return (all(w.layout == first.layout and w.shape[1] == first.shape[1] and w.group is None for w in ws)
+            and all(w.shape[0] % 16 == 0 for w in ws[:-1]))
+
+
+def fuse(ws: Sequence[Any]) -> FusedWeight | None:
+    """Lay the tiles of `ws` end to end (one copy at load; the members' own buffers are then freed)."""
+    if not fusable(ws):
+        return None
+    raw = np.concatenate([w.raw for w in ws])
+    raw.setflags(write=False)  # one kernel specialization, as for every resident weight
+    rows = sum(w.shape[0] for w in ws)
+    whole = QuantWeight("+".join(w.name for w in ws), ws[0].qtype, raw, (rows, ws[0].shape[1]), ws[0].layout)
+    bounds, t0 = [0], 0
+    for w in ws:
+        t1 = t0 + int(w.raw.shape[0])
+        w.raw = raw[t0:t1]
+        t0 = t1
+        bounds.append(bounds[-1] + w.shape[0])
+    g = FusedWeight(whole, tuple(ws), tuple(bounds))
+    for w in ws:
+        w.group = g
+    return g
+
+
+def fuse_siblings(ws: Sequence[Any]) -> None:
+    """Fuse the longest run of `ws` (in order) that can be: all of them, else the first two, else the last two."""
+    for run in (ws, ws[:2], ws[1:]):
+        if len(run) >= 2 and fuse(run) is not None:
+            return
+
+
+def matmul_group(x: np.ndarray, ws: Sequence[Any], mm: Any) -> list[np.ndarray]:
+    """x @ w.T for every w of `ws`: one launch per fused run, `mm` (the caller's product) for the rest.
+    Fused outputs are column views of one [rows, total] array."""
+    out: list[np.ndarray] = []
+    i = 0
+    while i < len(ws):
+        g = getattr(ws[i], "group", None)
+        k = len(g.members) if g is not None else 0
+        if g is not None and tuple(ws[i:i + k]) == g.members:
+            y = g.whole.matmul(x)
+            out.extend(y[:, a:b] for a, b in zip(g.bounds, g.bounds[1:]))
+            i += k
+        else:
+            out.append(mm(x, ws[i]))
+            i += 1
+    return out
