@@ -1,10 +1,14 @@
-"""Decode / prefill speed of Gemma 3 270M (resident by default; --model for another), the issue-5 figures.
+"""Decode / prefill speed of a model (Gemma 3 270M by default; --model qwen2.5-coder-0.5b or a path), resident.
 
-    python bench/decode.py [--model ALIAS|PATH] [--plain] [--runs 3] [--decode 128] [--prefill 512] [--lanes 1,4,16]
+    python bench/decode.py [--model ALIAS|PATH] [--plain] [--runs 5] [--decode 128] [--prefill 512]
+                           [--lanes 1,4,16] [--breakdown]
 
 Prints single-lane decode tok/s (128 tokens after an 8-token prompt), prefill tok/s (512-token
 prompt), aggregate decode tok/s at 1/4/16 lanes (step_batch), bytes read per token and the
-effective GB/s. Medians over --runs (these machines are noisy: compare runs made side by side).
+effective GB/s as a share of the stream-read ceiling. These machines are noisy (a shared host's
+memory bandwidth moves by 20% from minute to minute), so each round measures the ceiling right
+before its decode and the share is the median of the rounds' own ratios. --breakdown adds where a
+decode step goes, per kernel call site (bench/breakdown.py).
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ import numpy as np
 from engine import Session, load_model, step_batch
 from engine.gguf.aliases import resolve_model
 from engine.model.diag import stream_read_gbps
+
+from breakdown import print_breakdown  # bench/breakdown.py (the script's own directory is on sys.path)
 
 PROMPT8 = [2, 651, 6037, 529, 9405, 563, 496, 1310]
 
@@ -65,11 +71,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--model", default="gemma3-270m", help="alias or GGUF path (e.g. qwen2.5-coder-0.5b)")
     ap.add_argument("--plain", action="store_true", help="float32 weights instead of resident blocks")
-    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--decode", type=int, default=128)
     ap.add_argument("--prefill", type=int, default=512)
     ap.add_argument("--lanes", default="1,4,16")
     ap.add_argument("--batch-steps", type=int, default=32)
+    ap.add_argument("--breakdown", action="store_true", help="then where a decode step goes, per kernel call site")
     a = ap.parse_args()
     path = resolve_model(a.model)
     model = load_model(str(path), resident=not a.plain, progress=False)
@@ -82,22 +89,27 @@ def main() -> None:
     def med(fn, *args) -> float:  # type: ignore[no-untyped-def]
         return float(np.median([fn(model, *args) for _ in range(a.runs)]))
 
-    bw = stream_read_gbps(256 << 20, 5)  # measured side by side: these machines are noisy
-    print(f"stream-read ceiling now: {bw:.2f} GB/s -> decode ceiling {bw * 1e9 / per_token:.1f} tok/s")
-    # single lane and every lane count measured in turn within each round (side by side: a slow spell
-    # on this shared box then hits all of them), medians over the rounds
+    # each round: the ceiling, then single lane, then every lane count, side by side (a slow spell on
+    # this shared box then hits all of them); medians over the rounds, the share of the ceiling per round
     lane_counts = [int(x) for x in a.lanes.split(",") if x]
     rounds: list[dict[str, float]] = []
     for _ in range(a.runs):
-        r = {"decode": decode_tps(model, a.decode)}
+        r = {"ceiling": stream_read_gbps(256 << 20, 3), "decode": decode_tps(model, a.decode)}
+        r["share"] = r["decode"] * per_token / 1e9 / r["ceiling"]
         r.update({f"lanes{n}": batch_tps(model, n, a.batch_steps) for n in lane_counts})
         rounds.append(r)
+    bw = float(np.median([r["ceiling"] for r in rounds]))
+    per_round = ", ".join(f"{r['ceiling']:.1f}" for r in rounds)
+    print(f"stream-read ceiling: {bw:.2f} GB/s (rounds {per_round}) -> "
+          f"decode ceiling {bw * 1e9 / per_token:.1f} tok/s")
     d = float(np.median([r["decode"] for r in rounds]))
+    share = float(np.median([r["share"] for r in rounds]))
     print(f"single-lane decode: {d:.1f} tok/s ({a.decode} tokens after 8; {d * per_token / 1e9:.2f} GB/s of weights, "
-          f"{d * per_token / 1e9 / bw:.0%} of the ceiling)")
+          f"{share:.0%} of the ceiling; per round {', '.join(format(r['share'], '.0%') for r in rounds)})")
     if a.prefill:
         p = med(prefill_tps, a.prefill)
-        print(f"prefill: {p:.1f} tok/s ({a.prefill}-token prompt; llama.cpp's quoted 620 for 512: {p / 620:.2f}x)")
+        quoted = f"; llama.cpp's quoted 620 for 512: {p / 620:.2f}x" if a.model == "gemma3-270m" and a.prefill == 512 else ""
+        print(f"prefill: {p:.1f} tok/s ({a.prefill}-token prompt{quoted})")
     agg: dict[int, float] = {}
     for n in lane_counts:
         agg[n] = float(np.median([r[f"lanes{n}"] for r in rounds]))
@@ -106,11 +118,14 @@ def main() -> None:
         per_round = sorted(r["lanes16"] / r["decode"] for r in rounds)
         print(f"16-lane aggregate / single-lane decode: {agg[16] / d:.2f}x (target >= 4; per round "
               f"{', '.join(f'{x:.2f}' for x in per_round)})")
-    # llama.cpp on this machine class (same file, 2 threads), as quoted in the issue: a reference, not
-    # a run made side by side (no llama.cpp binary here)
-    ref = {"single-lane decode": (d, 46.0)} | {f"{n}-lane aggregate": (agg[n], r) for n, r in ((1, 44.0), (4, 108.0),
-                                                                                            (16, 195.0)) if n in agg}
-    print("vs llama.cpp's quoted figures: " + ", ".join(f"{k} {v / r:.2f}x" for k, (v, r) in ref.items()))
+    # llama.cpp on this machine class (same Gemma file, 2 threads), as quoted in the issue: a reference,
+    # not a run made side by side (no llama.cpp binary here); no figures are quoted for other models
+    if a.model == "gemma3-270m" and not a.plain:
+        ref = {"single-lane decode": (d, 46.0)} | {f"{n}-lane aggregate": (agg[n], r) for n, r in
+                                                   ((1, 44.0), (4, 108.0), (16, 195.0)) if n in agg}
+        print("vs llama.cpp's quoted figures: " + ", ".join(f"{k} {v / r:.2f}x" for k, (v, r) in ref.items()))
+    if a.breakdown:
+        print_breakdown(model, a.decode, 3, bw)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from engine.gguf.config import ModelConfig
 from engine.model.kv import BlockPool, PageTable
 from engine.model.fuse import matmul_group
 from engine.model.moe import Experts, moe_ffn
-from engine.kernels.ops import apply_rope, gated_act, rmsnorm, rope_tables
+from engine.kernels.ops import gated_act, qkv_prep, residual_norm, rmsnorm, rope_tables
 
 
 @dataclass
@@ -131,51 +131,38 @@ class Model:
         positions = np.concatenate([np.arange(ln.start, ln.start + ln.n) for ln in lanes])
         groups = attention_groups(lanes, blas)
         tables: dict[tuple[float, float], tuple[np.ndarray, np.ndarray]] = {}
+        eps, scale = c.norm_eps, c.residual_scale  # granite scales each residual branch
+        first = w.layers[lo].attn_norm
+        h = rmsnorm(x, first, eps) if first is not None else x
         for li in range(lo, hi):
             lw = w.layers[li]
             key = (c.rope_theta(li), c.rope_pos_scale(li))
             if key not in tables:
                 tables[key] = rope_tables(positions, key[0], c.head_dim, key[1], w.rope_freqs)
             cos, sin = tables[key]
-            h = rmsnorm(x, lw.attn_norm, c.norm_eps) if lw.attn_norm is not None else x
             q, k, v = matmul_group(h, (lw.wq, lw.wk, lw.wv), mm)
-            if lw.bq is not None:
-                q += lw.bq
-                k += lw.bk
-                v += lw.bv
-            if c.qk_norm_full:  # olmo2: over the whole projection, before the split into heads
-                q = rmsnorm(q, lw.q_norm, c.norm_eps)
-                k = rmsnorm(k, lw.k_norm, c.norm_eps)
-            q = q.reshape(rows, c.n_heads, c.head_dim)
-            k = k.reshape(rows, c.n_kv_heads, c.head_dim)
-            v = v.reshape(rows, c.n_kv_heads, c.head_dim)
-            if lw.q_norm is not None and not c.qk_norm_full:
-                q = rmsnorm(q, lw.q_norm, c.norm_eps)
-                k = rmsnorm(k, lw.k_norm, c.norm_eps)
-            if c.uses_rope(li):  # smollm3: every 4th layer has none
-                q = apply_rope(q, cos, sin, c.rope_style)
-                k = apply_rope(k, cos, sin, c.rope_style)
+            norms = (lw.q_norm, lw.k_norm)
+            if c.qk_norm_full:  # olmo2: over the whole projection (after the bias), before the split into heads
+                q = rmsnorm(q + lw.bq if lw.bq is not None else q, lw.q_norm, eps)
+                k = rmsnorm(k + lw.bk if lw.bk is not None else k, lw.k_norm, eps)
+                bias, norms = (None, None, lw.bv), (None, None)
+            else:
+                bias = (lw.bq, lw.bk, lw.bv)
+            rope = (cos, sin, c.rope_style) if c.uses_rope(li) else None  # smollm3: every 4th layer has none
+            q, k, v = qkv_prep(q, k, v, c.n_heads, c.n_kv_heads, c.head_dim, bias, norms, eps, rope)
             att = np.empty_like(q)
             for g in groups:
                 g.attend(li - kv_layer0, q, k, v, att, c.window(li), c.scale, c.attn_softcap)
             o = mm(att.reshape(rows, c.q_dim), lw.wo)
-            if lw.post_attn_norm is not None:
-                o = rmsnorm(o, lw.post_attn_norm, c.norm_eps)
-            if c.residual_scale != 1.0:  # granite
-                o *= np.float32(c.residual_scale)
-            x = x + o
-            h = rmsnorm(x, lw.ffn_norm, c.norm_eps) if lw.ffn_norm is not None else x
+            x, h = residual_norm(x, o, lw.post_attn_norm, scale, lw.ffn_norm, eps)
             if lw.moe is not None:
                 d, nb = moe_ffn(h, lw.moe, c.n_experts_used, c.expert_weights_norm, c.act, mm)
                 self.expert_bytes_read += nb
             else:
                 g_, u_ = matmul_group(h, (lw.w_gate, lw.w_up), mm)
                 d = mm(gated_act(g_, u_, c.act), lw.w_down)
-            if lw.post_ffn_norm is not None:
-                d = rmsnorm(d, lw.post_ffn_norm, c.norm_eps)
-            if c.residual_scale != 1.0:
-                d *= np.float32(c.residual_scale)
-            x = x + d
+            nxt = w.layers[li + 1].attn_norm if li + 1 < hi else None  # the next block's input norm, fused
+            x, h = residual_norm(x, d, lw.post_ffn_norm, scale, nxt, eps)
             if trace is not None:
                 trace.append(x.copy())
         return x

@@ -1,0 +1,152 @@
+"""Where a single-lane decode step goes: time per kernel call site, bytes each weight product reads, GB/s.
+
+    python bench/breakdown.py [--model ALIAS|PATH] [--steps 128] [--runs 3]
+
+Wraps the forward pass's calls (every weight product by weight name, attention, the fused norms, the
+activation, RoPE tables, the embedding row) with a perf_counter_ns pair, runs `--runs` x `--steps`
+greedy decode steps and prints ms per step for each, the weight bytes each product read and its GB/s
+against the stream-read ceiling measured in the same run. "python between kernels" is the step time
+left over (the forward's own Python). The instrumented step is printed beside the plain one: the
+wrappers cost ~1 us a call. bench/decode.py --breakdown prints this table after its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import time
+from collections import Counter
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+import numpy as np
+
+PROMPT8 = [2, 651, 6037, 529, 9405, 563, 496, 1310]
+GLUE = ("rmsnorm", "residual_norm", "qkv_prep", "gated_act", "rope_tables", "attention_groups")
+
+
+@dataclass
+class Site:
+    name: str
+    ms: float  # per decode step
+    calls: float  # per decode step
+    bytes: int  # weight bytes per step (products only)
+
+
+_ON = [False]  # the wrappers count only while decode steps run (not the prompt's prefill)
+
+
+def _steps(model: Any, n: int) -> float:
+    from engine import Session
+
+    s = Session(model)
+    logits = s.prefill(PROMPT8)
+    _ON[0] = True
+    t0 = time.perf_counter()
+    for _ in range(n):
+        logits = s.step(int(np.argmax(logits)))
+    dt = time.perf_counter() - t0
+    _ON[0] = False
+    return dt / n
+
+
+@contextmanager
+def _instrumented(times: Counter[str], calls: Counter[str], nbytes: Counter[str]) -> Iterator[None]:
+    import engine.model.attention_groups as AG
+    import engine.model.forward as F
+    from engine.model.resident import QuantWeight
+
+    pc = time.perf_counter_ns
+    labels: dict[int, str] = {}
+
+    def label(w: Any) -> str:
+        name = labels.get(id(w))
+        if name is None:
+            name = labels[id(w)] = re.sub(r"blk\.\d+\.|\.weight", "", getattr(w, "name", "f32"))
+        return name
+
+    def timed(key: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*a: Any, **k: Any) -> Any:
+            if not _ON[0]:
+                return fn(*a, **k)
+            t = pc()
+            r = fn(*a, **k)
+            times[key] += pc() - t
+            calls[key] += 1
+            return r
+        return call
+
+    product = QuantWeight.matmul
+
+    def matmul(self: QuantWeight, x: np.ndarray) -> np.ndarray:
+        if not _ON[0]:
+            return product(self, x)
+        t = pc()
+        r = product(self, x)
+        key = "product " + label(self)
+        times[key] += pc() - t
+        calls[key] += 1
+        nbytes[key] += self.nbytes
+        return r
+
+    saved = [(F, n, getattr(F, n)) for n in GLUE] + [(AG.PoolRows, "attend", AG.PoolRows.attend),
+                                                      (QuantWeight, "matmul", product), (F.linear, "take", F.linear.take)]
+    try:
+        QuantWeight.matmul = matmul  # type: ignore[method-assign]
+        for n in GLUE:
+            setattr(F, n, timed(n, getattr(F, n)))
+        AG.PoolRows.attend = timed("attention (K/V store, scores, softmax, P.V)", AG.PoolRows.attend)  # type: ignore[method-assign]
+        F.linear.take = timed("embedding row", F.linear.take)
+        yield
+    finally:
+        for obj, name, fn in saved:
+            setattr(obj, name, fn)
+
+
+def breakdown(model: Any, steps: int = 128, runs: int = 3) -> tuple[float, float, list[Site]]:
+    """(plain step s, instrumented step s, sites sorted by time) over runs x steps decode steps."""
+    _steps(model, 8)
+    plain = float(np.median([_steps(model, steps) for _ in range(runs)]))
+    times: Counter[str] = Counter()
+    calls: Counter[str] = Counter()
+    nbytes: Counter[str] = Counter()
+    with _instrumented(times, calls, nbytes):
+        _steps(model, 4)
+        times.clear(), calls.clear(), nbytes.clear()
+        inst = float(np.median([_steps(model, steps) for _ in range(runs)]))
+    n = steps * runs
+    sites = [Site(k, v / n / 1e6, calls[k] / n, nbytes[k] // n) for k, v in times.items()]
+    return plain, inst, sorted(sites, key=lambda s: -s.ms)
+
+
+def print_breakdown(model: Any, steps: int, runs: int, ceiling_gbps: float) -> None:
+    plain, inst, sites = breakdown(model, steps, runs)
+    print(f"\nwhere a decode step goes ({runs} x {steps} steps; plain step {plain * 1e3:.2f} ms, "
+          f"instrumented {inst * 1e3:.2f} ms; ceiling {ceiling_gbps:.1f} GB/s):")
+    print(f"  {'call site':46s} {'ms/step':>8s} {'calls':>6s} {'MiB':>7s} {'GB/s':>6s} {'at ceiling':>10s}")
+    for s in sites:
+        extra = ""
+        if s.bytes:
+            extra = f" {s.bytes / 2**20:7.1f} {s.bytes / (s.ms / 1e3) / 1e9:6.1f} {s.bytes / ceiling_gbps / 1e6:8.2f} ms"
+        print(f"  {s.name:46s} {s.ms:8.2f} {s.calls:6.1f}{extra}")
+    rest = inst * 1e3 - sum(s.ms for s in sites)
+    print(f"  {'python between kernels':46s} {rest:8.2f}")
+
+
+def main() -> None:
+    from engine import load_model
+    from engine.gguf.aliases import resolve_model
+    from engine.model.diag import stream_read_gbps
+
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--model", default="gemma3-270m")
+    ap.add_argument("--steps", type=int, default=128)
+    ap.add_argument("--runs", type=int, default=3)
+    a = ap.parse_args()
+    model = load_model(str(resolve_model(a.model)), resident=True, progress=False)
+    print_breakdown(model, a.steps, a.runs, stream_read_gbps(256 << 20, 5))
+
+
+if __name__ == "__main__":
+    main()
