@@ -43,6 +43,7 @@ VW32 = ir.VectorType(ir.IntType(16), QB)
 VH16 = ir.VectorType(ir.HalfType(), TILE)
 VB16 = ir.VectorType(I8, TILE)
 VF32 = ir.VectorType(F32, QB)
+VH16I = ir.VectorType(ir.IntType(16), TILE)  # a 32-byte vector as 16 words
 
 
 def _has_vnni() -> bool:
@@ -128,8 +129,16 @@ def _pairs(kind: int, b: ir.IRBuilder, p: ir.Value) -> list[ir.Value]:
         if bits:  # the high bits above the nibble
             per = 8 // bits
             hv = _load(b, p, NIB[kind] + 256 + QB * (k // per), VB32)
-            field = b.and_(b.lshr(hv, _vc(bits * (k % per))), _vc((1 << bits) - 1))
-            v = b.or_(v, b.shl(field, _vc(4)))
+            # the field sits at bit `at` of every byte: one 16-bit shift brings it to bit 4 (x86 has no
+            # byte shift: an i8 shift is a word shift + a mask, twice here) and one mask keeps it; bits a
+            # word shift carries across a byte boundary land outside the mask. The same integers.
+            at = bits * (k % per)
+            w16 = b.bitcast(hv, VH16I)
+            if at < 4:
+                w16 = b.shl(w16, ir.Constant(VH16I, [4 - at] * TILE))
+            elif at > 4:
+                w16 = b.lshr(w16, ir.Constant(VH16I, [at - 4] * TILE))
+            v = b.or_(v, b.and_(b.bitcast(w16, VB32), _vc(((1 << bits) - 1) << 4)))
         if OFFSET[kind]:
             v = b.sub(v, _vc(OFFSET[kind]))
         out.append(v)
