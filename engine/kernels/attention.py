@@ -10,7 +10,7 @@ for the weight products).
 from __future__ import annotations
 
 import math
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from dataclasses import dataclass
 
 import numpy as np
@@ -171,6 +171,11 @@ class RaggedRows:
     row_lane: np.ndarray  # [R] int64
     row_pos: np.ndarray  # [R] int64
 
+    @cached_property
+    def span(self) -> int:
+        """Positions 0 .. span-1 hold every key a row reads (once per forward, not per layer)."""
+        return int(self.row_pos.max()) + 1 if len(self.row_pos) else 0
+
     @classmethod
     def of(cls, block_lists: list[list[int]], starts: list[int], counts: list[int], block_tokens: int) -> RaggedRows:
         """The kernel reads blocks through these tables unchecked: every position a row attends to
@@ -201,7 +206,7 @@ def batched_attention(q: np.ndarray, k_pool: np.ndarray, v_pool: np.ndarray, row
         out = np.empty_like(q)
     t_rows, n_heads, dim = q.shape
     kvh = k_pool.shape[2]
-    span = int(rows.row_pos.max()) + 1 if t_rows else 0
+    span = rows.span
     if window > 0:
         span = min(span, window)
     chunk = chunk_positions(dim)

@@ -47,7 +47,7 @@ def matmul(x: np.ndarray, w: Any) -> np.ndarray:
     """Decode product: f32[B, in] -> f32[B, out], deterministic per row."""
     if isinstance(w, np.ndarray):
         return matmul_rows(x, w)
-    return w.matmul(np.ascontiguousarray(x, dtype=np.float32))
+    return w.matmul(np.asarray(x))  # QuantWeight.matmul converts what is not float32 rows already
 
 
 def matmul_prefill(x: np.ndarray, w: Any) -> np.ndarray:

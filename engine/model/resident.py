@@ -83,8 +83,12 @@ class QuantWeight:
 
     def matmul(self, x: np.ndarray) -> np.ndarray:
         """x [B, in] -> [B, out] (decode path: each row bit-identical whatever B is)."""
-        squeeze = np.ndim(x) == 1
-        x2 = self._x2d(np.atleast_2d(x))
+        x = np.asarray(x)
+        squeeze = x.ndim == 1
+        if squeeze or x.dtype != np.float32 or not x.flags.c_contiguous or x.shape[1] != self.shape[1]:
+            x2 = self._x2d(np.atleast_2d(x))
+        else:  # the decode path's own rows: no conversion, no copy
+            x2 = x
         out = np.empty((x2.shape[0], self.shape[0]), dtype=np.float32)
         work = x2.shape[0] * self.shape[0] * self.shape[1]
         # small products run on one thread (waking the team costs more than it saves)
