@@ -13,6 +13,7 @@ wrappers cost ~1 us a call. bench/decode.py --breakdown prints this table after 
 from __future__ import annotations
 
 import argparse
+import sys
 import re
 import time
 from collections import Counter
@@ -136,6 +137,7 @@ def print_breakdown(model: Any, steps: int, runs: int, ceiling_gbps: float) -> N
 
 def main() -> None:
     from engine import load_model
+    from engine.errors import EngineError
     from engine.gguf.aliases import resolve_model
     from engine.model.diag import stream_read_gbps
 
@@ -144,7 +146,11 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=128)
     ap.add_argument("--runs", type=int, default=3)
     a = ap.parse_args()
-    model = load_model(str(resolve_model(a.model)), resident=True, progress=False)
+    try:
+        model = load_model(str(resolve_model(a.model)), resident=True, progress=False)
+    except (EngineError, OSError) as e:  # a bad path or file: one line, exit 2
+        print(f"bench/breakdown.py: --model {a.model}: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
     print_breakdown(model, a.steps, a.runs, stream_read_gbps(256 << 20, 5))
 
 

@@ -14,12 +14,14 @@ decode step goes, per kernel call site (bench/breakdown.py).
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 
 import numba
 import numpy as np
 
 from engine import Session, load_model, step_batch
+from engine.errors import EngineError
 from engine.gguf.aliases import resolve_model
 from engine.model.diag import stream_read_gbps
 
@@ -78,8 +80,11 @@ def main() -> None:
     ap.add_argument("--batch-steps", type=int, default=32)
     ap.add_argument("--breakdown", action="store_true", help="then where a decode step goes, per kernel call site")
     a = ap.parse_args()
-    path = resolve_model(a.model)
-    model = load_model(str(path), resident=not a.plain, progress=False)
+    try:
+        model = load_model(str(resolve_model(a.model)), resident=not a.plain, progress=False)
+    except (EngineError, OSError) as e:  # a bad path or file: one line, exit 2
+        print(f"bench/decode.py: --model {a.model}: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
     decode_tps(model, 4)  # warm: kernels, pages of the mmap, KV pool
     mode = "plain" if a.plain else "resident"
     per_token = bytes_per_token(model)  # what the kernels really stream (Q5_0 is kept as Q8_0 blocks)
