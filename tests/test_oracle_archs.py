@@ -292,7 +292,9 @@ def _chosen_experts(m: Model, prompts: list[list[int]]) -> list[list[set[int]]]:
 def test_moe_resident_q8_0_matches_plain_and_batches_bit_exact(tmp_path: Path) -> None:
     _, res = _moe_model(tmp_path, quant=lambda name, a: (quantize_as(QT.Q8_0, a), QT.Q8_0))
     plain = load_model(str(tmp_path / "moe.gguf"))
-    assert not isinstance(res.weights.layers[0].moe.gate[0], np.ndarray)  # type: ignore[union-attr]
+    ex = res.weights.layers[0].moe
+    assert not isinstance(ex.gate[0], np.ndarray)  # type: ignore[union-attr]
+    assert ex.gate[0].group is not None and ex.gate[0].group is ex.up[0].group  # one launch per chosen expert
     # the file's tensors, not their per-expert bands: norms (output, then attn / ffn / q / k per layer) and
     # the matrices (embedding, head, then q / k / v / o, router, three expert stacks per layer)
     assert res.tensor_types == {"F32": 1 + 4 * 3, "Q8_0": 2 + 8 * 3}

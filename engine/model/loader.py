@@ -182,6 +182,8 @@ def build_model(g: GGUFFile, make_resident: Callable[..., Any] | None = None, pr
         for lw in layers:
             fuse_siblings((lw.wq, lw.wk, lw.wv))
             fuse_siblings((lw.w_gate, lw.w_up))
+            for gate, up in zip(lw.moe.gate, lw.moe.up) if lw.moe is not None else ():
+                fuse_siblings((gate, up))  # each expert's gate and up: one launch when the router picks it
     emb = cache["token_embd.weight"]
     w = Weights(token_embd=emb, layers=layers, output_norm=cache["output_norm.weight"],
                 output=emb if c.tied_embeddings else cache["output.weight"], rope_freqs=cache.get("rope_freqs.weight"))

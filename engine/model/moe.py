@@ -15,6 +15,7 @@ from typing import Any, Callable
 import numpy as np
 
 from engine.kernels.ops import gated_act
+from engine.model.fuse import matmul_group
 
 
 @dataclass
@@ -55,7 +56,8 @@ def moe_ffn(h: np.ndarray, ex: Experts, k: int, renorm: bool, act: str,
     for e in np.unique(top):  # ascending id: each row's sum has the same order alone or in a batch
         rows, slot = np.nonzero(top == e)
         he = h[rows]
-        d = mm(gated_act(mm(he, ex.gate[e]), mm(he, ex.up[e]), act), ex.down[e])
+        g, u = matmul_group(he, (ex.gate[e], ex.up[e]), mm)  # one launch when fused at load (engine/model/fuse.py)
+        d = mm(gated_act(g, u, act), ex.down[e])
         out[rows] += d * w[rows, slot][:, None]
         read += ex.expert_nbytes(int(e))
     return out, read
