@@ -38,6 +38,24 @@ def test_fused_products_are_the_members_products_bit_for_bit(lanes: int) -> None
         assert np.array_equal(a, b)
     for w, a in zip((q, k, v), apart):  # a member still multiplies on its own
         assert np.array_equal(matmul(x, w), a)
+    out = matmul_group(x, (k, v), matmul)  # not the group's leading member: each apart, same bits
+    assert np.array_equal(out[0], apart[1]) and np.array_equal(out[1], apart[2])
+
+
+def test_a_dropped_layer_is_freed_at_once() -> None:
+    import gc
+    import weakref
+
+    q, k = _w("q", QT.Q5_0, 64), _w("k", QT.Q5_0, 32)
+    g = fuse((q, k))
+    assert g is not None
+    whole = weakref.ref(g.whole)
+    gc.disable()  # no cycle collection may help: plain reference counting must free it
+    try:
+        del q, k, g
+        assert whole() is None
+    finally:
+        gc.enable()
 
 
 def test_only_what_can_be_fused_is() -> None:

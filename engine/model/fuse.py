@@ -11,6 +11,7 @@ their own (a pipeline stage, the diagnostics, a test).
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -21,11 +22,17 @@ from engine.model.resident import TILED, QuantWeight
 
 @dataclass(eq=False)
 class FusedWeight:
-    """Members whose tiles lie end to end in `whole.raw`; member i's outputs are columns bounds[i]:bounds[i+1]."""
+    """Members whose tiles lie end to end in `whole.raw`; member i's outputs are columns bounds[i]:bounds[i+1].
+    The members are held weakly (each member holds its group): a layer a pipeline stage drops is freed at
+    once, not at the next cycle collection."""
 
     whole: QuantWeight
-    members: tuple[QuantWeight, ...]
+    refs: tuple[weakref.ref[QuantWeight], ...]
     bounds: tuple[int, ...]
+
+    def leads(self, ws: Sequence[Any]) -> bool:
+        """ws begins with the members, in order."""
+        return len(ws) >= len(self.refs) and all(r() is w for r, w in zip(self.refs, ws))
 
 
 def fusable(ws: Sequence[Any]) -> bool:
@@ -52,7 +59,7 @@ def fuse(ws: Sequence[Any]) -> FusedWeight | None:
         w.raw = raw[t0:t1]
         t0 = t1
         bounds.append(bounds[-1] + w.shape[0])
-    g = FusedWeight(whole, tuple(ws), tuple(bounds))
+    g = FusedWeight(whole, tuple(weakref.ref(w) for w in ws), tuple(bounds))
     for w in ws:
         w.group = g
     return g
@@ -72,11 +79,10 @@ def matmul_group(x: np.ndarray, ws: Sequence[Any], mm: Any) -> list[np.ndarray]:
     i = 0
     while i < len(ws):
         g = getattr(ws[i], "group", None)
-        k = len(g.members) if g is not None else 0
-        if g is not None and tuple(ws[i:i + k]) == g.members:
+        if g is not None and g.leads(ws[i:]):
             y = g.whole.matmul(x)
             out.extend(y[:, a:b] for a, b in zip(g.bounds, g.bounds[1:]))
-            i += k
+            i += len(g.refs)
         else:
             out.append(mm(x, ws[i]))
             i += 1
