@@ -38,7 +38,8 @@ class Site:
 _ON = [False]  # the wrappers count only while decode steps run (not the prompt's prefill)
 
 
-def _steps(model: Any, n: int) -> float:
+def step_seconds(model: Any, n: int) -> float:
+    """Seconds per greedy decode step, over n steps after the 8-token prompt (its prefill not timed)."""
     from engine import Session
 
     s = Session(model)
@@ -107,15 +108,15 @@ def _instrumented(times: Counter[str], calls: Counter[str], nbytes: Counter[str]
 
 def breakdown(model: Any, steps: int = 128, runs: int = 3) -> tuple[float, float, list[Site]]:
     """(plain step s, instrumented step s, sites sorted by time) over runs x steps decode steps."""
-    _steps(model, 8)
-    plain = float(np.median([_steps(model, steps) for _ in range(runs)]))
+    step_seconds(model, 8)
+    plain = float(np.median([step_seconds(model, steps) for _ in range(runs)]))
     times: Counter[str] = Counter()
     calls: Counter[str] = Counter()
     nbytes: Counter[str] = Counter()
     with _instrumented(times, calls, nbytes):
-        _steps(model, 4)
+        step_seconds(model, 4)
         times.clear(), calls.clear(), nbytes.clear()
-        inst = float(np.median([_steps(model, steps) for _ in range(runs)]))
+        inst = float(np.median([step_seconds(model, steps) for _ in range(runs)]))
     n = steps * runs
     sites = [Site(k, v / n / 1e6, calls[k] / n, nbytes[k] // n) for k, v in times.items()]
     return plain, inst, sorted(sites, key=lambda s: -s.ms)

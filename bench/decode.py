@@ -25,18 +25,10 @@ from engine.errors import EngineError
 from engine.gguf.aliases import resolve_model
 from engine.model.diag import stream_read_gbps
 
-from breakdown import print_breakdown  # bench/breakdown.py (the script's own directory is on sys.path)
-
-PROMPT8 = [2, 651, 6037, 529, 9405, 563, 496, 1310]
-
+from breakdown import PROMPT8, print_breakdown, step_seconds  # bench/breakdown.py (the script's own directory is on sys.path)
 
 def decode_tps(model, n: int) -> float:  # type: ignore[no-untyped-def]
-    s = Session(model)
-    logits = s.prefill(PROMPT8)
-    t0 = time.perf_counter()
-    for _ in range(n):
-        logits = s.step(int(np.argmax(logits)))
-    return n / (time.perf_counter() - t0)
+    return 1.0 / step_seconds(model, n)  # n greedy steps after the 8-token prompt
 
 
 def prefill_tps(model, n: int) -> float:  # type: ignore[no-untyped-def]

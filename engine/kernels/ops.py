@@ -19,6 +19,14 @@ from engine.kernels.blockdot import dot_f32
 from engine.kernels.parallel import ORDERED_FASTMATH, launch
 
 
+@njit(inline="always", cache=True)
+def _norm_scale(xa, n, eps):  # type: ignore[no-untyped-def]
+    """rsqrt(mean(x^2) + eps) of the contiguous float32 row at address xa (n values): one fixed summation
+    order (dot_f32), so a serial twin, a parallel kernel and the fused kernels below agree."""
+    ss = dot_f32(xa, xa, n)
+    return np.float32(1.0) / np.sqrt(ss / np.float32(n) + np.float32(eps))
+
+
 @njit(parallel=True, nogil=True, fastmath=ORDERED_FASTMATH, error_model="numpy", cache=True)
 def _rmsnorm(x: np.ndarray, w: np.ndarray, eps: float, out: np.ndarray) -> None:  # pragma: no cover
     rows, n = x.shape
@@ -27,9 +35,7 @@ def _rmsnorm(x: np.ndarray, w: np.ndarray, eps: float, out: np.ndarray) -> None:
     xa, xs = np.uint64(x.ctypes.data), np.uint64(x.strides[0])
     for r in prange(rows):
         xr, orow = x[r], out[r]
-        row = xa + np.uint64(r) * xs
-        ss = dot_f32(row, row, n)  # a fixed summation order: the twin and the parallel kernel agree
-        inv = np.float32(1.0) / np.sqrt(ss / np.float32(n) + np.float32(eps))
+        inv = _norm_scale(xa + np.uint64(r) * xs, n, eps)
         for i in range(n):
             ui = np.uint64(i)
             orow[ui] = (xr[ui] * inv) * w[ui]
@@ -131,18 +137,25 @@ def rope_tables(positions: np.ndarray, theta: float, dim: int, scale: float = 1.
     return np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
 
 
+@njit(inline="always", cache=True)
+def _rotate(src, cos, sin, half, neox, dst):  # type: ignore[no-untyped-def]
+    """One head rotated by RoPE into dst (may be src itself: each pair is read before it is written).
+    No `contract` in any caller: the same float32 ops as the numpy reference."""
+    for i in range(half):
+        ia, ib = (i, i + half) if neox else (2 * i, 2 * i + 1)
+        a, b = src[ia], src[ib]
+        c, s = cos[i], sin[i]
+        dst[ia] = a * c - b * s
+        dst[ib] = b * c + a * s
+
+
 @njit(parallel=True, nogil=True, cache=True)
 def _rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, neox: bool, out: np.ndarray) -> None:  # pragma: no cover
     t_rows, heads, dim = x.shape
     half = dim // 2
     for th in prange(t_rows * heads):
         t, h = th // heads, th % heads
-        for i in range(half):
-            ia, ib = (i, i + half) if neox else (2 * i, 2 * i + 1)
-            a, b = x[t, h, ia], x[t, h, ib]
-            c, s = cos[t, i], sin[t, i]
-            out[t, h, ia] = a * c - b * s  # no fastmath: the same float32 ops as the numpy reference
-            out[t, h, ib] = b * c + a * s
+        _rotate(x[t, h], cos[t], sin[t], half, neox, out[t, h])
 
 
 def apply_rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, style: str) -> np.ndarray:
@@ -179,13 +192,6 @@ def apply_rope_ref(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, style: str) 
 # (no `contract`: a product followed by an add must round twice, as the separate ops do), so a model
 # gives the same bits either way (tests/test_ops_fused.py).
 NO_CONTRACT = {"nnan", "ninf", "nsz"}
-
-
-@njit(inline="always", cache=True)
-def _norm_scale(xa, n, eps):  # type: ignore[no-untyped-def]
-    """rsqrt(mean(x^2) + eps) of the contiguous float32 row at address xa, as _rmsnorm computes it."""
-    ss = dot_f32(xa, xa, n)
-    return np.float32(1.0) / np.sqrt(ss / np.float32(n) + np.float32(eps))
 
 
 @njit(parallel=True, nogil=True, fastmath=NO_CONTRACT, error_model="numpy", cache=True)
@@ -262,12 +268,7 @@ def _qkv_prep(q, k, v, bq, bk, bv, q_norm, k_norm, cos, sin, rope, neox, eps, qo
                 for i in range(dim):
                     dst[i] = (dst[i] * inv) * nw[i]
             if rope:
-                for i in range(half):
-                    ia, ib = (i, i + half) if neox else (2 * i, 2 * i + 1)
-                    a, b = dst[ia], dst[ib]
-                    c, s = cos[r, i], sin[r, i]
-                    dst[ia] = a * c - b * s
-                    dst[ib] = b * c + a * s
+                _rotate(dst, cos[r], sin[r], half, neox, dst)
         for h in range(kvh):
             for i in range(dim):
                 val = v[r, h * dim + i]

@@ -1,7 +1,7 @@
 """How a forward batch's lanes reach attention: K/V writes and attention calls grouped per KV pool.
 
 Decode rows (and short chunks) of all lanes that share a pool go through ONE `batched_attention`
-call and one K/V scatter per layer; a long prefill chunk (with BLAS prefill on) goes alone through
+call per layer, which also stores their K/V; a long prefill chunk (with BLAS prefill on) goes alone through
 `prefill_attention`. The grouping is computed once per forward and reused by every layer.
 """
 
@@ -34,7 +34,7 @@ class PrefillLane:
 
 @dataclass
 class PoolRows:
-    """Rows of every other lane sharing `pool`: one K/V scatter and one attention call per layer."""
+    """Rows of every other lane sharing `pool`: one attention call per layer, which also stores their K/V."""
 
     pool: BlockPool
     rows: np.ndarray  # int64 indices into the batch's rows
