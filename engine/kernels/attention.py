@@ -91,61 +91,82 @@ def _paged_attention(
     nch = first[t_rows]
     part_m = np.empty((nch, kvh, group), dtype=np.float32)
     part_l = np.empty((nch, kvh, group), dtype=np.float32)
-    part_o = np.zeros((nch, kvh, group, dim), dtype=np.float32)
+    part_o = np.empty((nch, kvh, group, dim), dtype=np.float32)
     for task in prange(nch * kvh):
         ci, kh = task // kvh, task % kvh
         t = np.searchsorted(first, ci, side="right") - 1
         lo = los[t] + (ci - first[t]) * chunk
         n = min(row_pos[t] + 1, lo + chunk) - lo
-        table = tables[row_lane[t]]
         s = np.empty((group, chunk), dtype=np.float32)
-        for j in range(n):
-            p = lo + j
-            krow = ka + np.uint64(table[p // bt]) * ks0 + np.uint64(p % bt) * ks1 + np.uint64(kh) * ks2
-            prefetch_ahead(krow)  # the K rows come cold from DRAM: ask for the ones a few positions on
-            for g in range(group):
-                acc = dot_f32(qa + np.uint64(((t * n_heads) + kh * group + g) * dim * 4), krow, dim)
-                acc = acc * np.float32(scale)
-                if softcap > 0.0:
-                    acc = np.float32(softcap) * np.tanh(acc / np.float32(softcap))
-                s[g, j] = acc
-        for g in range(group):
-            m = np.float32(-np.inf)
-            for j in range(n):
-                m = max(m, s[g, j])
-            tot = np.float32(0.0)
-            for j in range(n):
-                s[g, j] = _exp32(s[g, j] - m)  # vectorisable (libm's expf is a scalar call per score)
-            for j in range(n):
-                tot += s[g, j]
-            part_m[ci, kh, g] = m
-            part_l[ci, kh, g] = tot
-        oa = np.uint64(part_o.ctypes.data) + np.uint64((ci * kvh + kh) * group * dim * 4)
-        for j in range(n):
-            p = lo + j
-            vrow = va + np.uint64(table[p // bt]) * vs0 + np.uint64(p % bt) * vs1 + np.uint64(kh) * vs2
-            prefetch_ahead(vrow)
-            for g in range(group):
-                axpy_f32(s[g, j], vrow, oa + np.uint64(g * dim * 4), dim)
+        attend_chunk(qa + np.uint64(t * n_heads * dim * 4), ka, va, ks0, ks1, ks2, vs0, vs1, vs2, tables[row_lane[t]],
+                     bt, kh, lo, n, scale, softcap, s, part_m[ci, kh], part_l[ci, kh], part_o[ci, kh])
     for th in prange(t_rows * kvh):
         t, kh = th // kvh, th % kvh
+        merge_chunks(part_m[first[t]:first[t + 1], kh], part_l[first[t]:first[t + 1], kh],
+                     part_o[first[t]:first[t + 1], kh], out[t, kh * group:(kh + 1) * group])
+
+
+# The two halves of a decode-attention task, shared by _paged_attention and the lane kernel
+# (engine/kernels/lane_kernel.py): one compiled body each, so both give the same bits.
+@njit(nogil=True, fastmath=ORDERED_FASTMATH, error_model="numpy", cache=True)
+def attend_chunk(qa, ka, va, ks0, ks1, ks2, vs0, vs1, vs2, table, bt, kh, lo, n, scale, softcap, s,
+                 pm, pl, po):  # type: ignore[no-untyped-def]  # pragma: no cover - numba
+    """Positions lo..lo+n-1 for KV head kh and its `group` query heads (q row at address qa, heads of
+    `dim` floats): the partial softmax max pm[g], sum pl[g] and unnormalised P.V po[g] ([group, dim])."""
+    group, dim = po.shape
+    for j in range(n):
+        p = lo + j
+        krow = ka + np.uint64(table[p // bt]) * ks0 + np.uint64(p % bt) * ks1 + np.uint64(kh) * ks2
+        prefetch_ahead(krow)  # the K rows come cold from DRAM: ask for the ones a few positions on
         for g in range(group):
-            big = np.float32(-np.inf)
-            for ci in range(first[t], first[t + 1]):
-                big = max(big, part_m[ci, kh, g])
-            tot = np.float32(0.0)
-            for ci in range(first[t], first[t + 1]):
-                tot += np.exp(part_m[ci, kh, g] - big) * part_l[ci, kh, g]
-            inv = np.float32(1.0) / tot
-            orow = out[t, kh * group + g]
+            acc = dot_f32(qa + np.uint64((kh * group + g) * dim * 4), krow, dim)
+            acc = acc * np.float32(scale)
+            if softcap > 0.0:
+                acc = np.float32(softcap) * np.tanh(acc / np.float32(softcap))
+            s[g, j] = acc
+    for g in range(group):
+        m = np.float32(-np.inf)
+        for j in range(n):
+            m = max(m, s[g, j])
+        tot = np.float32(0.0)
+        for j in range(n):
+            s[g, j] = _exp32(s[g, j] - m)  # vectorisable (libm's expf is a scalar call per score)
+        for j in range(n):
+            tot += s[g, j]
+        pm[g] = m
+        pl[g] = tot
+    po[:] = 0.0
+    oa = np.uint64(po.ctypes.data)
+    for j in range(n):
+        p = lo + j
+        vrow = va + np.uint64(table[p // bt]) * vs0 + np.uint64(p % bt) * vs1 + np.uint64(kh) * vs2
+        prefetch_ahead(vrow)
+        for g in range(group):
+            axpy_f32(s[g, j], vrow, oa + np.uint64(g * dim * 4), dim)
+
+
+@njit(nogil=True, fastmath=ORDERED_FASTMATH, error_model="numpy", cache=True)
+def merge_chunks(pm, pl, po, out):  # type: ignore[no-untyped-def]  # pragma: no cover - numba
+    """A row's chunks (pm, pl [chunks, group], po [chunks, group, dim]) merged in position order into
+    out [group, dim]."""
+    nc, group, dim = po.shape
+    for g in range(group):
+        big = np.float32(-np.inf)
+        for ci in range(nc):
+            big = max(big, pm[ci, g])
+        tot = np.float32(0.0)
+        for ci in range(nc):
+            tot += np.exp(pm[ci, g] - big) * pl[ci, g]
+        inv = np.float32(1.0) / tot
+        orow = out[g]
+        for d in range(dim):
+            orow[d] = 0.0
+        for ci in range(nc):
+            f = np.exp(pm[ci, g] - big) * inv
+            oc = po[ci, g]
             for d in range(dim):
-                orow[d] = 0.0
-            for ci in range(first[t], first[t + 1]):
-                f = np.exp(part_m[ci, kh, g] - big) * inv
-                oc = part_o[ci, kh, g]
-                for d in range(dim):
-                    ud = np.uint64(d)
-                    orow[ud] += f * oc[ud]
+                ud = np.uint64(d)
+                orow[ud] += f * oc[ud]
 
 
 def paged_attention(

@@ -18,6 +18,7 @@ from engine.gguf.identity import config_identity
 from engine.gguf.config import ModelConfig
 from engine.model.kv import BlockPool, PageTable
 from engine.model.fuse import matmul_group
+from engine.model.lane_step import LanePlan
 from engine.model.moe import Experts, moe_ffn
 from engine.kernels.ops import gated_act, qkv_prep, residual_norm, rmsnorm, rope_tables
 
@@ -89,6 +90,16 @@ class Model:
         self.tensor_types = tensor_types or {}  # GGUF tensor count per type ("Q4_K": 100, ...): the quant mix
         self.prefill_blas = True
         self.expert_bytes_read = 0  # MoE: expert weight bytes the forwards have read (only chosen experts)
+        self._lane_plan: LanePlan | None = None
+        self._lane_plan_built = False
+
+    def lane_plan(self) -> LanePlan | None:
+        """The one-kernel single-lane decode step for this model (engine/model/lane_step.py), or None."""
+        p = self._lane_plan
+        if not self._lane_plan_built or (p is not None and not p.current(self)):
+            p = self._lane_plan = LanePlan.of(self)
+            self._lane_plan_built = True
+        return p
 
     def new_pool(self, num_blocks: int | None = None, block_tokens: int = 16) -> BlockPool:
         c = self.config
@@ -126,6 +137,10 @@ class Model:
         of each lane's pool (a pipeline stage's pool holds only its own layers)."""
         c, w = self.config, self.weights
         rows = int(x.shape[0])
+        if rows == 1 and len(lanes) == 1 and trace is None:  # one decode row: every layer in one kernel
+            plan = self.lane_plan()
+            if plan is not None:
+                return plan.run(self, x, lanes[0], lo, hi, kv_layer0)
         blas = not decode and self.prefill_blas
         mm = linear.matmul_prefill if blas else linear.matmul
         positions = np.concatenate([np.arange(ln.start, ln.start + ln.n) for ln in lanes])

@@ -1,0 +1,198 @@
+"""One decode row through a band of layers in ONE parallel region: no kernel launch per product or norm.
+
+Why: a single-lane decode step of the generic forward makes ~9 calls a layer (products, the fused glue,
+attention), each paying Python, numba dispatch and a thread-team start (~4-10 us; measured: residual_norm
+5.7 us a call for 1.3 us of work). Here the team starts once per step and the threads pass the phases
+of every layer through atomic counters (engine/kernels/tasks.py): a weight product is split into tasks of
+TILES_PER_TASK tiles, attention into the chunks of batched_attention, the row glue is one task.
+
+Every phase calls the same compiled code the generic path runs: tdot1 on each tile after
+quantize_rows_i16 (gemm_tiles' single-lane path), the serial twins of _rmsnorm, _qkv_prep,
+_residual_norm and _gated, attention's attend_chunk and merge_chunks. So a row gets the same bits
+through here as through the generic forward, alone or in a batch (tests/test_lane_kernel.py).
+
+Layout of `buf` (float32, offsets in `offs`): X (the residual stream), H (the normed row), Q|K|V (the
+products' outputs, end to end as fused weights write them), QO|KO|VO (heads after qkv_prep), ATT, O,
+G|U, ACT, D.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from engine.kernels.attention import attend_chunk, merge_chunks
+from engine.kernels.blockdot import U
+from engine.kernels.ops import _gated, _qkv_prep, _residual_norm, _rmsnorm
+from engine.kernels.parallel import serial_twin
+from engine.kernels.tasks import claim, finish, wait_done
+from engine.kernels.tiledot import tdot1
+from engine.kernels.tilegemm import quantize_rows_i16
+from engine.quant.tiles import FLOAT_KINDS, SB_VALUES, TILE
+
+TILES_PER_TASK = 4  # a task of a product: 4 tiles (~7-30 KiB of weights), small enough to balance two cores
+PHASES_PER_LAYER = 10  # qkv, prep, attend, merge, o, residual, gate|up, act, down, residual
+
+# buf offsets (indices into `offs`)
+X, H, Q, QO, KO, VO, ATT, O, G, ACT, D = range(11)
+# prods columns
+P_KIND, P_W, P_NTILES, P_WSTRIDE, P_N, P_ROWS, P_IN, P_OUT = range(8)
+# layer_prods columns: product index ranges of the layer's four phases
+L_QKV0, L_QKV1, L_O, L_GU0, L_GU1, L_DOWN = range(6)
+
+_rmsnorm_s = serial_twin(_rmsnorm)
+_qkv_prep_s = serial_twin(_qkv_prep)
+_residual_norm_s = serial_twin(_residual_norm)
+_gated_s = serial_twin(_gated)
+
+
+@njit(nogil=True, cache=True)
+def _quantize(x, xq, dx, sxd):  # type: ignore[no-untyped-def]  # pragma: no cover - numba
+    quantize_rows_i16(x, xq, dx, sxd)  # compiled as gemm_tiles compiles it (no fast-math)
+
+
+@njit(nogil=True, cache=True)
+def _tiles(kind, wa, ws, rows, t0, t1, xq, dx, sxd, xf, nsb, oa):  # type: ignore[no-untyped-def]  # pragma: no cover
+    for t in range(t0, t1):
+        tdot1(kind, wa + U(t) * ws, xq, dx, sxd, xf, 0, nsb, oa + U(t * TILE * 4), U(0), min(TILE, rows - t * TILE))
+
+
+@njit(inline="always")
+def _products(prods, a, b, buf, ctr, phase, xq_buf, dxb, sxb):  # type: ignore[no-untyped-def]  # pragma: no cover
+    """Products a..b-1 (one input) split into tasks over both threads; returns when all are done."""
+    n = prods[a, P_N]
+    i0 = prods[a, P_IN]
+    xf = buf[i0:i0 + n].reshape((1, n))
+    kind0 = prods[a, P_KIND]
+    floats = kind0 >= FLOAT_KINDS
+    skip = ((64 - xq_buf.ctypes.data % 64) % 64) // 2  # 64-byte aligned int16 rows, as gemm_tiles keeps them
+    m = 0 if floats else n
+    xq = xq_buf[skip:skip + m].reshape((1, m))
+    dx = dxb[:m // 32].reshape((1, m // 32))
+    sxd = sxb[:m // 32].reshape((1, m // 32))
+    if m:
+        _quantize(xf, xq, dx, sxd)
+    total = 0
+    for p in range(a, b):
+        total += (prods[p, P_NTILES] + TILES_PER_TASK - 1) // TILES_PER_TASK
+    ba = U(buf.ctypes.data)
+    while True:
+        k = claim(ctr, phase)
+        if k >= total:
+            break
+        p = a
+        nt = (prods[p, P_NTILES] + TILES_PER_TASK - 1) // TILES_PER_TASK
+        while k >= nt:
+            k -= nt
+            p += 1
+            nt = (prods[p, P_NTILES] + TILES_PER_TASK - 1) // TILES_PER_TASK
+        kind = prods[p, P_KIND]
+        t0 = k * TILES_PER_TASK
+        t1 = min(prods[p, P_NTILES], t0 + TILES_PER_TASK)
+        _tiles(kind, U(prods[p, P_W]), U(prods[p, P_WSTRIDE]), prods[p, P_ROWS], t0, t1, xq, dx, sxd, xf,
+               n // SB_VALUES[kind], ba + U(prods[p, P_OUT] * 4))
+        finish(ctr, phase)
+    wait_done(ctr, phase, total)
+
+
+@njit(parallel=True, nogil=True, cache=True)
+def lane_layers(nthreads, lo, hi, kv0, prods, layer_prods, buf, offs, dims,
+                attn_norm, ffn_norm, post_attn, post_ffn, bq, bk, bv, q_norm, k_norm,
+                cos, sin, rope_on, neox, windows, eps, scale, res_scale, softcap, gelu,
+                k_pool, v_pool, table, pos, dest_block, dest_off, chunk, part_m, part_l, part_o, ctr, none1):  # type: ignore[no-untyped-def]  # pragma: no cover
+    """Layers lo..hi-1 on the row buf[X] (the first layer's input norm included); K/V of layer li go to
+    layer li - kv0 of the pools at (dest_block, dest_off); the row attends positions through `table`.
+    none1: an empty float32 vector (no next norm after the band's last layer)."""
+    hidden, n_heads, kvh, dim, ffn = dims[0], dims[1], dims[2], dims[3], dims[4]
+    q_dim, kv_dim, group = n_heads * dim, kvh * dim, n_heads // kvh
+    xo, ho = offs[X], offs[H]
+    x2 = buf[xo:xo + hidden].reshape((1, hidden))
+    h2 = buf[ho:ho + hidden].reshape((1, hidden))
+    q2 = buf[offs[Q]:offs[Q] + q_dim].reshape((1, q_dim))
+    k2 = buf[offs[Q] + q_dim:offs[Q] + q_dim + kv_dim].reshape((1, kv_dim))
+    v2 = buf[offs[Q] + q_dim + kv_dim:offs[Q] + q_dim + 2 * kv_dim].reshape((1, kv_dim))
+    qo = buf[offs[QO]:offs[QO] + q_dim].reshape((1, n_heads, dim))
+    ko = buf[offs[KO]:offs[KO] + kv_dim].reshape((1, kvh, dim))
+    vo = buf[offs[VO]:offs[VO] + kv_dim].reshape((1, kvh, dim))
+    att = buf[offs[ATT]:offs[ATT] + q_dim].reshape((n_heads, dim))
+    o2 = buf[offs[O]:offs[O] + hidden].reshape((1, hidden))
+    g2 = buf[offs[G]:offs[G] + ffn].reshape((1, ffn))
+    u2 = buf[offs[G] + ffn:offs[G] + 2 * ffn].reshape((1, ffn))
+    a2 = buf[offs[ACT]:offs[ACT] + ffn].reshape((1, ffn))
+    d2 = buf[offs[D]:offs[D] + hidden].reshape((1, hidden))
+    qa = U(buf.ctypes.data) + U(offs[QO] * 4)
+    bt = k_pool.shape[2]
+    ks0, ks1, ks2 = U(k_pool.strides[1]), U(k_pool.strides[2]), U(k_pool.strides[3])
+    vs0, vs1, vs2 = U(v_pool.strides[1]), U(v_pool.strides[2]), U(v_pool.strides[3])
+    maxn = max(hidden, q_dim, ffn)
+    for th in prange(nthreads):
+        xq_buf = np.empty(maxn + 32, dtype=np.int16)  # each thread quantizes a product's input itself
+        dxb = np.empty(maxn // 32, dtype=np.float32)
+        sxb = np.empty(maxn // 32, dtype=np.float32)
+        s = np.empty((group, chunk), dtype=np.float32)
+        ph = 0
+        if claim(ctr, ph) == 0:  # the first layer's input norm
+            _rmsnorm_s(x2, attn_norm[lo], eps, h2)
+            finish(ctr, ph)
+        wait_done(ctr, ph, 1)
+        ph += 1
+        for li in range(lo, hi):
+            lp = layer_prods[li]
+            _products(prods, lp[L_QKV0], lp[L_QKV1], buf, ctr, ph, xq_buf, dxb, sxb)
+            ph += 1
+            if claim(ctr, ph) == 0:  # biases, q/k norms, RoPE; then the row's own K/V into the pool
+                _qkv_prep_s(q2, k2, v2, bq[li], bk[li], bv[li], q_norm[li], k_norm[li], cos[li:li + 1],
+                            sin[li:li + 1], rope_on[li], neox, eps, qo, ko, vo)
+                k_pool[li - kv0, dest_block, dest_off] = ko[0]
+                v_pool[li - kv0, dest_block, dest_off] = vo[0]
+                finish(ctr, ph)
+            wait_done(ctr, ph, 1)
+            ph += 1
+            first = 0
+            w = windows[li]
+            if w > 0 and pos - w + 1 > 0:
+                first = pos - w + 1
+            nch = (pos - first + chunk) // chunk
+            ka = U(k_pool.ctypes.data) + U(li - kv0) * U(k_pool.strides[0])
+            va = U(v_pool.ctypes.data) + U(li - kv0) * U(v_pool.strides[0])
+            while True:
+                task = claim(ctr, ph)
+                if task >= nch * kvh:
+                    break
+                ci, kh = task // kvh, task % kvh
+                c0 = first + ci * chunk
+                attend_chunk(qa, ka, va, ks0, ks1, ks2, vs0, vs1, vs2, table, bt, kh, c0, min(pos + 1, c0 + chunk) - c0,
+                             scale, softcap, s, part_m[ci, kh], part_l[ci, kh], part_o[ci, kh])
+                finish(ctr, ph)
+            wait_done(ctr, ph, nch * kvh)
+            ph += 1
+            while True:
+                kh = claim(ctr, ph)
+                if kh >= kvh:
+                    break
+                merge_chunks(part_m[:nch, kh], part_l[:nch, kh], part_o[:nch, kh], att[kh * group:(kh + 1) * group])
+                finish(ctr, ph)
+            wait_done(ctr, ph, kvh)
+            ph += 1
+            _products(prods, lp[L_O], lp[L_O] + 1, buf, ctr, ph, xq_buf, dxb, sxb)
+            ph += 1
+            if claim(ctr, ph) == 0:
+                _residual_norm_s(x2, o2, post_attn[li], res_scale, ffn_norm[li], eps, x2, h2)
+                finish(ctr, ph)
+            wait_done(ctr, ph, 1)
+            ph += 1
+            _products(prods, lp[L_GU0], lp[L_GU1], buf, ctr, ph, xq_buf, dxb, sxb)
+            ph += 1
+            if claim(ctr, ph) == 0:
+                _gated_s(g2, u2, gelu, a2)
+                finish(ctr, ph)
+            wait_done(ctr, ph, 1)
+            ph += 1
+            _products(prods, lp[L_DOWN], lp[L_DOWN] + 1, buf, ctr, ph, xq_buf, dxb, sxb)
+            ph += 1
+            if claim(ctr, ph) == 0:  # the next layer's input norm fused (none after the band's last)
+                _residual_norm_s(x2, d2, post_ffn[li], res_scale, attn_norm[li + 1] if li + 1 < hi else none1,
+                                 eps, x2, h2)
+                finish(ctr, ph)
+            wait_done(ctr, ph, 1)
+            ph += 1

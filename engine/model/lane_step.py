@@ -1,0 +1,178 @@
+"""The single-lane decode step's layers in one kernel (engine/kernels/lane_kernel.py): what it needs from a model.
+
+`LanePlan.of(model)` packs what the kernel reads once per model: every product's tile buffer address and
+shape in forward order (fused groups as matmul_group runs them), the per-layer norms and biases stacked
+into arrays, the windows and RoPE choices. `plan.run(...)` takes one row through a band of layers. A
+model the kernel does not cover (plain float32 or block-layout weights, MoE layers, olmo2's whole-
+projection q/k norms, a block without its input norms, one thread) gets None and keeps the generic
+forward. FAK_LANE_KERNEL=0 turns it off (A/B and tests).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numba
+import numpy as np
+
+from engine.errors import EngineError
+from engine.gguf.config import ROPE_NEOX
+from engine.kernels.attention import chunk_positions
+from engine.kernels.lane_kernel import ACT, ATT, D, G, H, KO, O, PHASES_PER_LAYER, Q, QO, VO, X, lane_layers
+from engine.kernels.ops import rope_tables
+from engine.kernels.tasks import LINE
+from engine.model.resident import QuantWeight
+from engine.quant.tiles import FLOAT_KINDS
+
+
+def _runs(ws: Sequence[Any]) -> list[QuantWeight] | None:
+    """The products matmul_group makes for ws (a fused group's whole, else each weight); None if any is
+    not a tiled resident weight."""
+    out: list[QuantWeight] = []
+    i = 0
+    while i < len(ws):
+        g = getattr(ws[i], "group", None)
+        if g is not None and g.leads(ws[i:]):
+            out.append(g.whole)
+            i += len(g.refs)
+        else:
+            out.append(ws[i])
+            i += 1
+    if not all(isinstance(w, QuantWeight) and w._tile >= 0 for w in out):
+        return None
+    return out
+
+
+def _stack(vs: list[np.ndarray | None], n: int) -> np.ndarray:
+    """Per-layer vectors as one [layers, n] array; [layers, 0] when no layer has one."""
+    if all(v is None for v in vs):
+        return np.zeros((len(vs), 0), np.float32)
+    if any(v is None for v in vs):
+        raise ValueError("mixed")  # some layers with, some without: not covered (the caller checks)
+    return np.ascontiguousarray(np.stack([np.asarray(v, np.float32) for v in vs]))
+
+
+@dataclass
+class LanePlan:
+    prods: np.ndarray  # [P, 8] int64 (lane_kernel.P_* columns)
+    layer_prods: np.ndarray  # [layers, 6] int64
+    offs: np.ndarray  # [11] int64 buffer offsets
+    dims: np.ndarray  # hidden, heads, kv heads, head_dim, ffn
+    size: int  # floats in buf
+    norms: tuple[np.ndarray, ...]  # attn_norm, ffn_norm, post_attn, post_ffn, bq, bk, bv, q_norm, k_norm
+    rope_on: np.ndarray  # [layers] bool
+    windows: np.ndarray  # [layers] int64
+    keys: list[tuple[float, float]]  # per layer: (rope theta, position scale)
+    keep: list[Any]  # the weights whose buffers the prods point into (alive while the plan is)
+    layers: list[Any]  # the layer objects it was built from: a stage that drops or swaps one rebuilds it
+    threads: int | None = None  # the team size asked for (tests); None: numba's thread count
+
+    def current(self, model: Any) -> bool:
+        ls = model.weights.layers
+        return len(ls) == len(self.layers) and all(a is b for a, b in zip(ls, self.layers))
+
+    @classmethod
+    def of(cls, model: Any) -> LanePlan | None:
+        c, w = model.config, model.weights
+        if os.environ.get("FAK_LANE_KERNEL", "1") == "0" or numba.config.NUMBA_NUM_THREADS < 2:
+            return None
+        layers = w.layers
+        if (c.qk_norm_full or not layers or any(lw is None or lw.moe is not None or lw.attn_norm is None
+                                                 or lw.ffn_norm is None for lw in layers)):
+            return None
+        hidden, q_dim, kv_dim, ffn = c.hidden, c.q_dim, c.kv_dim, c.ffn
+        sizes = {X: hidden, H: hidden, Q: q_dim + 2 * kv_dim, QO: q_dim, KO: kv_dim, VO: kv_dim, ATT: q_dim,
+                 O: hidden, G: 2 * ffn, ACT: ffn, D: hidden}
+        offs = np.zeros(11, np.int64)
+        at = 0
+        for k in range(11):
+            offs[k] = at
+            at += -(-sizes[k] // 16) * 16  # 64-byte aligned regions
+        prods: list[list[int]] = []
+        layer_prods: list[list[int]] = []
+        keep: list[Any] = []
+
+        def add(ws: Sequence[Any], in_off: int, n_in: int, out_off: int, want_rows: Sequence[int]) -> tuple[int, int] | None:
+            run = _runs(ws)
+            if run is None or any(x.shape[1] != n_in for x in run):
+                return None
+            if [x.shape[0] for x in ws] != list(want_rows):
+                return None
+            a = len(prods)
+            o = out_off
+            for x in run:
+                prods.append([x._tile, x.raw.ctypes.data, x.raw.shape[0], x.raw.strides[0], n_in, x.shape[0], in_off, o])
+                keep.append(x)
+                o += x.shape[0]
+            return a, len(prods)
+
+        for lw in layers:
+            qkv = add((lw.wq, lw.wk, lw.wv), offs[H], hidden, offs[Q], (q_dim, kv_dim, kv_dim))
+            o = add((lw.wo,), offs[ATT], q_dim, offs[O], (hidden,))
+            gu = add((lw.w_gate, lw.w_up), offs[H], hidden, offs[G], (ffn, ffn))
+            dn = add((lw.w_down,), offs[ACT], ffn, offs[D], (hidden,))
+            if qkv is None or o is None or gu is None or dn is None:
+                return None
+            kinds = {prods[i][0] for i in range(*qkv)}, {prods[i][0] for i in range(*gu)}
+            if any(len({k >= FLOAT_KINDS for k in ks}) > 1 for ks in kinds):  # one input: all int or all float tiles
+                return None
+            layer_prods.append([qkv[0], qkv[1], o[0], gu[0], gu[1], dn[0]])
+        try:
+            norms = (_stack([lw.attn_norm for lw in layers], hidden), _stack([lw.ffn_norm for lw in layers], hidden),
+                     _stack([lw.post_attn_norm for lw in layers], hidden),
+                     _stack([lw.post_ffn_norm for lw in layers], hidden),
+                     _stack([lw.bq for lw in layers], q_dim), _stack([lw.bk for lw in layers], kv_dim),
+                     _stack([lw.bv for lw in layers], kv_dim), _stack([lw.q_norm for lw in layers], c.head_dim),
+                     _stack([lw.k_norm for lw in layers], c.head_dim))
+        except ValueError:
+            return None
+        n = len(layers)
+        return cls(np.array(prods, np.int64), np.array(layer_prods, np.int64), offs,
+                   np.array([hidden, c.n_heads, c.n_kv_heads, c.head_dim, ffn], np.int64), at, norms,
+                   np.array([c.uses_rope(li) for li in range(n)], np.bool_),
+                   np.array([c.window(li) for li in range(n)], np.int64),
+                   [(c.rope_theta(li), c.rope_pos_scale(li)) for li in range(n)], keep, list(layers))
+
+    def run(self, model: Any, x: np.ndarray, lane: Any, lo: int, hi: int, kv_layer0: int) -> np.ndarray:
+        """Layers lo..hi-1 on one decode row x [1, hidden] of `lane` (its KV block reserved); the new x."""
+        c = model.config
+        pos = int(lane.start)
+        pool = lane.kv.pool
+        bt = pool.block_tokens
+        blocks = lane.kv.blocks
+        if pos < 0 or pos // bt >= len(blocks):
+            raise EngineError(f"attention: lane 0 has {len(blocks)} KV blocks of {bt} tokens, "
+                              f"position {pos} needs {pos // bt + 1}")
+        table = np.asarray(blocks, dtype=np.int64)
+        positions = np.array([pos], np.int64)
+        half = c.head_dim // 2
+        cos = np.zeros((len(self.keys), half), np.float32)
+        sin = np.zeros((len(self.keys), half), np.float32)
+        tables: dict[tuple[float, float], tuple[np.ndarray, np.ndarray]] = {}
+        for li in range(lo, hi):
+            if self.rope_on[li]:
+                key = self.keys[li]
+                if key not in tables:
+                    tables[key] = rope_tables(positions, key[0], c.head_dim, key[1], model.weights.rope_freqs)
+                cos[li], sin[li] = tables[key][0][0], tables[key][1][0]
+        chunk = chunk_positions(c.head_dim)
+        maxch = pos // chunk + 2
+        kvh, group = c.n_kv_heads, c.n_heads // c.n_kv_heads
+        part_m = np.empty((maxch, kvh, group), np.float32)
+        part_l = np.empty((maxch, kvh, group), np.float32)
+        part_o = np.empty((maxch, kvh, group, c.head_dim), np.float32)
+        buf = np.empty(self.size, np.float32)
+        buf[self.offs[X]:self.offs[X] + c.hidden] = x[0]
+        ctr = np.zeros((1 + PHASES_PER_LAYER * (hi - lo)) * LINE, np.int64)
+        an, fn, pa, pf, bq, bk, bv, qn, kn = self.norms
+        lane_layers(self.threads or numba.get_num_threads(), lo, hi, kv_layer0, self.prods, self.layer_prods, buf, self.offs, self.dims,
+                    an, fn, pa, pf, bq, bk, bv, qn, kn, cos, sin, self.rope_on, c.rope_style == ROPE_NEOX,
+                    self.windows, float(c.norm_eps), float(c.scale), np.float32(c.residual_scale), float(c.attn_softcap),
+                    c.act == "gelu_tanh", pool.k, pool.v, table, pos, int(table[pos // bt]), pos % bt, chunk,
+                    part_m, part_l, part_o, ctr, _NONE1)
+        return buf[self.offs[X]:self.offs[X] + c.hidden].reshape(1, c.hidden).copy()
+
+
+_NONE1 = np.empty(0, np.float32)
