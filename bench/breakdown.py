@@ -92,10 +92,42 @@ def _instrumented(times: Counter[str], calls: Counter[str], nbytes: Counter[str]
         nbytes[key] += self.nbytes
         return r
 
+    from engine.kernels.lane_kernel import PHASES_PER_LAYER, P_NTILES, P_WSTRIDE
+    from engine.model.lane_step import LanePlan
+
+    lane_run = LanePlan.run
+    ns_per_cycle = _ns_per_cycle()
+
+    def lane(self: LanePlan, model: Any, x: np.ndarray, ln: Any, lo: int, hi: int, kv0: int, stamps: Any = None) -> Any:
+        if not _ON[0]:
+            return lane_run(self, model, x, ln, lo, hi, kv0)
+        st = np.zeros(2 + PHASES_PER_LAYER * (hi - lo), np.int64)
+        t = pc()
+        r = lane_run(self, model, x, ln, lo, hi, kv0, st)
+        dt = pc() - t
+        ns = np.diff(st) * ns_per_cycle
+        times["lane kernel: " + LANE_PHASES[0]] += ns[0]
+        calls["lane kernel: " + LANE_PHASES[0]] += 1
+        tile_bytes = self.prods[:, P_NTILES] * self.prods[:, P_WSTRIDE]
+        for li in range(lo, hi):
+            lp = self.layer_prods[li]
+            ranges = {0: (lp[0], lp[1]), 4: (lp[2], lp[2] + 1), 6: (lp[3], lp[4]), 8: (lp[5], lp[5] + 1)}
+            for k in range(PHASES_PER_LAYER):
+                key = "lane kernel: " + LANE_PHASES[1 + k]
+                times[key] += ns[1 + (li - lo) * PHASES_PER_LAYER + k]
+                calls[key] += 1
+                if k in ranges:
+                    nbytes[key] += int(tile_bytes[ranges[k][0]:ranges[k][1]].sum())
+        times["lane kernel: call, team start and exit"] += dt - ns.sum()
+        calls["lane kernel: call, team start and exit"] += 1
+        return r
+
     saved = [(F, n, getattr(F, n)) for n in GLUE] + [(AG.PoolRows, "attend", AG.PoolRows.attend),
-                                                      (QuantWeight, "matmul", product), (F.linear, "take", F.linear.take)]
+                                                      (QuantWeight, "matmul", product), (F.linear, "take", F.linear.take),
+                                                      (LanePlan, "run", lane_run)]
     try:
         QuantWeight.matmul = matmul  # type: ignore[method-assign]
+        LanePlan.run = lane  # type: ignore[method-assign]
         for n in GLUE:
             setattr(F, n, timed(n, getattr(F, n)))
         AG.PoolRows.attend = timed("attention (K/V store, scores, softmax, P.V)", AG.PoolRows.attend)  # type: ignore[method-assign]
@@ -104,6 +136,27 @@ def _instrumented(times: Counter[str], calls: Counter[str], nbytes: Counter[str]
     finally:
         for obj, name, fn in saved:
             setattr(obj, name, fn)
+
+
+# the lane kernel's phases (engine/kernels/lane_kernel.py), timed by its first thread's cycle counter
+LANE_PHASES = ("first input norm", "products attn_q+k+v", "qkv_prep + K/V store (one task)",
+               "attention chunks (scores, softmax, P.V)", "attention merge", "product attn_output",
+               "residual_norm after attention (one task)", "products ffn_gate+up", "gated_act (one task)",
+               "product ffn_down", "residual_norm + next input norm (one task)")
+
+
+def _ns_per_cycle() -> float:
+    """The cycle counter's period, against perf_counter over 50 ms."""
+    from numba import njit
+
+    from engine.kernels.tasks import cycles
+
+    now = njit(lambda: cycles())
+    now()
+    c0, t0 = now(), time.perf_counter_ns()
+    time.sleep(0.05)
+    c1, t1 = now(), time.perf_counter_ns()
+    return (t1 - t0) / (c1 - c0)
 
 
 def breakdown(model: Any, steps: int = 128, runs: int = 3) -> tuple[float, float, list[Site]]:

@@ -4,7 +4,7 @@ Why: a single-lane decode step of the generic forward makes ~9 calls a layer (pr
 attention), each paying Python, numba dispatch and a thread-team start (~4-10 us; measured: residual_norm
 5.7 us a call for 1.3 us of work). Here the team starts once per step and the threads pass the phases
 of every layer through atomic counters (engine/kernels/tasks.py): a weight product is split into tasks of
-TILES_PER_TASK tiles, attention into the chunks of batched_attention, the row glue is one task.
+a few tiles (P_TPT: engine/model/lane_step.py sizes them), attention into the chunks of batched_attention, the row glue is one task.
 
 Every phase calls the same compiled code the generic path runs: tdot1 on each tile after
 quantize_rows_i16 (gemm_tiles' single-lane path), the serial twins of _rmsnorm, _qkv_prep,
@@ -25,18 +25,17 @@ from engine.kernels.attention import attend_chunk, merge_chunks
 from engine.kernels.blockdot import U
 from engine.kernels.ops import _gated, _qkv_prep, _residual_norm, _rmsnorm
 from engine.kernels.parallel import serial_twin
-from engine.kernels.tasks import claim, finish, wait_done
+from engine.kernels.tasks import LINE, _fetch_add, _load_acquire, claim, cycles, finish, wait_done
 from engine.kernels.tiledot import tdot1
 from engine.kernels.tilegemm import quantize_rows_i16
 from engine.quant.tiles import FLOAT_KINDS, SB_VALUES, TILE
 
-TILES_PER_TASK = 4  # a task of a product: 4 tiles (~7-30 KiB of weights), small enough to balance two cores
 PHASES_PER_LAYER = 10  # qkv, prep, attend, merge, o, residual, gate|up, act, down, residual
 
 # buf offsets (indices into `offs`)
 X, H, Q, QO, KO, VO, ATT, O, G, ACT, D = range(11)
 # prods columns
-P_KIND, P_W, P_NTILES, P_WSTRIDE, P_N, P_ROWS, P_IN, P_OUT = range(8)
+P_KIND, P_W, P_NTILES, P_WSTRIDE, P_N, P_ROWS, P_IN, P_OUT, P_TPT = range(9)
 # layer_prods columns: product index ranges of the layer's four phases
 L_QKV0, L_QKV1, L_O, L_GU0, L_GU1, L_DOWN = range(6)
 
@@ -58,13 +57,14 @@ def _tiles(kind, wa, ws, rows, t0, t1, xq, dx, sxd, xf, nsb, oa):  # type: ignor
 
 
 @njit(inline="always")
-def _products(prods, a, b, buf, ctr, phase, xq_buf, dxb, sxb):  # type: ignore[no-untyped-def]  # pragma: no cover
-    """Products a..b-1 (one input) split into tasks over both threads; returns when all are done."""
+def _products(prods, a, b, buf, ctr, phase, xq_buf, dxb, sxb, nthreads):  # type: ignore[no-untyped-def]  # pragma: no cover
+    """Products a..b-1 (one input) over the team; returns when all are done. The phase's tiles (every
+    product's, end to end) are claimed in guided chunks: a quarter of what is left at first, then less,
+    never under the product's P_TPT tiles, so the threads finish together after few claims."""
     n = prods[a, P_N]
     i0 = prods[a, P_IN]
     xf = buf[i0:i0 + n].reshape((1, n))
-    kind0 = prods[a, P_KIND]
-    floats = kind0 >= FLOAT_KINDS
+    floats = prods[a, P_KIND] >= FLOAT_KINDS
     skip = ((64 - xq_buf.ctypes.data % 64) % 64) // 2  # 64-byte aligned int16 rows, as gemm_tiles keeps them
     m = 0 if floats else n
     xq = xq_buf[skip:skip + m].reshape((1, m))
@@ -74,24 +74,27 @@ def _products(prods, a, b, buf, ctr, phase, xq_buf, dxb, sxb):  # type: ignore[n
         _quantize(xf, xq, dx, sxd)
     total = 0
     for p in range(a, b):
-        total += (prods[p, P_NTILES] + TILES_PER_TASK - 1) // TILES_PER_TASK
+        total += prods[p, P_NTILES]
     ba = U(buf.ctypes.data)
     while True:
-        k = claim(ctr, phase)
-        if k >= total:
+        left = total - _load_acquire(ctr, phase * LINE)
+        k = max(prods[a, P_TPT], left // (2 * nthreads))
+        g = _fetch_add(ctr, phase * LINE, k)
+        if g >= total:
             break
-        p = a
-        nt = (prods[p, P_NTILES] + TILES_PER_TASK - 1) // TILES_PER_TASK
-        while k >= nt:
-            k -= nt
-            p += 1
-            nt = (prods[p, P_NTILES] + TILES_PER_TASK - 1) // TILES_PER_TASK
-        kind = prods[p, P_KIND]
-        t0 = k * TILES_PER_TASK
-        t1 = min(prods[p, P_NTILES], t0 + TILES_PER_TASK)
-        _tiles(kind, U(prods[p, P_W]), U(prods[p, P_WSTRIDE]), prods[p, P_ROWS], t0, t1, xq, dx, sxd, xf,
-               n // SB_VALUES[kind], ba + U(prods[p, P_OUT] * 4))
-        finish(ctr, phase)
+        end = min(g + k, total)
+        g0 = g
+        p, base = a, 0
+        while g < end:
+            while g >= base + prods[p, P_NTILES]:
+                base += prods[p, P_NTILES]
+                p += 1
+            kind = prods[p, P_KIND]
+            t1 = min(end - base, prods[p, P_NTILES])
+            _tiles(kind, U(prods[p, P_W]), U(prods[p, P_WSTRIDE]), prods[p, P_ROWS], g - base, t1, xq, dx, sxd, xf,
+                   n // SB_VALUES[kind], ba + U(prods[p, P_OUT] * 4))
+            g = base + t1
+        _fetch_add(ctr, phase * LINE + 1, end - g0)
     wait_done(ctr, phase, total)
 
 
@@ -99,10 +102,12 @@ def _products(prods, a, b, buf, ctr, phase, xq_buf, dxb, sxb):  # type: ignore[n
 def lane_layers(nthreads, lo, hi, kv0, prods, layer_prods, buf, offs, dims,
                 attn_norm, ffn_norm, post_attn, post_ffn, bq, bk, bv, q_norm, k_norm,
                 cos, sin, rope_on, neox, windows, eps, scale, res_scale, softcap, gelu,
-                k_pool, v_pool, table, pos, dest_block, dest_off, chunk, part_m, part_l, part_o, ctr, none1):  # type: ignore[no-untyped-def]  # pragma: no cover
+                k_pool, v_pool, table, pos, dest_block, dest_off, chunk, part_m, part_l, part_o, ctr, none1, stamps):  # type: ignore[no-untyped-def]  # pragma: no cover
     """Layers lo..hi-1 on the row buf[X] (the first layer's input norm included); K/V of layer li go to
     layer li - kv0 of the pools at (dest_block, dest_off); the row attends positions through `table`.
-    none1: an empty float32 vector (no next norm after the band's last layer)."""
+    none1: an empty float32 vector (no next norm after the band's last layer). stamps: empty, or int64
+    [phases + 1] that the first thread fills with the cycle counter at the start and after each phase
+    (bench/breakdown.py)."""
     hidden, n_heads, kvh, dim, ffn = dims[0], dims[1], dims[2], dims[3], dims[4]
     q_dim, kv_dim, group = n_heads * dim, kvh * dim, n_heads // kvh
     xo, ho = offs[X], offs[H]
@@ -131,14 +136,21 @@ def lane_layers(nthreads, lo, hi, kv0, prods, layer_prods, buf, offs, dims,
         sxb = np.empty(maxn // 32, dtype=np.float32)
         s = np.empty((group, chunk), dtype=np.float32)
         ph = 0
+        timed = th == 0 and stamps.shape[0] != 0
+        if timed:
+            stamps[0] = cycles()
         if claim(ctr, ph) == 0:  # the first layer's input norm
             _rmsnorm_s(x2, attn_norm[lo], eps, h2)
             finish(ctr, ph)
         wait_done(ctr, ph, 1)
+        if timed:
+            stamps[ph + 1] = cycles()
         ph += 1
         for li in range(lo, hi):
             lp = layer_prods[li]
-            _products(prods, lp[L_QKV0], lp[L_QKV1], buf, ctr, ph, xq_buf, dxb, sxb)
+            _products(prods, lp[L_QKV0], lp[L_QKV1], buf, ctr, ph, xq_buf, dxb, sxb, nthreads)
+            if timed:
+                stamps[ph + 1] = cycles()
             ph += 1
             if claim(ctr, ph) == 0:  # biases, q/k norms, RoPE; then the row's own K/V into the pool
                 _qkv_prep_s(q2, k2, v2, bq[li], bk[li], bv[li], q_norm[li], k_norm[li], cos[li:li + 1],
@@ -147,6 +159,8 @@ def lane_layers(nthreads, lo, hi, kv0, prods, layer_prods, buf, offs, dims,
                 v_pool[li - kv0, dest_block, dest_off] = vo[0]
                 finish(ctr, ph)
             wait_done(ctr, ph, 1)
+            if timed:
+                stamps[ph + 1] = cycles()
             ph += 1
             first = 0
             w = windows[li]
@@ -165,6 +179,8 @@ def lane_layers(nthreads, lo, hi, kv0, prods, layer_prods, buf, offs, dims,
                              scale, softcap, s, part_m[ci, kh], part_l[ci, kh], part_o[ci, kh])
                 finish(ctr, ph)
             wait_done(ctr, ph, nch * kvh)
+            if timed:
+                stamps[ph + 1] = cycles()
             ph += 1
             while True:
                 kh = claim(ctr, ph)
@@ -173,26 +189,40 @@ def lane_layers(nthreads, lo, hi, kv0, prods, layer_prods, buf, offs, dims,
                 merge_chunks(part_m[:nch, kh], part_l[:nch, kh], part_o[:nch, kh], att[kh * group:(kh + 1) * group])
                 finish(ctr, ph)
             wait_done(ctr, ph, kvh)
+            if timed:
+                stamps[ph + 1] = cycles()
             ph += 1
-            _products(prods, lp[L_O], lp[L_O] + 1, buf, ctr, ph, xq_buf, dxb, sxb)
+            _products(prods, lp[L_O], lp[L_O] + 1, buf, ctr, ph, xq_buf, dxb, sxb, nthreads)
+            if timed:
+                stamps[ph + 1] = cycles()
             ph += 1
             if claim(ctr, ph) == 0:
                 _residual_norm_s(x2, o2, post_attn[li], res_scale, ffn_norm[li], eps, x2, h2)
                 finish(ctr, ph)
             wait_done(ctr, ph, 1)
+            if timed:
+                stamps[ph + 1] = cycles()
             ph += 1
-            _products(prods, lp[L_GU0], lp[L_GU1], buf, ctr, ph, xq_buf, dxb, sxb)
+            _products(prods, lp[L_GU0], lp[L_GU1], buf, ctr, ph, xq_buf, dxb, sxb, nthreads)
+            if timed:
+                stamps[ph + 1] = cycles()
             ph += 1
             if claim(ctr, ph) == 0:
                 _gated_s(g2, u2, gelu, a2)
                 finish(ctr, ph)
             wait_done(ctr, ph, 1)
+            if timed:
+                stamps[ph + 1] = cycles()
             ph += 1
-            _products(prods, lp[L_DOWN], lp[L_DOWN] + 1, buf, ctr, ph, xq_buf, dxb, sxb)
+            _products(prods, lp[L_DOWN], lp[L_DOWN] + 1, buf, ctr, ph, xq_buf, dxb, sxb, nthreads)
+            if timed:
+                stamps[ph + 1] = cycles()
             ph += 1
             if claim(ctr, ph) == 0:  # the next layer's input norm fused (none after the band's last)
                 _residual_norm_s(x2, d2, post_ffn[li], res_scale, attn_norm[li + 1] if li + 1 < hi else none1,
                                  eps, x2, h2)
                 finish(ctr, ph)
             wait_done(ctr, ph, 1)
+            if timed:
+                stamps[ph + 1] = cycles()
             ph += 1

@@ -65,3 +65,13 @@ def finish(ctr, phase):  # type: ignore[no-untyped-def]
 def wait_done(ctr, phase, n):  # type: ignore[no-untyped-def]
     while _load_acquire(ctr, phase * LINE + 1) < n:
         _pause()
+
+
+@intrinsic
+def cycles(typingctx):  # type: ignore[no-untyped-def]
+    """The CPU's time-stamp counter (llvm.readcyclecounter): per-phase timing inside a region."""
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        fn = builder.module.declare_intrinsic("llvm.readcyclecounter", fnty=ir.FunctionType(ir.IntType(64), []))
+        return builder.call(fn, [])
+
+    return types.int64(), codegen

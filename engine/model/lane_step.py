@@ -26,6 +26,8 @@ from engine.kernels.tasks import LINE
 from engine.model.resident import QuantWeight
 from engine.quant.tiles import FLOAT_KINDS
 
+TASK_BYTES = 16 << 10  # the smallest claim of a product phase (guided chunks: lane_kernel._products)
+
 
 def _runs(ws: Sequence[Any]) -> list[QuantWeight] | None:
     """The products matmul_group makes for ws (a fused group's whole, else each weight); None if any is
@@ -64,10 +66,15 @@ class LanePlan:
     norms: tuple[np.ndarray, ...]  # attn_norm, ffn_norm, post_attn, post_ffn, bq, bk, bv, q_norm, k_norm
     rope_on: np.ndarray  # [layers] bool
     windows: np.ndarray  # [layers] int64
-    keys: list[tuple[float, float]]  # per layer: (rope theta, position scale)
+    keys: list[tuple[float, float]]  # the distinct (rope theta, position scale) pairs
+    key_of: np.ndarray  # [layers] int64: 1 + the layer's index into keys, 0 for a layer without RoPE
     keep: list[Any]  # the weights whose buffers the prods point into (alive while the plan is)
     layers: list[Any]  # the layer objects it was built from: a stage that drops or swaps one rebuilds it
     threads: int | None = None  # the team size asked for (tests); None: numba's thread count
+
+    @property
+    def _zero_row(self) -> np.ndarray:
+        return np.zeros((1, int(self.dims[3]) // 2), np.float32)
 
     def current(self, model: Any) -> bool:
         ls = model.weights.layers
@@ -103,7 +110,8 @@ class LanePlan:
             a = len(prods)
             o = out_off
             for x in run:
-                prods.append([x._tile, x.raw.ctypes.data, x.raw.shape[0], x.raw.strides[0], n_in, x.shape[0], in_off, o])
+                prods.append([x._tile, x.raw.ctypes.data, x.raw.shape[0], x.raw.strides[0], n_in, x.shape[0], in_off, o,
+                              max(1, TASK_BYTES // x.raw.strides[0])])
                 keep.append(x)
                 o += x.shape[0]
             return a, len(prods)
@@ -129,14 +137,23 @@ class LanePlan:
         except ValueError:
             return None
         n = len(layers)
+        keys: list[tuple[float, float]] = []
+        key_of = []
+        for li in range(n):
+            key = (c.rope_theta(li), c.rope_pos_scale(li))
+            if key not in keys:
+                keys.append(key)
+            key_of.append(1 + keys.index(key) if c.uses_rope(li) else 0)
         return cls(np.array(prods, np.int64), np.array(layer_prods, np.int64), offs,
                    np.array([hidden, c.n_heads, c.n_kv_heads, c.head_dim, ffn], np.int64), at, norms,
                    np.array([c.uses_rope(li) for li in range(n)], np.bool_),
                    np.array([c.window(li) for li in range(n)], np.int64),
-                   [(c.rope_theta(li), c.rope_pos_scale(li)) for li in range(n)], keep, list(layers))
+                   keys, np.array(key_of, np.int64), keep, list(layers))
 
-    def run(self, model: Any, x: np.ndarray, lane: Any, lo: int, hi: int, kv_layer0: int) -> np.ndarray:
-        """Layers lo..hi-1 on one decode row x [1, hidden] of `lane` (its KV block reserved); the new x."""
+    def run(self, model: Any, x: np.ndarray, lane: Any, lo: int, hi: int, kv_layer0: int,
+            stamps: np.ndarray | None = None) -> np.ndarray:
+        """Layers lo..hi-1 on one decode row x [1, hidden] of `lane` (its KV block reserved); the new x.
+        stamps: int64 [1 + 1 + PHASES_PER_LAYER * (hi - lo)] to receive the cycle counter per phase."""
         c = model.config
         pos = int(lane.start)
         pool = lane.kv.pool
@@ -146,17 +163,12 @@ class LanePlan:
             raise EngineError(f"attention: lane 0 has {len(blocks)} KV blocks of {bt} tokens, "
                               f"position {pos} needs {pos // bt + 1}")
         table = np.asarray(blocks, dtype=np.int64)
+        # one cos/sin row per distinct RoPE (base, scale) (Gemma 3: local and global), gathered per layer;
+        # row 0 of the gather is zeros for the layers without RoPE
         positions = np.array([pos], np.int64)
-        half = c.head_dim // 2
-        cos = np.zeros((len(self.keys), half), np.float32)
-        sin = np.zeros((len(self.keys), half), np.float32)
-        tables: dict[tuple[float, float], tuple[np.ndarray, np.ndarray]] = {}
-        for li in range(lo, hi):
-            if self.rope_on[li]:
-                key = self.keys[li]
-                if key not in tables:
-                    tables[key] = rope_tables(positions, key[0], c.head_dim, key[1], model.weights.rope_freqs)
-                cos[li], sin[li] = tables[key][0][0], tables[key][1][0]
+        rows = [rope_tables(positions, theta, c.head_dim, ps, model.weights.rope_freqs) for theta, ps in self.keys]
+        cos = np.concatenate([self._zero_row] + [r[0] for r in rows])[self.key_of]
+        sin = np.concatenate([self._zero_row] + [r[1] for r in rows])[self.key_of]
         chunk = chunk_positions(c.head_dim)
         maxch = pos // chunk + 2
         kvh, group = c.n_kv_heads, c.n_heads // c.n_kv_heads
@@ -171,8 +183,9 @@ class LanePlan:
                     an, fn, pa, pf, bq, bk, bv, qn, kn, cos, sin, self.rope_on, c.rope_style == ROPE_NEOX,
                     self.windows, float(c.norm_eps), float(c.scale), np.float32(c.residual_scale), float(c.attn_softcap),
                     c.act == "gelu_tanh", pool.k, pool.v, table, pos, int(table[pos // bt]), pos % bt, chunk,
-                    part_m, part_l, part_o, ctr, _NONE1)
+                    part_m, part_l, part_o, ctr, _NONE1, _NO_STAMPS if stamps is None else stamps)
         return buf[self.offs[X]:self.offs[X] + c.hidden].reshape(1, c.hidden).copy()
 
 
 _NONE1 = np.empty(0, np.float32)
+_NO_STAMPS = np.empty(0, np.int64)
