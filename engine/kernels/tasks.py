@@ -14,6 +14,8 @@ from numba import njit, types
 from numba.extending import intrinsic
 
 LINE = 8  # int64 counters per phase: one cache line, so two phases' counters never share a line
+SPINS = 1 << 14  # pauses (~20-40 ns each) before a waiting thread starts yielding its core
+SYS_SCHED_YIELD = 24  # x86-64 Linux
 
 
 @intrinsic
@@ -50,6 +52,19 @@ def _pause(typingctx):  # type: ignore[no-untyped-def]
     return types.void(), codegen
 
 
+@intrinsic
+def _sched_yield(typingctx):  # type: ignore[no-untyped-def]
+    """sched_yield(2) as a raw syscall (a ctypes call would keep numba from caching the kernel)."""
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        i64 = ir.IntType(64)
+        asm = ir.InlineAsm(ir.FunctionType(i64, [i64]), "syscall", "={rax},{rax},~{rcx},~{r11},~{memory}",
+                           side_effect=True)
+        builder.call(asm, [ir.Constant(i64, SYS_SCHED_YIELD)])
+        return context.get_dummy_value()
+
+    return types.void(), codegen
+
+
 @njit(inline="always")
 def claim(ctr, phase):  # type: ignore[no-untyped-def]
     """The next unclaimed task id of `phase` (>= its task count once all are taken)."""
@@ -63,8 +78,15 @@ def finish(ctr, phase):  # type: ignore[no-untyped-def]
 
 @njit(inline="always")
 def wait_done(ctr, phase, n):  # type: ignore[no-untyped-def]
+    """Spin (a phase is microseconds), then yield the core: when more threads than cores are runnable (a
+    prefill worker beside the decode step), the thread that holds the last task must get to run."""
+    spins = 0
     while _load_acquire(ctr, phase * LINE + 1) < n:
-        _pause()
+        if spins < SPINS:
+            _pause()
+            spins += 1
+        else:
+            _sched_yield()
 
 
 @intrinsic
