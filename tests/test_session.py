@@ -182,6 +182,8 @@ def test_warmup_loads_every_kernel() -> None:
             "from engine.model import linear; from engine.kernels import ops, attention as a; "
             "from engine.kernels.parallel import serial_twin; "
             "ks = (linear._rows_kernel, ops._rmsnorm, ops._gated, ops._residual_norm, ops._qkv_prep, a._paged_attention); "
-            "print(all(len(k.signatures) > 0 and len(serial_twin(k).signatures) > 0 for k in ks))")
+            "from engine.kernels.lane_kernel import lane_layers; "
+            "print(all(len(k.signatures) > 0 and len(serial_twin(k).signatures) > 0 for k in ks) "
+            "and len(lane_layers.signatures) > 0)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "True", out.stderr

@@ -56,7 +56,7 @@ def _tiles(kind, wa, ws, rows, t0, t1, xq, dx, sxd, xf, nsb, oa):  # type: ignor
         tdot1(kind, wa + U(t) * ws, xq, dx, sxd, xf, 0, nsb, oa + U(t * TILE * 4), U(0), min(TILE, rows - t * TILE))
 
 
-@njit(inline="always")
+@njit(nogil=True, cache=True)
 def _products(prods, a, b, buf, ctr, phase, xq_buf, dxb, sxb, nthreads):  # type: ignore[no-untyped-def]  # pragma: no cover
     """Products a..b-1 (one input) over the team; returns when all are done. The phase's tiles (every
     product's, end to end) are claimed in guided chunks: a quarter of what is left at first, then less,

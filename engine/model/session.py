@@ -165,3 +165,11 @@ def warmup(model: Model | None = None) -> None:
         step_batch([a, b], [5, 6])
         a.free()
         b.free()
+    from engine.model.synthetic import synthetic_resident_model
+
+    tiled = synthetic_resident_model()  # the one-kernel single-lane step (engine/kernels/lane_kernel.py)
+    if tiled.lane_plan() is not None:
+        s = Session(tiled)
+        s.prefill([1, 2])
+        s.step(3)
+        s.free()

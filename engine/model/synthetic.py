@@ -83,3 +83,22 @@ def synthetic_model(seed: int = SEED) -> Model:
     """The synthetic checkpoint (same seed -> same weights, bit for bit)."""
     return Model(SYNTHETIC_CONFIG, synthetic_weights(SYNTHETIC_CONFIG, seed), name="synthetic",
                  identity=config_identity(SYNTHETIC_CONFIG, f"synthetic:seed={seed}"))
+
+
+def synthetic_resident_model(seed: int = SEED) -> Model:
+    """The synthetic checkpoint with every matrix but the embedding resident as Q8_0 tiles (Q/K/V and
+    gate/up fused, as the loader does): what warms the quantized decode kernels without a model file."""
+    from gguf import GGMLQuantizationType as QT
+
+    from engine.model.fuse import fuse_siblings
+    from engine.model.resident import resident_weight
+    from engine.quant.quantize import quantize_as
+
+    m = synthetic_model(seed)
+    for li, lw in enumerate(m.weights.layers):
+        for name in ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down"):
+            w = getattr(lw, name)
+            setattr(lw, name, resident_weight(f"blk.{li}.{name}", QT.Q8_0, quantize_as(QT.Q8_0, w), w.shape))
+        fuse_siblings((lw.wq, lw.wk, lw.wv))
+        fuse_siblings((lw.w_gate, lw.w_up))
+    return m
