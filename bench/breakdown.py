@@ -92,32 +92,40 @@ def _instrumented(times: Counter[str], calls: Counter[str], nbytes: Counter[str]
         nbytes[key] += self.nbytes
         return r
 
-    from engine.kernels.lane_kernel import PHASES_PER_LAYER, P_NTILES, P_WSTRIDE
+    from engine.kernels.lane_kernel import HEAD_PHASES, PHASES_PER_LAYER, P_NTILES, P_WSTRIDE
     from engine.model.lane_step import LanePlan
 
     lane_run = LanePlan.run
     ns_per_cycle = _ns_per_cycle()
 
-    def lane(self: LanePlan, model: Any, x: np.ndarray, ln: Any, lo: int, hi: int, kv0: int, stamps: Any = None) -> Any:
+    def lane(self: LanePlan, model: Any, x: np.ndarray, ln: Any, lo: int, hi: int, kv0: int, stamps: Any = None,
+             head: bool = False) -> Any:
         if not _ON[0]:
-            return lane_run(self, model, x, ln, lo, hi, kv0)
-        st = np.zeros(2 + PHASES_PER_LAYER * (hi - lo), np.int64)
+            return lane_run(self, model, x, ln, lo, hi, kv0, head=head)
+        with_head = head and self.head >= 0
+        st = np.zeros(2 + PHASES_PER_LAYER * (hi - lo) + HEAD_PHASES * with_head, np.int64)
         t = pc()
-        r = lane_run(self, model, x, ln, lo, hi, kv0, st)
+        r = lane_run(self, model, x, ln, lo, hi, kv0, st, head=head)
         dt = pc() - t
         ns = np.diff(st) * ns_per_cycle
-        times["lane kernel: " + LANE_PHASES[0]] += ns[0]
-        calls["lane kernel: " + LANE_PHASES[0]] += 1
         tile_bytes = self.prods[:, P_NTILES] * self.prods[:, P_WSTRIDE]
+
+        def add(key: str, i: int, nb: int = 0) -> None:
+            times["lane kernel: " + key] += ns[i]
+            calls["lane kernel: " + key] += 1
+            nbytes["lane kernel: " + key] += nb
+
+        add(LANE_PHASES[0], 0)
         for li in range(lo, hi):
             lp = self.layer_prods[li]
             ranges = {0: (lp[0], lp[1]), 4: (lp[2], lp[2] + 1), 6: (lp[3], lp[4]), 8: (lp[5], lp[5] + 1)}
             for k in range(PHASES_PER_LAYER):
-                key = "lane kernel: " + LANE_PHASES[1 + k]
-                times[key] += ns[1 + (li - lo) * PHASES_PER_LAYER + k]
-                calls[key] += 1
-                if k in ranges:
-                    nbytes[key] += int(tile_bytes[ranges[k][0]:ranges[k][1]].sum())
+                a, b = ranges.get(k, (0, 0))
+                add(LANE_PHASES[1 + k], 1 + (li - lo) * PHASES_PER_LAYER + k, int(tile_bytes[a:b].sum()))
+        if with_head:
+            i = 1 + (hi - lo) * PHASES_PER_LAYER
+            add("output norm (one task)", i)
+            add("product output (LM head)", i + 1, int(tile_bytes[self.head]))
         times["lane kernel: call, team start and exit"] += dt - ns.sum()
         calls["lane kernel: call, team start and exit"] += 1
         return r

@@ -31,6 +31,7 @@ from engine.kernels.tilegemm import quantize_rows_i16
 from engine.quant.tiles import FLOAT_KINDS, SB_VALUES, TILE
 
 PHASES_PER_LAYER = 10  # qkv, prep, attend, merge, o, residual, gate|up, act, down, residual
+HEAD_PHASES = 2  # output norm, LM head
 
 # buf offsets (indices into `offs`)
 X, H, Q, QO, KO, VO, ATT, O, G, ACT, D = range(11)
@@ -57,10 +58,11 @@ def _tiles(kind, wa, ws, rows, t0, t1, xq, dx, sxd, xf, nsb, oa):  # type: ignor
 
 
 @njit(nogil=True, cache=True)
-def _products(prods, a, b, buf, ctr, phase, xq_buf, dxb, sxb, nthreads):  # type: ignore[no-untyped-def]  # pragma: no cover
+def _products(prods, a, b, buf, ctr, phase, xq_buf, dxb, sxb, nthreads, out):  # type: ignore[no-untyped-def]  # pragma: no cover
     """Products a..b-1 (one input) over the team; returns when all are done. The phase's tiles (every
     product's, end to end) are claimed in guided chunks: a quarter of what is left at first, then less,
-    never under the product's P_TPT tiles, so the threads finish together after few claims."""
+    never under the product's P_TPT tiles, so the threads finish together after few claims. Outputs go
+    to `out` at each product's P_OUT (buf itself for the layers, the logits for the head)."""
     n = prods[a, P_N]
     i0 = prods[a, P_IN]
     xf = buf[i0:i0 + n].reshape((1, n))
@@ -75,7 +77,7 @@ def _products(prods, a, b, buf, ctr, phase, xq_buf, dxb, sxb, nthreads):  # type
     total = 0
     for p in range(a, b):
         total += prods[p, P_NTILES]
-    ba = U(buf.ctypes.data)
+    ba = U(out.ctypes.data)
     while True:
         left = total - _load_acquire(ctr, phase * LINE)
         k = max(prods[a, P_TPT], left // (2 * nthreads))
@@ -102,12 +104,13 @@ def _products(prods, a, b, buf, ctr, phase, xq_buf, dxb, sxb, nthreads):  # type
 def lane_layers(nthreads, lo, hi, kv0, prods, layer_prods, buf, offs, dims,
                 attn_norm, ffn_norm, post_attn, post_ffn, bq, bk, bv, q_norm, k_norm,
                 cos, sin, rope_on, neox, windows, eps, scale, res_scale, softcap, gelu,
-                k_pool, v_pool, table, pos, dest_block, dest_off, chunk, part_m, part_l, part_o, ctr, none1, stamps):  # type: ignore[no-untyped-def]  # pragma: no cover
+                k_pool, v_pool, table, pos, dest_block, dest_off, chunk, part_m, part_l, part_o, ctr, none1, stamps, head, out_norm, logits):  # type: ignore[no-untyped-def]  # pragma: no cover
     """Layers lo..hi-1 on the row buf[X] (the first layer's input norm included); K/V of layer li go to
     layer li - kv0 of the pools at (dest_block, dest_off); the row attends positions through `table`.
     none1: an empty float32 vector (no next norm after the band's last layer). stamps: empty, or int64
     [phases + 1] that the first thread fills with the cycle counter at the start and after each phase
-    (bench/breakdown.py)."""
+    (bench/breakdown.py). head: the product index of the LM head (-1: none); then the output norm
+    out_norm and the head run as two more phases, into logits [vocab]."""
     hidden, n_heads, kvh, dim, ffn = dims[0], dims[1], dims[2], dims[3], dims[4]
     q_dim, kv_dim, group = n_heads * dim, kvh * dim, n_heads // kvh
     xo, ho = offs[X], offs[H]
@@ -148,7 +151,7 @@ def lane_layers(nthreads, lo, hi, kv0, prods, layer_prods, buf, offs, dims,
         ph += 1
         for li in range(lo, hi):
             lp = layer_prods[li]
-            _products(prods, lp[L_QKV0], lp[L_QKV1], buf, ctr, ph, xq_buf, dxb, sxb, nthreads)
+            _products(prods, lp[L_QKV0], lp[L_QKV1], buf, ctr, ph, xq_buf, dxb, sxb, nthreads, buf)
             if timed:
                 stamps[ph + 1] = cycles()
             ph += 1
@@ -192,7 +195,7 @@ def lane_layers(nthreads, lo, hi, kv0, prods, layer_prods, buf, offs, dims,
             if timed:
                 stamps[ph + 1] = cycles()
             ph += 1
-            _products(prods, lp[L_O], lp[L_O] + 1, buf, ctr, ph, xq_buf, dxb, sxb, nthreads)
+            _products(prods, lp[L_O], lp[L_O] + 1, buf, ctr, ph, xq_buf, dxb, sxb, nthreads, buf)
             if timed:
                 stamps[ph + 1] = cycles()
             ph += 1
@@ -203,7 +206,7 @@ def lane_layers(nthreads, lo, hi, kv0, prods, layer_prods, buf, offs, dims,
             if timed:
                 stamps[ph + 1] = cycles()
             ph += 1
-            _products(prods, lp[L_GU0], lp[L_GU1], buf, ctr, ph, xq_buf, dxb, sxb, nthreads)
+            _products(prods, lp[L_GU0], lp[L_GU1], buf, ctr, ph, xq_buf, dxb, sxb, nthreads, buf)
             if timed:
                 stamps[ph + 1] = cycles()
             ph += 1
@@ -214,7 +217,7 @@ def lane_layers(nthreads, lo, hi, kv0, prods, layer_prods, buf, offs, dims,
             if timed:
                 stamps[ph + 1] = cycles()
             ph += 1
-            _products(prods, lp[L_DOWN], lp[L_DOWN] + 1, buf, ctr, ph, xq_buf, dxb, sxb, nthreads)
+            _products(prods, lp[L_DOWN], lp[L_DOWN] + 1, buf, ctr, ph, xq_buf, dxb, sxb, nthreads, buf)
             if timed:
                 stamps[ph + 1] = cycles()
             ph += 1
@@ -223,6 +226,18 @@ def lane_layers(nthreads, lo, hi, kv0, prods, layer_prods, buf, offs, dims,
                                  eps, x2, h2)
                 finish(ctr, ph)
             wait_done(ctr, ph, 1)
+            if timed:
+                stamps[ph + 1] = cycles()
+            ph += 1
+        if head >= 0:
+            if claim(ctr, ph) == 0:  # the output norm, then the head (as Model.finish does them)
+                _rmsnorm_s(x2, out_norm, eps, h2)
+                finish(ctr, ph)
+            wait_done(ctr, ph, 1)
+            if timed:
+                stamps[ph + 1] = cycles()
+            ph += 1
+            _products(prods, head, head + 1, buf, ctr, ph, xq_buf, dxb, sxb, nthreads, logits)
             if timed:
                 stamps[ph + 1] = cycles()
             ph += 1

@@ -119,6 +119,10 @@ class Model:
         x = self.embed_rows(ids)
         if trace is not None:
             trace.append(x.copy())
+        if head and trace is None and len(lanes) == 1 and lanes[0].n == 1:  # one decode row: one kernel, head too
+            plan = self.lane_plan()
+            if plan is not None and plan.head >= 0:
+                return self._logit_post(plan.run(self, x, lanes[0], 0, self.config.n_layers, 0, head=True))
         x = self.run_layers(x, lanes, decode, 0, self.config.n_layers, trace=trace)
         return self.finish(x, lanes, all_logits, head, trace)
 
@@ -193,7 +197,11 @@ class Model:
             trace[-1] = hl  # HF reports the final state after the output norm
         if not head:
             return hl
-        logits = linear.matmul(hl, w.output)  # the head always takes the row-stable path
+        return self._logit_post(linear.matmul(hl, w.output))  # the head always takes the row-stable path
+
+    def _logit_post(self, logits: np.ndarray) -> np.ndarray:
+        """The head's output as logits: granite's scale, gemma2's final softcap."""
+        c = self.config
         if c.logit_scale != 1.0:  # granite
             logits *= np.float32(1.0 / c.logit_scale)
         if c.final_softcap > 0:

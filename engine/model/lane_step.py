@@ -20,7 +20,7 @@ import numpy as np
 from engine.errors import EngineError
 from engine.gguf.config import ROPE_NEOX
 from engine.kernels.attention import chunk_positions
-from engine.kernels.lane_kernel import ACT, ATT, D, G, H, KO, O, PHASES_PER_LAYER, Q, QO, VO, X, lane_layers
+from engine.kernels.lane_kernel import ACT, ATT, D, G, H, HEAD_PHASES, KO, O, PHASES_PER_LAYER, Q, QO, VO, X, lane_layers
 from engine.kernels.ops import rope_tables
 from engine.kernels.tasks import LINE
 from engine.model.resident import QuantWeight
@@ -70,6 +70,8 @@ class LanePlan:
     key_of: np.ndarray  # [layers] int64: 1 + the layer's index into keys, 0 for a layer without RoPE
     keep: list[Any]  # the weights whose buffers the prods point into (alive while the plan is)
     layers: list[Any]  # the layer objects it was built from: a stage that drops or swaps one rebuilds it
+    head: int  # the LM head's index in prods (-1: the head is not a tiled weight; Model.finish runs it)
+    out_norm: np.ndarray  # the output norm's weight, float32
     threads: int | None = None  # the team size asked for (tests); None: numba's thread count
 
     @property
@@ -127,6 +129,11 @@ class LanePlan:
             if any(len({k >= FLOAT_KINDS for k in ks}) > 1 for ks in kinds):  # one input: all int or all float tiles
                 return None
             layer_prods.append([qkv[0], qkv[1], o[0], gu[0], gu[1], dn[0]])
+        head = -1
+        out = w.output
+        if (isinstance(out, QuantWeight) and w.output_norm is not None
+                and add((out,), offs[H], hidden, 0, (out.shape[0],)) is not None):
+            head = len(prods) - 1
         try:
             norms = (_stack([lw.attn_norm for lw in layers], hidden), _stack([lw.ffn_norm for lw in layers], hidden),
                      _stack([lw.post_attn_norm for lw in layers], hidden),
@@ -148,12 +155,15 @@ class LanePlan:
                    np.array([hidden, c.n_heads, c.n_kv_heads, c.head_dim, ffn], np.int64), at, norms,
                    np.array([c.uses_rope(li) for li in range(n)], np.bool_),
                    np.array([c.window(li) for li in range(n)], np.int64),
-                   keys, np.array(key_of, np.int64), keep, list(layers))
+                   keys, np.array(key_of, np.int64), keep, list(layers), head,
+                   np.ascontiguousarray(w.output_norm if w.output_norm is not None else np.zeros(0), np.float32))
 
     def run(self, model: Any, x: np.ndarray, lane: Any, lo: int, hi: int, kv_layer0: int,
-            stamps: np.ndarray | None = None) -> np.ndarray:
-        """Layers lo..hi-1 on one decode row x [1, hidden] of `lane` (its KV block reserved); the new x.
-        stamps: int64 [1 + 1 + PHASES_PER_LAYER * (hi - lo)] to receive the cycle counter per phase."""
+            stamps: np.ndarray | None = None, head: bool = False) -> np.ndarray:
+        """Layers lo..hi-1 on one decode row x [1, hidden] of `lane` (its KV block reserved); the new x,
+        or with head=True (the plan has one: self.head >= 0) the logits [1, vocab] after the output norm and
+        the LM head (before any logit scale or softcap). stamps: int64 [2 + PHASES_PER_LAYER * (hi - lo)
+        (+ HEAD_PHASES)] to receive the cycle counter per phase."""
         c = model.config
         pos = int(lane.start)
         pool = lane.kv.pool
@@ -177,13 +187,18 @@ class LanePlan:
         part_o = np.empty((maxch, kvh, group, c.head_dim), np.float32)
         buf = np.empty(self.size, np.float32)
         buf[self.offs[X]:self.offs[X] + c.hidden] = x[0]
-        ctr = np.zeros((1 + PHASES_PER_LAYER * (hi - lo)) * LINE, np.int64)
+        head = head and self.head >= 0
+        logits = np.empty(int(self.prods[self.head, 5]), np.float32) if head else _NONE1
+        ctr = np.zeros((1 + PHASES_PER_LAYER * (hi - lo) + HEAD_PHASES * head) * LINE, np.int64)
         an, fn, pa, pf, bq, bk, bv, qn, kn = self.norms
         lane_layers(self.threads or numba.get_num_threads(), lo, hi, kv_layer0, self.prods, self.layer_prods, buf, self.offs, self.dims,
                     an, fn, pa, pf, bq, bk, bv, qn, kn, cos, sin, self.rope_on, c.rope_style == ROPE_NEOX,
                     self.windows, float(c.norm_eps), float(c.scale), np.float32(c.residual_scale), float(c.attn_softcap),
                     c.act == "gelu_tanh", pool.k, pool.v, table, pos, int(table[pos // bt]), pos % bt, chunk,
-                    part_m, part_l, part_o, ctr, _NONE1, _NO_STAMPS if stamps is None else stamps)
+                    part_m, part_l, part_o, ctr, _NONE1, _NO_STAMPS if stamps is None else stamps,
+                    self.head if head else -1, self.out_norm, logits)
+        if head:
+            return logits.reshape(1, -1)
         return buf[self.offs[X]:self.offs[X] + c.hidden].reshape(1, c.hidden).copy()
 
 
