@@ -149,7 +149,7 @@ def _instrumented(times: Counter[str], calls: Counter[str], nbytes: Counter[str]
 # the lane kernel's phases (engine/kernels/lane_kernel.py), timed by its first thread's cycle counter
 LANE_PHASES = ("first input norm", "products attn_q+k+v", "qkv_prep + K/V store (one task)",
                "attention chunks (scores, softmax, P.V)", "attention merge", "product attn_output",
-               "residual_norm after attention (one task)", "products ffn_gate+up", "gated_act (one task)",
+               "residual_norm after attention (one task)", "products ffn_gate+up", "gated_act + quantize (two halves)",
                "product ffn_down", "residual_norm + next input norm (one task)")
 
 

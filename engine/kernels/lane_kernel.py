@@ -3,8 +3,10 @@
 Why: a single-lane decode step of the generic forward makes ~9 calls a layer (products, the fused glue,
 attention), each paying Python, numba dispatch and a thread-team start (~4-10 us; measured: residual_norm
 5.7 us a call for 1.3 us of work). Here the team starts once per step and the threads pass the phases
-of every layer through atomic counters (engine/kernels/tasks.py): a weight product is split into tasks of
-a few tiles (P_TPT: engine/model/lane_step.py sizes them), attention into the chunks of batched_attention, the row glue is one task.
+of every layer, then the output norm and the LM head, through atomic counters (engine/kernels/tasks.py):
+a phase's weight products are claimed in guided chunks of tiles (`_products`), attention in the chunks of
+batched_attention, the gated activation (and the down product's input quantization) in two halves, the
+other row glue as one task.
 
 Every phase calls the same compiled code the generic path runs: tdot1 on each tile after
 quantize_rows_i16 (gemm_tiles' single-lane path), the serial twins of _rmsnorm, _qkv_prep,
@@ -57,12 +59,21 @@ def _tiles(kind, wa, ws, rows, t0, t1, xq, dx, sxd, xf, nsb, oa):  # type: ignor
         tdot1(kind, wa + U(t) * ws, xq, dx, sxd, xf, 0, nsb, oa + U(t * TILE * 4), U(0), min(TILE, rows - t * TILE))
 
 
+@njit(inline="always")
+def _next(stamps, ph, timed):  # type: ignore[no-untyped-def]  # pragma: no cover - numba
+    """After phase ph: its end on the cycle counter (the first thread, when timing); the next phase."""
+    if timed:
+        stamps[ph + 1] = cycles()
+    return ph + 1
+
+
 @njit(nogil=True, cache=True)
-def _products(prods, a, b, buf, ctr, phase, xq_buf, dxb, sxb, nthreads, out):  # type: ignore[no-untyped-def]  # pragma: no cover
+def _products(prods, a, b, buf, ctr, phase, xq_buf, dxb, sxb, nthreads, out, quantize):  # type: ignore[no-untyped-def]  # pragma: no cover
     """Products a..b-1 (one input) over the team; returns when all are done. The phase's tiles (every
     product's, end to end) are claimed in guided chunks: a quarter of what is left at first, then less,
     never under the product's P_TPT tiles, so the threads finish together after few claims. Outputs go
-    to `out` at each product's P_OUT (buf itself for the layers, the logits for the head)."""
+    to `out` at each product's P_OUT (buf itself for the layers, the logits for the head). quantize=False:
+    xq_buf, dxb, sxb already hold the input quantized (the gated phase does it, split over the team)."""
     n = prods[a, P_N]
     i0 = prods[a, P_IN]
     xf = buf[i0:i0 + n].reshape((1, n))
@@ -72,7 +83,7 @@ def _products(prods, a, b, buf, ctr, phase, xq_buf, dxb, sxb, nthreads, out):  #
     xq = xq_buf[skip:skip + m].reshape((1, m))
     dx = dxb[:m // 32].reshape((1, m // 32))
     sxd = sxb[:m // 32].reshape((1, m // 32))
-    if m:
+    if m and quantize:
         _quantize(xf, xq, dx, sxd)
     total = 0
     for p in range(a, b):
@@ -104,7 +115,8 @@ def _products(prods, a, b, buf, ctr, phase, xq_buf, dxb, sxb, nthreads, out):  #
 def lane_layers(nthreads, lo, hi, kv0, prods, layer_prods, buf, offs, dims,
                 attn_norm, ffn_norm, post_attn, post_ffn, bq, bk, bv, q_norm, k_norm,
                 cos, sin, rope_on, neox, windows, eps, scale, res_scale, softcap, gelu,
-                k_pool, v_pool, table, pos, dest_block, dest_off, chunk, part_m, part_l, part_o, ctr, none1, stamps, head, out_norm, logits):  # type: ignore[no-untyped-def]  # pragma: no cover
+                k_pool, v_pool, table, pos, dest_block, dest_off, chunk, part_m, part_l, part_o, ctr, none1, stamps,
+                head, out_norm, logits):  # type: ignore[no-untyped-def]  # pragma: no cover
     """Layers lo..hi-1 on the row buf[X] (the first layer's input norm included); K/V of layer li go to
     layer li - kv0 of the pools at (dest_block, dest_off); the row attends positions through `table`.
     none1: an empty float32 vector (no next norm after the band's last layer). stamps: empty, or int64
@@ -124,15 +136,17 @@ def lane_layers(nthreads, lo, hi, kv0, prods, layer_prods, buf, offs, dims,
     vo = buf[offs[VO]:offs[VO] + kv_dim].reshape((1, kvh, dim))
     att = buf[offs[ATT]:offs[ATT] + q_dim].reshape((n_heads, dim))
     o2 = buf[offs[O]:offs[O] + hidden].reshape((1, hidden))
-    g2 = buf[offs[G]:offs[G] + ffn].reshape((1, ffn))
-    u2 = buf[offs[G] + ffn:offs[G] + 2 * ffn].reshape((1, ffn))
-    a2 = buf[offs[ACT]:offs[ACT] + ffn].reshape((1, ffn))
     d2 = buf[offs[D]:offs[D] + hidden].reshape((1, hidden))
     qa = U(buf.ctypes.data) + U(offs[QO] * 4)
     bt = k_pool.shape[2]
     ks0, ks1, ks2 = U(k_pool.strides[1]), U(k_pool.strides[2]), U(k_pool.strides[3])
     vs0, vs1, vs2 = U(v_pool.strides[1]), U(v_pool.strides[2]), U(v_pool.strides[3])
     maxn = max(hidden, q_dim, ffn)
+    sq_buf = np.empty(ffn + 32, dtype=np.int16)  # the down product's input, quantized once by the team
+    sdx = np.empty(ffn // 32, dtype=np.float32)
+    ssx = np.empty(ffn // 32, dtype=np.float32)
+    sq_skip = ((64 - sq_buf.ctypes.data % 64) % 64) // 2
+    mid = (ffn // 64) * 32
     for th in prange(nthreads):
         xq_buf = np.empty(maxn + 32, dtype=np.int16)  # each thread quantizes a product's input itself
         dxb = np.empty(maxn // 32, dtype=np.float32)
@@ -146,15 +160,11 @@ def lane_layers(nthreads, lo, hi, kv0, prods, layer_prods, buf, offs, dims,
             _rmsnorm_s(x2, attn_norm[lo], eps, h2)
             finish(ctr, ph)
         wait_done(ctr, ph, 1)
-        if timed:
-            stamps[ph + 1] = cycles()
-        ph += 1
+        ph = _next(stamps, ph, timed)
         for li in range(lo, hi):
             lp = layer_prods[li]
-            _products(prods, lp[L_QKV0], lp[L_QKV1], buf, ctr, ph, xq_buf, dxb, sxb, nthreads, buf)
-            if timed:
-                stamps[ph + 1] = cycles()
-            ph += 1
+            _products(prods, lp[L_QKV0], lp[L_QKV1], buf, ctr, ph, xq_buf, dxb, sxb, nthreads, buf, True)
+            ph = _next(stamps, ph, timed)
             if claim(ctr, ph) == 0:  # biases, q/k norms, RoPE; then the row's own K/V into the pool
                 _qkv_prep_s(q2, k2, v2, bq[li], bk[li], bv[li], q_norm[li], k_norm[li], cos[li:li + 1],
                             sin[li:li + 1], rope_on[li], neox, eps, qo, ko, vo)
@@ -162,9 +172,7 @@ def lane_layers(nthreads, lo, hi, kv0, prods, layer_prods, buf, offs, dims,
                 v_pool[li - kv0, dest_block, dest_off] = vo[0]
                 finish(ctr, ph)
             wait_done(ctr, ph, 1)
-            if timed:
-                stamps[ph + 1] = cycles()
-            ph += 1
+            ph = _next(stamps, ph, timed)
             first = 0
             w = windows[li]
             if w > 0 and pos - w + 1 > 0:
@@ -182,9 +190,7 @@ def lane_layers(nthreads, lo, hi, kv0, prods, layer_prods, buf, offs, dims,
                              scale, softcap, s, part_m[ci, kh], part_l[ci, kh], part_o[ci, kh])
                 finish(ctr, ph)
             wait_done(ctr, ph, nch * kvh)
-            if timed:
-                stamps[ph + 1] = cycles()
-            ph += 1
+            ph = _next(stamps, ph, timed)
             while True:
                 kh = claim(ctr, ph)
                 if kh >= kvh:
@@ -192,52 +198,48 @@ def lane_layers(nthreads, lo, hi, kv0, prods, layer_prods, buf, offs, dims,
                 merge_chunks(part_m[:nch, kh], part_l[:nch, kh], part_o[:nch, kh], att[kh * group:(kh + 1) * group])
                 finish(ctr, ph)
             wait_done(ctr, ph, kvh)
-            if timed:
-                stamps[ph + 1] = cycles()
-            ph += 1
-            _products(prods, lp[L_O], lp[L_O] + 1, buf, ctr, ph, xq_buf, dxb, sxb, nthreads, buf)
-            if timed:
-                stamps[ph + 1] = cycles()
-            ph += 1
+            ph = _next(stamps, ph, timed)
+            _products(prods, lp[L_O], lp[L_O] + 1, buf, ctr, ph, xq_buf, dxb, sxb, nthreads, buf, True)
+            ph = _next(stamps, ph, timed)
             if claim(ctr, ph) == 0:
                 _residual_norm_s(x2, o2, post_attn[li], res_scale, ffn_norm[li], eps, x2, h2)
                 finish(ctr, ph)
             wait_done(ctr, ph, 1)
-            if timed:
-                stamps[ph + 1] = cycles()
-            ph += 1
-            _products(prods, lp[L_GU0], lp[L_GU1], buf, ctr, ph, xq_buf, dxb, sxb, nthreads, buf)
-            if timed:
-                stamps[ph + 1] = cycles()
-            ph += 1
-            if claim(ctr, ph) == 0:
-                _gated_s(g2, u2, gelu, a2)
+            ph = _next(stamps, ph, timed)
+            _products(prods, lp[L_GU0], lp[L_GU1], buf, ctr, ph, xq_buf, dxb, sxb, nthreads, buf, True)
+            ph = _next(stamps, ph, timed)
+            # act(gate) * up in two halves (at a multiple of 32), each half then quantized for the down
+            # product into the shared buffers: elementwise and per 32-value block, so the same bits
+            floats = prods[lp[L_DOWN], P_KIND] >= FLOAT_KINDS
+            while True:
+                part = claim(ctr, ph)
+                if part >= 2:
+                    break
+                c0, c1 = (0, mid) if part == 0 else (mid, ffn)
+                if c1 > c0:
+                    a_half = buf[offs[ACT] + c0:offs[ACT] + c1].reshape((1, c1 - c0))
+                    _gated_s(buf[offs[G] + c0:offs[G] + c1].reshape((1, c1 - c0)),
+                             buf[offs[G] + ffn + c0:offs[G] + ffn + c1].reshape((1, c1 - c0)), gelu, a_half)
+                    if not floats:
+                        _quantize(a_half, sq_buf[sq_skip + c0:sq_skip + c1].reshape((1, c1 - c0)),
+                                  sdx[c0 // 32:c1 // 32].reshape((1, (c1 - c0) // 32)),
+                                  ssx[c0 // 32:c1 // 32].reshape((1, (c1 - c0) // 32)))
                 finish(ctr, ph)
-            wait_done(ctr, ph, 1)
-            if timed:
-                stamps[ph + 1] = cycles()
-            ph += 1
-            _products(prods, lp[L_DOWN], lp[L_DOWN] + 1, buf, ctr, ph, xq_buf, dxb, sxb, nthreads, buf)
-            if timed:
-                stamps[ph + 1] = cycles()
-            ph += 1
+            wait_done(ctr, ph, 2)
+            ph = _next(stamps, ph, timed)
+            _products(prods, lp[L_DOWN], lp[L_DOWN] + 1, buf, ctr, ph, sq_buf, sdx, ssx, nthreads, buf, False)
+            ph = _next(stamps, ph, timed)
             if claim(ctr, ph) == 0:  # the next layer's input norm fused (none after the band's last)
                 _residual_norm_s(x2, d2, post_ffn[li], res_scale, attn_norm[li + 1] if li + 1 < hi else none1,
                                  eps, x2, h2)
                 finish(ctr, ph)
             wait_done(ctr, ph, 1)
-            if timed:
-                stamps[ph + 1] = cycles()
-            ph += 1
+            ph = _next(stamps, ph, timed)
         if head >= 0:
             if claim(ctr, ph) == 0:  # the output norm, then the head (as Model.finish does them)
                 _rmsnorm_s(x2, out_norm, eps, h2)
                 finish(ctr, ph)
             wait_done(ctr, ph, 1)
-            if timed:
-                stamps[ph + 1] = cycles()
-            ph += 1
-            _products(prods, head, head + 1, buf, ctr, ph, xq_buf, dxb, sxb, nthreads, logits)
-            if timed:
-                stamps[ph + 1] = cycles()
-            ph += 1
+            ph = _next(stamps, ph, timed)
+            _products(prods, head, head + 1, buf, ctr, ph, xq_buf, dxb, sxb, nthreads, logits, True)
+            ph = _next(stamps, ph, timed)
