@@ -109,6 +109,24 @@ def test_team_size_does_not_change_the_bits(arch: str, tmp_path: Path) -> None:
     model._lane_plan_built = False
 
 
+@pytest.mark.gemma
+def test_both_threads_claim_product_work() -> None:
+    """The bit-equality above would hold trivially on one thread: on Gemma 3 270M's step both threads of
+    the team claim chunks of the products (counted per thread in the phases' spare counter slots)."""
+    from engine.kernels.tasks import LINE
+    from numba_threads import team_size
+
+    assert team_size() >= 2
+    model = load_model("gemma3-270m", resident=True, progress=False)
+    s = Session(model)
+    s.prefill([2, 651, 6037, 529])
+    s.step(9405)
+    s.free()
+    ctr = model.lane_plan().last_counters  # type: ignore[union-attr]
+    per_thread = ctr.reshape(-1, LINE)[:, 2:4].sum(axis=0)
+    assert per_thread[0] > 0 and per_thread[1] > 0, per_thread
+
+
 def test_declines_what_it_does_not_cover(monkeypatch: pytest.MonkeyPatch) -> None:
     assert LS.LanePlan.of(synthetic_model()) is None  # plain float32 weights: the generic forward
     count = _Count(monkeypatch)

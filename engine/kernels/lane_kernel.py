@@ -68,12 +68,13 @@ def _next(stamps, ph, timed):  # type: ignore[no-untyped-def]  # pragma: no cove
 
 
 @njit(nogil=True, cache=True)
-def _products(prods, a, b, buf, ctr, phase, xq_buf, dxb, sxb, nthreads, out, quantize):  # type: ignore[no-untyped-def]  # pragma: no cover
+def _products(prods, a, b, buf, ctr, phase, xq_buf, dxb, sxb, nthreads, out, quantize, th):  # type: ignore[no-untyped-def]  # pragma: no cover
     """Products a..b-1 (one input) over the team; returns when all are done. The phase's tiles (every
     product's, end to end) are claimed in guided chunks: a quarter of what is left at first, then less,
     never under the product's P_TPT tiles, so the threads finish together after few claims. Outputs go
     to `out` at each product's P_OUT (buf itself for the layers, the logits for the head). quantize=False:
-    xq_buf, dxb, sxb already hold the input quantized (the gated phase does it, split over the team)."""
+    xq_buf, dxb, sxb already hold the input quantized (the gated phase does it, split over the team).
+    Thread th (< 6) counts its claims in the phase's spare counter slot 2 + th (tests: both threads worked)."""
     n = prods[a, P_N]
     i0 = prods[a, P_IN]
     xf = buf[i0:i0 + n].reshape((1, n))
@@ -108,6 +109,8 @@ def _products(prods, a, b, buf, ctr, phase, xq_buf, dxb, sxb, nthreads, out, qua
                    n // SB_VALUES[kind], ba + U(prods[p, P_OUT] * 4))
             g = base + t1
         _fetch_add(ctr, phase * LINE + 1, end - g0)
+        if th < LINE - 2:
+            ctr[phase * LINE + 2 + th] += 1
     wait_done(ctr, phase, total)
 
 
@@ -163,7 +166,7 @@ def lane_layers(nthreads, lo, hi, kv0, prods, layer_prods, buf, offs, dims,
         ph = _next(stamps, ph, timed)
         for li in range(lo, hi):
             lp = layer_prods[li]
-            _products(prods, lp[L_QKV0], lp[L_QKV1], buf, ctr, ph, xq_buf, dxb, sxb, nthreads, buf, True)
+            _products(prods, lp[L_QKV0], lp[L_QKV1], buf, ctr, ph, xq_buf, dxb, sxb, nthreads, buf, True, th)
             ph = _next(stamps, ph, timed)
             if claim(ctr, ph) == 0:  # biases, q/k norms, RoPE; then the row's own K/V into the pool
                 _qkv_prep_s(q2, k2, v2, bq[li], bk[li], bv[li], q_norm[li], k_norm[li], cos[li:li + 1],
@@ -199,14 +202,14 @@ def lane_layers(nthreads, lo, hi, kv0, prods, layer_prods, buf, offs, dims,
                 finish(ctr, ph)
             wait_done(ctr, ph, kvh)
             ph = _next(stamps, ph, timed)
-            _products(prods, lp[L_O], lp[L_O] + 1, buf, ctr, ph, xq_buf, dxb, sxb, nthreads, buf, True)
+            _products(prods, lp[L_O], lp[L_O] + 1, buf, ctr, ph, xq_buf, dxb, sxb, nthreads, buf, True, th)
             ph = _next(stamps, ph, timed)
             if claim(ctr, ph) == 0:
                 _residual_norm_s(x2, o2, post_attn[li], res_scale, ffn_norm[li], eps, x2, h2)
                 finish(ctr, ph)
             wait_done(ctr, ph, 1)
             ph = _next(stamps, ph, timed)
-            _products(prods, lp[L_GU0], lp[L_GU1], buf, ctr, ph, xq_buf, dxb, sxb, nthreads, buf, True)
+            _products(prods, lp[L_GU0], lp[L_GU1], buf, ctr, ph, xq_buf, dxb, sxb, nthreads, buf, True, th)
             ph = _next(stamps, ph, timed)
             # act(gate) * up in two halves (at a multiple of 32), each half then quantized for the down
             # product into the shared buffers: elementwise and per 32-value block, so the same bits
@@ -227,7 +230,7 @@ def lane_layers(nthreads, lo, hi, kv0, prods, layer_prods, buf, offs, dims,
                 finish(ctr, ph)
             wait_done(ctr, ph, 2)
             ph = _next(stamps, ph, timed)
-            _products(prods, lp[L_DOWN], lp[L_DOWN] + 1, buf, ctr, ph, sq_buf, sdx, ssx, nthreads, buf, False)
+            _products(prods, lp[L_DOWN], lp[L_DOWN] + 1, buf, ctr, ph, sq_buf, sdx, ssx, nthreads, buf, False, th)
             ph = _next(stamps, ph, timed)
             if claim(ctr, ph) == 0:  # the next layer's input norm fused (none after the band's last)
                 _residual_norm_s(x2, d2, post_ffn[li], res_scale, attn_norm[li + 1] if li + 1 < hi else none1,
@@ -241,5 +244,5 @@ def lane_layers(nthreads, lo, hi, kv0, prods, layer_prods, buf, offs, dims,
                 finish(ctr, ph)
             wait_done(ctr, ph, 1)
             ph = _next(stamps, ph, timed)
-            _products(prods, head, head + 1, buf, ctr, ph, xq_buf, dxb, sxb, nthreads, logits, True)
+            _products(prods, head, head + 1, buf, ctr, ph, xq_buf, dxb, sxb, nthreads, logits, True, th)
             ph = _next(stamps, ph, timed)

@@ -73,6 +73,7 @@ class LanePlan:
     head: int  # the LM head's index in prods (-1: the head is not a tiled weight; Model.finish runs it)
     out_norm: np.ndarray  # the output norm's weight, float32
     threads: int | None = None  # the team size asked for (tests); None: numba's thread count
+    last_counters: np.ndarray | None = None
 
     @property
     def _zero_row(self) -> np.ndarray:
@@ -197,6 +198,7 @@ class LanePlan:
                     c.act == "gelu_tanh", pool.k, pool.v, table, pos, int(table[pos // bt]), pos % bt, chunk,
                     part_m, part_l, part_o, ctr, _NONE1, _NO_STAMPS if stamps is None else stamps,
                     self.head if head else -1, self.out_norm, logits)
+        self.last_counters = ctr  # the phases' counters (tests read who claimed what)
         if head:
             return logits.reshape(1, -1)
         return buf[self.offs[X]:self.offs[X] + c.hidden].reshape(1, c.hidden).copy()
