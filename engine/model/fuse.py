@@ -73,18 +73,30 @@ def fuse_siblings(ws: Sequence[Any]) -> None:
             return
 
 
-def matmul_group(x: np.ndarray, ws: Sequence[Any], mm: Any) -> list[np.ndarray]:
-    """x @ w.T for every w of `ws`: one launch per fused run, `mm` (the caller's product) for the rest.
-    Fused outputs are column views of one [rows, total] array."""
-    out: list[np.ndarray] = []
+def product_runs(ws: Sequence[Any]) -> list[tuple[Any, FusedWeight | None]]:
+    """The products that computing every w of `ws` takes, in order: (a fused group's whole, the group) for
+    each run of members that leads a group, (w, None) for each other weight."""
+    out: list[tuple[Any, FusedWeight | None]] = []
     i = 0
     while i < len(ws):
         g = getattr(ws[i], "group", None)
         if g is not None and g.leads(ws[i:]):
-            y = g.whole.matmul(x)
-            out.extend(y[:, a:b] for a, b in zip(g.bounds, g.bounds[1:]))
+            out.append((g.whole, g))
             i += len(g.refs)
         else:
-            out.append(mm(x, ws[i]))
+            out.append((ws[i], None))
             i += 1
+    return out
+
+
+def matmul_group(x: np.ndarray, ws: Sequence[Any], mm: Any) -> list[np.ndarray]:
+    """x @ w.T for every w of `ws`: one launch per fused run, `mm` (the caller's product) for the rest.
+    Fused outputs are column views of one [rows, total] array."""
+    out: list[np.ndarray] = []
+    for w, g in product_runs(ws):
+        if g is not None:
+            y = w.matmul(x)
+            out.extend(y[:, a:b] for a, b in zip(g.bounds, g.bounds[1:]))
+        else:
+            out.append(mm(x, w))
     return out

@@ -20,9 +20,10 @@ import numpy as np
 from engine.errors import EngineError
 from engine.gguf.config import ROPE_NEOX
 from engine.kernels.attention import chunk_positions
-from engine.kernels.lane_kernel import ACT, ATT, D, G, H, HEAD_PHASES, KO, O, PHASES_PER_LAYER, Q, QO, VO, X, lane_layers
+from engine.kernels.lane_kernel import ACT, ATT, D, G, H, HEAD_PHASES, KO, O, P_ROWS, PHASES_PER_LAYER, Q, QO, VO, X, lane_layers
 from engine.kernels.ops import rope_tables
 from engine.kernels.tasks import LINE
+from engine.model.fuse import product_runs
 from engine.model.resident import QuantWeight
 from engine.quant.tiles import FLOAT_KINDS
 
@@ -30,41 +31,34 @@ TASK_BYTES = 16 << 10  # the smallest claim of a product phase (guided chunks: l
 
 
 def _runs(ws: Sequence[Any]) -> list[QuantWeight] | None:
-    """The products matmul_group makes for ws (a fused group's whole, else each weight); None if any is
-    not a tiled resident weight."""
-    out: list[QuantWeight] = []
-    i = 0
-    while i < len(ws):
-        g = getattr(ws[i], "group", None)
-        if g is not None and g.leads(ws[i:]):
-            out.append(g.whole)
-            i += len(g.refs)
-        else:
-            out.append(ws[i])
-            i += 1
-    if not all(isinstance(w, QuantWeight) and w._tile >= 0 for w in out):
-        return None
-    return out
+    """The products matmul_group makes for ws (fuse.product_runs); None if any is not a tiled resident weight."""
+    out = [w for w, _ in product_runs(ws)]
+    return out if all(isinstance(w, QuantWeight) and w._tile >= 0 for w in out) else None
 
 
-def _stack(vs: list[np.ndarray | None], n: int) -> np.ndarray:
-    """Per-layer vectors as one [layers, n] array; [layers, 0] when no layer has one."""
+# the per-layer vectors the kernel reads, in lane_layers' argument order
+NORMS = ("attn_norm", "ffn_norm", "post_attn_norm", "post_ffn_norm", "bq", "bk", "bv", "q_norm", "k_norm")
+
+
+def _stack(vs: list[np.ndarray | None]) -> np.ndarray | None:
+    """Per-layer vectors as one [layers, n] array; [layers, 0] when no layer has one; None when some
+    layers have one and some do not (not covered)."""
     if all(v is None for v in vs):
         return np.zeros((len(vs), 0), np.float32)
     if any(v is None for v in vs):
-        raise ValueError("mixed")  # some layers with, some without: not covered (the caller checks)
+        return None
     return np.ascontiguousarray(np.stack([np.asarray(v, np.float32) for v in vs]))
 
 
 @dataclass
 class LanePlan:
-    prods: np.ndarray  # [P, 8] int64 (lane_kernel.P_* columns)
+    prods: np.ndarray  # [P, 9] int64 (lane_kernel.P_* columns)
     layer_prods: np.ndarray  # [layers, 6] int64
     offs: np.ndarray  # [11] int64 buffer offsets
     dims: np.ndarray  # hidden, heads, kv heads, head_dim, ffn
     size: int  # floats in buf
-    norms: tuple[np.ndarray, ...]  # attn_norm, ffn_norm, post_attn, post_ffn, bq, bk, bv, q_norm, k_norm
-    rope_on: np.ndarray  # [layers] bool
+    norms: tuple[np.ndarray, ...]  # the NORMS vectors, each stacked [layers, n]
+    rope_on: np.ndarray  # [layers] bool (key_of != 0)
     windows: np.ndarray  # [layers] int64
     keys: list[tuple[float, float]]  # the distinct (rope theta, position scale) pairs
     key_of: np.ndarray  # [layers] int64: 1 + the layer's index into keys, 0 for a layer without RoPE
@@ -135,14 +129,8 @@ class LanePlan:
         if (isinstance(out, QuantWeight) and w.output_norm is not None
                 and add((out,), offs[H], hidden, 0, (out.shape[0],)) is not None):
             head = len(prods) - 1
-        try:
-            norms = (_stack([lw.attn_norm for lw in layers], hidden), _stack([lw.ffn_norm for lw in layers], hidden),
-                     _stack([lw.post_attn_norm for lw in layers], hidden),
-                     _stack([lw.post_ffn_norm for lw in layers], hidden),
-                     _stack([lw.bq for lw in layers], q_dim), _stack([lw.bk for lw in layers], kv_dim),
-                     _stack([lw.bv for lw in layers], kv_dim), _stack([lw.q_norm for lw in layers], c.head_dim),
-                     _stack([lw.k_norm for lw in layers], c.head_dim))
-        except ValueError:
+        norms = tuple(_stack([getattr(lw, name) for lw in layers]) for name in NORMS)
+        if any(v is None for v in norms):
             return None
         n = len(layers)
         keys: list[tuple[float, float]] = []
@@ -154,7 +142,7 @@ class LanePlan:
             key_of.append(1 + keys.index(key) if c.uses_rope(li) else 0)
         return cls(np.array(prods, np.int64), np.array(layer_prods, np.int64), offs,
                    np.array([hidden, c.n_heads, c.n_kv_heads, c.head_dim, ffn], np.int64), at, norms,
-                   np.array([c.uses_rope(li) for li in range(n)], np.bool_),
+                   np.array(key_of, np.int64) != 0,
                    np.array([c.window(li) for li in range(n)], np.int64),
                    keys, np.array(key_of, np.int64), keep, list(layers), head,
                    np.ascontiguousarray(w.output_norm if w.output_norm is not None else np.zeros(0), np.float32))
@@ -189,7 +177,7 @@ class LanePlan:
         buf = np.empty(self.size, np.float32)
         buf[self.offs[X]:self.offs[X] + c.hidden] = x[0]
         head = head and self.head >= 0
-        logits = np.empty(int(self.prods[self.head, 5]), np.float32) if head else _NONE1
+        logits = np.empty(int(self.prods[self.head, P_ROWS]), np.float32) if head else _NONE1
         ctr = np.zeros((1 + PHASES_PER_LAYER * (hi - lo) + HEAD_PHASES * head) * LINE, np.int64)
         an, fn, pa, pf, bq, bk, bv, qn, kn = self.norms
         lane_layers(self.threads or numba.get_num_threads(), lo, hi, kv_layer0, self.prods, self.layer_prods, buf, self.offs, self.dims,
