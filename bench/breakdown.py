@@ -92,7 +92,8 @@ def _instrumented(times: Counter[str], calls: Counter[str], nbytes: Counter[str]
         nbytes[key] += self.nbytes
         return r
 
-    from engine.kernels.lane_kernel import HEAD_PHASES, PHASES_PER_LAYER, P_NTILES, P_WSTRIDE
+    from engine.kernels.lane_kernel import (HEAD_PHASES, L_DOWN, L_GU0, L_GU1, L_O, L_QKV0, L_QKV1, P_NTILES,
+                                            P_WSTRIDE, PHASES_PER_LAYER)
     from engine.model.lane_step import LanePlan
 
     lane_run = LanePlan.run
@@ -118,7 +119,8 @@ def _instrumented(times: Counter[str], calls: Counter[str], nbytes: Counter[str]
         add(LANE_PHASES[0], 0)
         for li in range(lo, hi):
             lp = self.layer_prods[li]
-            ranges = {0: (lp[0], lp[1]), 4: (lp[2], lp[2] + 1), 6: (lp[3], lp[4]), 8: (lp[5], lp[5] + 1)}
+            ranges = {0: (lp[L_QKV0], lp[L_QKV1]), 4: (lp[L_O], lp[L_O] + 1), 6: (lp[L_GU0], lp[L_GU1]),
+                      8: (lp[L_DOWN], lp[L_DOWN] + 1)}  # a layer's phase k (LANE_PHASES[1 + k]) -> its products
             for k in range(PHASES_PER_LAYER):
                 a, b = ranges.get(k, (0, 0))
                 add(LANE_PHASES[1 + k], 1 + (li - lo) * PHASES_PER_LAYER + k, int(tile_bytes[a:b].sum()))

@@ -27,6 +27,7 @@ from engine.model.diag import stream_read_gbps
 
 from breakdown import PROMPT8, print_breakdown, step_seconds  # bench/breakdown.py (the script's own directory is on sys.path)
 
+
 def decode_tps(model, n: int) -> float:  # type: ignore[no-untyped-def]
     return 1.0 / step_seconds(model, n)  # n greedy steps after the 8-token prompt
 

@@ -20,7 +20,7 @@ from engine.model.forward import Model
 from engine.model.synthetic import synthetic_model
 from engine.quant.quantize import quantize_as
 
-# the third prompt runs far past the tiny models' windows (8)
+# the second prompt runs far past the tiny models' windows (8)
 PROMPTS = [[1, 5, 9, 200, 17], list(range(20, 320, 7))]
 # llama-family and gemma variants the kernel covers: biases (qwen2), q/k norms and post-norms (gemma3),
 # softcaps and alternating windows (gemma2), granite's multipliers, a NoPE layer (smollm3), a window (mistral)
@@ -74,7 +74,7 @@ def test_lane_kernel_is_the_generic_forward_bit_for_bit(tiny: tuple[str, Model],
     arch, model = tiny
     plan = LS.LanePlan.of(model)
     assert plan is not None and plan.head >= 0, f"{arch}: the lane kernel should cover this model and its head"
-    kinds = {int(k) for k in LS.LanePlan.of(model).prods[:, 0]}  # type: ignore[union-attr]
+    kinds = {int(k) for k in plan.prods[:, 0]}
     assert len(kinds) >= 3  # int tiles of several kinds and float (F16) tiles
     for prompt in PROMPTS:
         count = _Count(monkeypatch)
