@@ -175,6 +175,34 @@ def test_streams_continue_across_a_failover_without_repeats() -> None:
         assert c.head.counts["failed_over"] == 1
 
 
+def test_a_kv_import_that_lost_its_stage_is_rerouted_other_failures_are_not() -> None:
+    """A pipelined decode worker whose stage restarted under a KV import (KVLost) hands the request back:
+    the head re-routes it (prefill again, import again) and it finishes with the single scheduler's
+    tokens. A frame refused for any other reason still fails the request with the worker's error."""
+    from engine.model.kv import KVLost
+
+    reqs = _mixed(n=2)
+    want = _single(reqs)
+    with Cluster(1) as c:
+        w = c.decoders[0].worker
+        real, faults = w.deliver, [KVLost("a pipeline stage restarted during this forward")]
+
+        def deliver(*a: object, **kw: object) -> object:
+            if faults:
+                raise faults.pop()
+            return real(*a, **kw)
+
+        w.deliver = deliver  # type: ignore[method-assign]
+        got = [c.head.admit(_copy(r)).result(timeout=120) for r in reqs]
+        assert [r.error for r in got] == [None, None]
+        assert [r.token_ids for r in got] == want
+        assert c.head.counts["resumed"] == 1
+        faults.append(EngineError("KV frame refused"))
+        r = c.head.admit(_copy(reqs[0])).result(timeout=120)
+        assert r.finish_reason is FinishReason.ERROR and "KV import failed: EngineError: KV frame refused" in (r.error or "")
+        assert c.head.counts["resumed"] == 1
+
+
 def test_prefill_node_lost_fails_requests_never_hangs() -> None:
     with Cluster(1, "tcp", down_after=1.0) as c:
         c.prefill.worker.submit(lambda: time.sleep(1.5))  # the next prefills wait behind this

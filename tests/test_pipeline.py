@@ -239,3 +239,59 @@ def test_pipeline_refuses_foreign_pools_and_embeddings() -> None:
             pm.embed([1, 2, 3])
     finally:
         pm.close()
+
+
+def test_pool_calls_across_a_lost_stage_recover_like_a_forward() -> None:
+    """A KV import (P/D into a pipelined decode worker) or a swap reaching a stage that went away is the
+    pipeline's recovery, as in a forward: the stage rejoins and KVLost is raised (the scheduler recomputes,
+    the head re-routes the import), not an error that fails the request. Without a way back: the error."""
+    import time
+
+    from engine.model.kv import KVLost
+
+    m = model()
+    c = m.config
+    plan = PartitionPlan.by_bytes(m, 2)
+    nodes = [StageNode(m, lo, hi) for lo, hi in plan.bands]
+    replaced: list[StageNode] = []
+
+    def rejoin(i: int, why: str) -> str:
+        replaced.append(StageNode(m, *plan.bands[i]))
+        return f"{replaced[-1].address[0]}:{replaced[-1].address[1]}"
+
+    kv = np.random.default_rng(0).standard_normal((c.n_layers, 1, BT, c.n_kv_heads, c.head_dim)).astype(np.float32)
+    pm = remote_pipeline(m, [f"{n.address[0]}:{n.address[1]}" for n in nodes], rejoin=rejoin)
+    try:
+        pool = pm.new_pool(8, BT)
+        pool.write_kv([0], kv, kv)
+        before = pool.read_blocks([0])
+        nodes[1].close()  # the second stage goes away
+        deadline = time.monotonic() + 10
+        while pm.pipeline.stages[1].up and time.monotonic() < deadline:  # type: ignore[attr-defined]
+            time.sleep(0.01)
+        with pytest.raises(KVLost):
+            pool.write_kv([1], kv, kv)
+        assert pm.pipeline.stats["recoveries"] == 1 and len(replaced) == 1  # type: ignore[attr-defined]
+        pool.write_kv([0], kv, kv)  # the new stage takes the frame: the import tried again lands
+        assert pool.read_blocks([0]) == before
+        pool.copy_block(0, 1)
+        assert pool.read_blocks([1]) == before
+    finally:
+        pm.close()  # type: ignore[attr-defined]
+        for n in nodes + replaced:
+            n.close()
+    nodes = [StageNode(m, lo, hi) for lo, hi in plan.bands]
+    pm = remote_pipeline(m, [f"{n.address[0]}:{n.address[1]}" for n in nodes])  # no rejoin
+    try:
+        pool = pm.new_pool(8, BT)
+        nodes[0].close()
+        deadline = time.monotonic() + 10
+        while pm.pipeline.stages[0].up and time.monotonic() < deadline:  # type: ignore[attr-defined]
+            time.sleep(0.01)
+        with pytest.raises(EngineError, match="pipeline: importing a KV frame") as e:
+            pool.write_kv([0], kv, kv)
+        assert not isinstance(e.value, KVLost)
+    finally:
+        pm.close()  # type: ignore[attr-defined]
+        for n in nodes:
+            n.close()

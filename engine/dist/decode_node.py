@@ -24,6 +24,7 @@ from engine.dist.node import Node
 from engine.dist.spec import logprob_to_json, request_from_json
 from engine.dist.transport import TransportClosed, TransportTimeout
 from engine.dist.workers import Delivery, DecodeWorker
+from engine.model.kv import KVLost
 from engine.sched.lane import Handle
 
 
@@ -83,8 +84,8 @@ class DecodeNode(Node):
             request = request_from_json(header["spec"], ids)
             d = Delivery(request, ids, [int(b) for b in header.get("held", ())], logits)
             handle = self.worker.deliver(d, frame)
-        except Exception as e:  # refused frame, no room, bad request: the head fails or re-routes it
-            self.send_head({"op": "done", "rid": rid, "finish": "error", "ids": [],
+        except Exception as e:  # refused frame, no room, bad request: the head fails it; a lost stage: re-routes it
+            self.send_head({"op": "done", "rid": rid, "finish": "error", "ids": [], "retry": isinstance(e, KVLost),
                             "error": f"{self.name}: KV import failed: {type(e).__name__}: {e}"})
             return
         with self._lanes_lock:

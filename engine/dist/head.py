@@ -439,6 +439,9 @@ class PDHead:
                 self._on_tokens({"rid": job.rid, "t": ids[streamed:]})
                 if job.phase == "done":
                     return
+            if h.get("retry"):  # the node lost its K/V (a pipeline stage restarted) before the lane ran
+                self._resume(job, str(h.get("error")))
+                return
             if reason is FinishReason.CANCELLED and not job.cancelled:
                 reason, err = FinishReason.ERROR, f"{job.worker} cancelled the request"
             else:

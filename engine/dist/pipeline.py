@@ -27,7 +27,7 @@ import time
 import weakref
 from concurrent.futures import Future
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -40,6 +40,8 @@ from engine.dist.transport import TransportClosed, TransportTimeout
 from engine.errors import EngineError
 from engine.model.forward import LaneInput, Model
 from engine.model.kv import BlockPool, KVLost
+
+T = TypeVar("T")
 
 TRANSPORTS = ("inproc", "shm", "tcp")
 
@@ -411,26 +413,45 @@ class StagedPool(BlockPool):
     def block_bytes(self) -> int:
         return sum(self._sizes)
 
+    def _on_stages(self, what: str, fn: Callable[[], T]) -> T:
+        """fn(), which calls the stages. A stage that went away meanwhile (or a recovery another thread made)
+        is the pipeline's recovery, as in a forward: the stage rejoins and KVLost is raised (the scheduler
+        recomputes its lanes; a KV import is re-routed by the head), not this call's error."""
+        gen = self.pipeline.generation
+        try:
+            return fn()
+        except EngineError as e:
+            if self.pipeline.generation == gen and all(getattr(s, "up", True) for s in self.pipeline.stages):
+                raise  # every stage is there: the call itself failed
+            self.pipeline._recover(gen, f"{what}: {e}")  # raises KVLost, or EngineError with no way back
+            raise
+
     def read_blocks(self, blocks: list[int]) -> bytes:
-        return b"".join(s.read(self.pid, blocks) for s in self.pipeline.stages)
+        return self._on_stages("reading KV blocks", lambda: b"".join(s.read(self.pid, blocks)
+                                                                     for s in self.pipeline.stages))
 
     def write_blocks(self, blocks: list[int], data: bytes) -> None:
-        at = 0
-        for s, per in zip(self.pipeline.stages, self._sizes):
-            n = per * len(blocks)
-            s.write(self.pid, blocks, data[at : at + n])
-            at += n
+        def put() -> None:
+            at = 0
+            for s, per in zip(self.pipeline.stages, self._sizes):
+                n = per * len(blocks)
+                s.write(self.pid, blocks, data[at : at + n])
+                at += n
+
+        self._on_stages("writing KV blocks", put)
 
     def copy_block(self, src: int, dst: int) -> None:
-        for s in self.pipeline.stages:
-            s.copy(self.pid, src, dst)
+        self._on_stages("copying a KV block", lambda: [s.copy(self.pid, src, dst) for s in self.pipeline.stages])
 
     def write_kv(self, blocks: list[int], k: np.ndarray, v: np.ndarray) -> None:
         """Fill `blocks` from all-layer K/V arrays [layers, n, block_tokens, heads, dim] (a P/D frame
         imported into a pipelined decode worker): each stage gets its own layers' slice."""
-        for s in self.pipeline.stages:
-            lo, hi = s.band
-            s.write(self.pid, blocks, np.ascontiguousarray(k[lo:hi]).tobytes() + np.ascontiguousarray(v[lo:hi]).tobytes())
+        def put() -> None:
+            for s in self.pipeline.stages:
+                lo, hi = s.band
+                s.write(self.pid, blocks, np.ascontiguousarray(k[lo:hi]).tobytes() + np.ascontiguousarray(v[lo:hi]).tobytes())
+
+        self._on_stages("importing a KV frame", put)
 
 
 class PipelineModel(Model):
