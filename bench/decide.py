@@ -11,9 +11,9 @@ import argparse
 import statistics
 import time
 
-from fak.abi import ToolCall
-from fak.kernel import Kernel
-from fak.policy import coding_floor, parse_policy
+from fak.core.abi import ToolCall
+from fak.core.kernel import Kernel
+from fak.core.policy import coding_floor, parse_policy
 
 TEN_RULES = {
     "version": "fak-policy/v1",

@@ -8,7 +8,7 @@
    model's tokenizer (bench/grammar_libs.py's three schemas): median and p99 µs, per part and in all,
    and per token position the fastest of the replays (what it costs there when no other process
    preempts it: the box is shared).
-2. Decode tok/s of c requests admitted together to the scheduler fak.boot builds (resident weights,
+2. Decode tok/s of c requests admitted together to the scheduler fak.runtime.boot builds (resident weights,
    kernels warmed on its loop thread), greedy, `--new` tokens each, stop_on_eos off: free vs every lane
    under a grammar (any JSON object: this base model keeps adding keys, so lanes stay constrained for
    the whole run; lanes that end early are counted and said). Rate = tokens after each lane's first /
@@ -93,7 +93,7 @@ def decode_rates(model_name: str, c: int, new: int, rounds: int) -> dict[str, An
     alternating order (free first, then grammar first, ...), so a change in the box's load hits both."""
     from engine.grammar import GrammarSpec
     from engine.sched.lane import Request
-    from fak.boot import SchedOptions, boot
+    from fak.runtime.boot import SchedOptions, boot
 
     b = boot(model_name, resident=True, sched=SchedOptions.resolve(env=False, max_running=c), show=False)
     sched, tok = b.scheduler, b.tokenizer

@@ -15,7 +15,7 @@ earlier round), the same ones for every arm.
 Arms: `colo` one NativeScheduler; `pdN` PDCluster(decode_workers=N, transport="inproc"); `pdNs` the same
 with numba's thread count set to 1 on the prefill thread and on each decode loop thread (the cores split
 between the workers instead of one OpenMP team per launching thread on every core); `procN` what
-`fak serve --pd 1:N` runs: `fak worker` processes with the cores split (fak/workers.py split_cores), shm.
+`fak serve --pd 1:N` runs: `fak worker` processes with the cores split (fak/runtime/local.py split_cores), shm.
 
 Printed per arm: inter-token latency p50/p99/max of the short requests (pooled over their streams and the
 rounds), TTFT p50/max of the long prompts (from admit() to the first token, prefill and transfer included),
@@ -60,14 +60,14 @@ class Figures:
 
 
 def make_arm(kind: str, model: Any, path: str | None = None, plain: bool = False) -> Any:
-    from engine.dist.cluster import PDCluster
+    from engine.pd.cluster import PDCluster
     from engine.sched.scheduler import NativeScheduler
 
     if kind == "colo":
         return NativeScheduler(model, block_tokens=BT, prefill_chunk=CHUNK, prefill_budget=BUDGET, warm=True)
     if kind.startswith("proc"):  # fak serve --pd 1:N's engine: worker processes with the cores split, shm
-        from engine.dist.head import PDHead
-        from fak.workers import LocalWorkers
+        from engine.pd.head import PDHead
+        from fak.runtime.local import LocalWorkers
 
         if path is None:
             raise SystemExit("process arms need a GGUF model (not synthetic)")

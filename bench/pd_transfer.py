@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.dist import (
+from engine.wire import (
     Descriptor,
     ShmReceiver,
     ShmSender,
@@ -31,7 +31,7 @@ from engine.dist import (
     TcpSender,
     inproc_pair,
 )
-from engine.dist.blocks import export_blocks, import_blocks
+from engine.wire.blocks import export_blocks, import_blocks
 from engine.model.kv import BlockPool
 
 SHAPES = {"gemma3-270m": (18, 1, 256), "synthetic": (3, 2, 16)}  # layers, kv heads, head dim

@@ -5,7 +5,7 @@
 
 Arm `SxG`: S `fak worker --role stage` processes (the layers split by weight bytes, the LM head on the last
 stage), each pinned to its own core (taskset-style CPU affinity, numba/BLAS at 1 thread), and G groups of
-lanes in flight (one scheduler each, engine/dist/pipeline_sched.py) in this process, which embeds, samples
+lanes in flight (one scheduler each, engine/pipeline/scheduler.py) in this process, which embeds, samples
 and schedules. The same greedy load in every arm (`--lanes` requests, `--prompt`-token prompts, `--new`
 tokens, no EOS stop), rounds alternated between arms, tokens checked identical.
 
@@ -25,10 +25,10 @@ import numpy as np
 
 
 def build(model: Any, path: str, stages: int, groups: int, transport: str, cpus: list[int]) -> Any:
-    from engine.dist.partition import PartitionPlan
-    from engine.dist.pipeline import remote_pipeline
-    from engine.dist.pipeline_sched import PipelinedScheduler
-    from fak.workers import LocalStages
+    from engine.pipeline.partition import PartitionPlan
+    from engine.pipeline.pipeline import remote_pipeline
+    from engine.pipeline.scheduler import PipelinedScheduler
+    from fak.runtime.local import LocalStages
 
     plan = PartitionPlan.by_bytes(model, stages)
     workers = LocalStages(path, plan.bands, cpus=cpus[:stages])
@@ -61,7 +61,7 @@ def main() -> None:
     a = ap.parse_args()
 
     from engine import load_model
-    from engine.dist.pipeline_stats import pipeline_stats
+    from engine.pipeline.metrics import pipeline_stats
     from engine.gguf.aliases import resolve_model
 
     path = str(resolve_model(a.model))

@@ -7,7 +7,7 @@ reuse, on a real model.
 
 Engine vs scheduler, for each level c (c requests of `--prompt` tokens, `--new` new tokens each):
 - engine: `Session.step` (c = 1) / `step_batch` over c sessions, greedy, decode tok/s;
-- scheduler: the same c requests admitted together to NativeScheduler(max_running=c) as fak.boot
+- scheduler: the same c requests admitted together to NativeScheduler(max_running=c) as fak.runtime.boot
   builds it (kernels warmed on its loop thread), decode tok/s = tokens after each lane's first / the
   span from the last first token to the last token (every lane decodes through that span).
 Each is measured in a fresh process, in turn each round (medians): numba's OpenMP team belongs to
@@ -80,10 +80,10 @@ def engine_rate(model_name: str, resident: bool, c: int, prompt: int, new: int) 
 
 
 def scheduler_rate(model_name: str, resident: bool, c: int, prompt: int, new: int) -> dict[str, Any]:
-    """Decode tok/s of c requests admitted together to the scheduler fak.boot builds, in this process,
+    """Decode tok/s of c requests admitted together to the scheduler fak.runtime.boot builds, in this process,
     and (FAK_SCHED_PROFILE=1) the loop's time per phase over the last round."""
     from engine.sched.lane import Request
-    from fak.boot import SchedOptions, boot
+    from fak.runtime.boot import SchedOptions, boot
 
     b = boot(model_name, resident=resident, sched=SchedOptions.resolve(env=False, max_running=c), show=False)
     prof = b.scheduler.profile

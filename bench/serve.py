@@ -69,7 +69,7 @@ def main() -> None:
     server = None
     url = a.url
     if url is None:
-        from serve_helpers import Server
+        from support.serve_helpers import Server
 
         server = Server("--gguf", a.model)
         url = server.url

@@ -35,7 +35,7 @@ def register(app: typer.Typer) -> None:
         from fak.agent.planner import ScriptedPlanner
         from fak.agent.report import ab_table, calls_table, report_json
         from fak.errors import FakError
-        from fak.policy import coding_floor, load_policy
+        from fak.core.policy import coding_floor, load_policy
 
         if offline and (gguf or base_url or model):
             raise FakError("fak agent: --offline plans without a model; drop --gguf / --base-url / --model")
@@ -47,7 +47,7 @@ def register(app: typer.Typer) -> None:
         pol = load_policy(policy) if policy else coding_floor()
         jr = None
         if journal:
-            from fak.journal import Journal
+            from fak.core.journal import Journal
 
             jr = Journal(journal)
         turns = max_turns or t.max_turns or 12

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from fak.journal import verify as verify_journal
+from fak.core.journal import verify as verify_journal
 
 app = typer.Typer(help="Journal tools.", no_args_is_help=True)
 

@@ -65,9 +65,9 @@ def register(app: typer.Typer) -> None:
 
 def _tool_kernel(policy: str | None, journal: str | None) -> tuple[object, list[dict[str, object]]]:
     """The kernel that judges the model's calls and runs the allowed ones in this directory."""
-    from fak.journal import Journal
-    from fak.kernel import Kernel
-    from fak.policy import coding_floor, load_policy
+    from fak.core.journal import Journal
+    from fak.core.kernel import Kernel
+    from fak.core.policy import coding_floor, load_policy
     from fak.tools import TOOL_SPECS, SandboxTools
 
     k = Kernel.with_policy(load_policy(policy) if policy else coding_floor(),

@@ -59,7 +59,7 @@ def register(app: typer.Typer) -> None:
         kernel = _kernel(policy)
         jpath = None if no_journal else journal or str(Path(".fak/guard") / f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.jsonl")
         if jpath:
-            from fak.journal import Journal
+            from fak.core.journal import Journal
 
             Path(jpath).parent.mkdir(parents=True, exist_ok=True)
             kernel.journal = Journal(jpath)
@@ -69,7 +69,7 @@ def register(app: typer.Typer) -> None:
         if gguf:
             from engine.gguf.aliases import resolve_model
 
-            from fak.boot import boot_for_text
+            from fak.runtime.boot import boot_for_text
             from fak.guard.proxy import inkernel_app
 
             resolve_model(gguf)  # a bad model is one line before anything starts
@@ -94,7 +94,7 @@ def register(app: typer.Typer) -> None:
                      ready=(lambda: inner.state.booted is not None) if gguf else None)
             launch = agents.launch(argv, prov, gw.url, dict(os.environ), extra_vars=env, local_model=bool(gguf))
             if not quiet:
-                from fak.guard import anthropic, chat, responses
+                from fak.guard.wires import anthropic, chat, responses
 
                 wire = {"anthropic": anthropic, "openai": chat, "responses": responses}[prov].NAME
                 policy_name = getattr(kernel.chain[0], "name", "policy")
@@ -115,7 +115,7 @@ def register(app: typer.Typer) -> None:
 
 
 def _kernel(policy: str | None) -> object:
-    from fak.kernel import Kernel
-    from fak.policy import coding_floor, load_policy
+    from fak.core.kernel import Kernel
+    from fak.core.policy import coding_floor, load_policy
 
     return Kernel.with_policy(load_policy(policy) if policy else coding_floor())

@@ -70,7 +70,7 @@ def diagnose(gguf: str | None, prompt: str, top: int, membw: float | None, plan_
     if plan_only:
         report["rss_bytes"] = rss_bytes()
         return report
-    from fak.boot import boot
+    from fak.runtime.boot import boot
 
     b = boot(str(path), resident=True, scheduler=False, show=show)  # the kernels run on this thread
     tok = b.tokenizer

@@ -39,7 +39,7 @@ def register(app: typer.Typer) -> None:
         victim: Optional[str] = sched_flags.VICTIM,
     ) -> None:
         """Replay a trace through the kernel, or run a model on a prompt."""
-        from fak.boot import SchedOptions
+        from fak.runtime.boot import SchedOptions
         from fak.errors import FakError
 
         if plain and q4k:

@@ -1,7 +1,7 @@
 """`fak run MODEL [PROMPT]`: one-shot generation streamed to stdout (stats on stderr), a REPL without
 PROMPT, or one JSON object with --json. MODEL is a GGUF path, an alias (gemma3-270m), or `synthetic`.
 
-Generation is one request on the scheduler every other subcommand serves through (fak.boot), so
+Generation is one request on the scheduler every other subcommand serves through (fak.runtime.boot), so
 sampling, stop handling and text streaming exist once. The prompt is wrapped in the model's chat
 template only when its GGUF carries one (or with --chat); a base model gets BOS + text, as
 llama.cpp's completion tools do.
@@ -131,7 +131,7 @@ def run_model(
     as_json: bool = False,
 ) -> None:
     from engine.model.sampling import SamplingParams
-    from fak.boot import boot
+    from fak.runtime.boot import boot
 
     if max_tokens < 0:
         raise EngineError(f"--max-tokens must be >= 0, got {max_tokens}")

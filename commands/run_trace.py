@@ -9,7 +9,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from fak.trace import Replay, build_kernel, load_trace, replay
+from fak.core.trace import Replay, build_kernel, load_trace, replay
 
 _STYLE = {"ALLOW": "green", "DENY": "red", "TRANSFORM": "yellow", "QUARANTINE": "magenta"}
 

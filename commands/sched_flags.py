@@ -1,4 +1,4 @@
-"""The scheduler flags every model-using subcommand takes (resolved by fak.boot.SchedOptions)."""
+"""The scheduler flags every model-using subcommand takes (resolved by fak.runtime.boot.SchedOptions)."""
 
 from __future__ import annotations
 

@@ -56,7 +56,7 @@ def register(app: typer.Typer) -> None:
                                         "policy tester)."),
     ) -> None:
         """Serve the model over HTTP: OpenAI chat/completions, /v1/models, /tokenize, /health, /metrics."""
-        from fak.boot import SchedOptions, boot_for_text
+        from fak.runtime.boot import SchedOptions, boot_for_text
         from fak.errors import FakError
         from fak.gateway import logs
 
@@ -94,7 +94,7 @@ def register(app: typer.Typer) -> None:
                 raise FakError("--micro-batches with --pd: a pipelined decode worker runs one group")
             if (pd_transport or stage_transport or "tcp") != "tcp":
                 raise FakError("--ray: workers on other nodes talk over tcp (drop --pd-transport / --stage-transport)")
-            from fak.ray_workers import _ray
+            from fak.runtime.ray import _ray
 
             _ray()  # not installed: one line now, before anything listens
             if pipe is not None:
@@ -103,7 +103,7 @@ def register(app: typer.Typer) -> None:
 
         def _boot() -> object:
             if pipe is not None:
-                from fak.dist_boot import boot_pipeline
+                from fak.runtime.topology import boot_pipeline
 
                 b = boot_pipeline(name, resident=not plain, sched=sched, **pipe)
                 logs.SERVER.info(b.boot_line(), extra={"model": name})
@@ -113,7 +113,7 @@ def register(app: typer.Typer) -> None:
                                  f"{len(b.scheduler.groups)} groups of lanes in flight")  # type: ignore[attr-defined]
                 return b
             if local or workers:
-                from fak.dist_boot import boot_pd
+                from fak.runtime.topology import boot_pd
 
                 b = boot_pd(name, resident=not plain, sched=sched, local=local, workers=workers,
                             transport=pd_transport, ray=ray, stages=int((pd_pipe or {}).get("stages") or 0),
@@ -136,9 +136,9 @@ def register(app: typer.Typer) -> None:
 
 def _pd_flags(pd: str | None, pd_workers: str | None, transport: str | None) -> tuple[int, list[str]]:
     """(local decode workers to start, remote worker addresses); bad combinations are one line."""
-    from engine.dist.channel import parse_address
+    from engine.wire.channel import parse_address
     from fak.errors import FakError
-    from fak.workers import parse_pd
+    from fak.runtime.local import parse_pd
 
     if pd and pd_workers:
         raise FakError("--pd and --pd-workers: give one (local workers, or running ones)")
@@ -164,8 +164,8 @@ def _pd_flags(pd: str | None, pd_workers: str | None, transport: str | None) -> 
 def _stage_flags(stages: int, cuts: str | None, workers: str | None, transport: str | None, micro_batches: int,
                  pd: bool) -> dict[str, object] | None:
     """boot_pipeline's arguments, or None without pipeline flags; bad combinations are one line."""
-    from engine.dist.channel import parse_address
-    from engine.dist.partition import PartitionPlan
+    from engine.wire.channel import parse_address
+    from engine.pipeline.partition import PartitionPlan
     from engine.errors import EngineError
     from fak.errors import FakError
 
@@ -203,9 +203,9 @@ def _stage_flags(stages: int, cuts: str | None, workers: str | None, transport: 
 
 def _kernel(policy: str | None, journal: str | None) -> object:
     """The kernel that adjudicates the model's tool calls (bad files are one line before listening)."""
-    from fak.journal import Journal
-    from fak.kernel import Kernel
-    from fak.policy import load_policy, serving_floor
+    from fak.core.journal import Journal
+    from fak.core.kernel import Kernel
+    from fak.core.policy import load_policy, serving_floor
 
     k = Kernel.with_policy(load_policy(policy) if policy else serving_floor())
     if journal:
@@ -218,7 +218,7 @@ def _live_view(app: object, url: str, stop: object) -> None:
     from rich.console import Console
     from rich.live import Live
 
-    from fak.views import serve_view
+    from fak.runtime.views import serve_view
 
     st = app.state  # type: ignore[attr-defined]
 
@@ -226,7 +226,7 @@ def _live_view(app: object, url: str, stop: object) -> None:
         b = st.booted
         total, errors = st.metrics.request_counts()
         pd = b.scheduler.pd_stats() if b is not None and hasattr(b.scheduler, "pd_stats") else None
-        from engine.dist.pipeline_stats import scheduler_pipeline_stats
+        from engine.pipeline.metrics import scheduler_pipeline_stats
 
         pipe = scheduler_pipeline_stats(b.scheduler) if b is not None else None
         return serve_view(b.scheduler.stats() if b is not None else None, url, total, errors, st.model_name,

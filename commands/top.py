@@ -22,7 +22,7 @@ def register(app: typer.Typer) -> None:
         from rich.live import Live
 
         from fak.errors import FakError
-        from fak.views import fetch_stats, stats_view
+        from fak.runtime.views import fetch_stats, stats_view
 
         if not interval > 0:
             raise FakError(f"--interval {interval}: expected a positive number of seconds")

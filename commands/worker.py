@@ -1,4 +1,4 @@
-"""`fak worker --role prefill|decode --listen HOST:PORT`: one P/D worker process (engine/dist nodes).
+"""`fak worker --role prefill|decode --listen HOST:PORT`: one P/D worker process (engine/pd nodes).
 
 A head (`fak serve --pd-workers URL,...`, or `fak serve --pd P:D`, which starts these itself) connects,
 checks the model identity and drives it. When ready the worker prints one JSON line on stdout
@@ -44,8 +44,8 @@ def register(app: typer.Typer) -> None:
                                               "process that started this one is gone)."),
     ) -> None:
         """Serve one prefill or decode worker for a P/D head."""
-        from engine.dist.channel import parse_address
-        from fak.boot import SchedOptions, boot
+        from engine.wire.channel import parse_address
+        from fak.runtime.boot import SchedOptions, boot
         from fak.errors import FakError
 
         if role not in ROLES:
@@ -102,7 +102,7 @@ def _band(role: str, layers: str | None) -> tuple[int, int] | None:
 
 
 def _stage(b: object, band: tuple[int, int], host: str, port: int, name: str | None) -> object:
-    from engine.dist.stage_node import StageNode
+    from engine.pipeline.stage_node import StageNode
     from engine.errors import EngineError
     from fak.errors import FakError
 
@@ -130,8 +130,8 @@ def _keep_band(model: object, lo: int, hi: int, last: bool) -> None:
 
 def _node(role: str, b: object, sched: object, host: str, port: int, name: str | None, prefill_chunk: int,
           shm_bytes: int, key: bytes) -> object:
-    from engine.dist.decode_node import DecodeNode
-    from engine.dist.prefill_node import PrefillNode
+    from engine.pd.decode_node import DecodeNode
+    from engine.pd.prefill_node import PrefillNode
     from engine.errors import EngineError
     from fak.errors import FakError
 
@@ -139,7 +139,7 @@ def _node(role: str, b: object, sched: object, host: str, port: int, name: str |
     model, tok = b.model, b.tokenizer  # type: ignore[attr-defined]
     try:
         if role == "decode":
-            from fak.boot import eos_ids
+            from fak.runtime.boot import eos_ids
 
             eos = eos_ids(tok, model.config)
             node: object = DecodeNode(model, name or f"decode-{port}", host=host, port=port, shm_bytes=shm_bytes, key=key,

@@ -12,7 +12,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 # package -> the packages it may import (besides itself); "errors" is engine/errors.py, "engine" the
-# root __init__ (the public API, the top: nothing inside engine/ imports it)
+# root __init__ (the public API, the top: nothing inside engine/ imports it). wire carries bytes between
+# processes; pd and pipeline are siblings over it, neither imports the other.
+BELOW_WIRE = {"errors", "gguf", "quant", "kernels", "model", "tokenizer", "grammar", "sched"}
 ALLOWED: dict[str, set[str]] = {
     "errors": set(),
     "gguf": {"errors"},
@@ -22,9 +24,29 @@ ALLOWED: dict[str, set[str]] = {
     "tokenizer": {"errors", "gguf"},
     "grammar": {"errors", "gguf", "quant", "kernels", "tokenizer"},
     "sched": {"errors", "gguf", "quant", "kernels", "model", "tokenizer", "grammar"},
-    "dist": {"errors", "gguf", "quant", "kernels", "model", "tokenizer", "grammar", "sched"},
-    "engine": {"errors", "gguf", "quant", "kernels", "model", "tokenizer", "grammar", "sched", "dist"},
+    "wire": BELOW_WIRE,
+    "pd": BELOW_WIRE | {"wire"},
+    "pipeline": BELOW_WIRE | {"wire"},
+    "engine": BELOW_WIRE | {"wire", "pd", "pipeline"},
 }
+# fak/ in layers: core (the kernel) < tools < runtime (the booted engine) < engines (inkernel is the booted
+# model behind the kernel's ABI; the kernel reaches engines by id through core.registry, never by import)
+# and gateway < the surfaces guard, chat, agent (siblings). "fak" is fak/__init__.py, "errors" fak/errors.py.
+FAK_ALLOWED: dict[str, set[str]] = {
+    "fak": set(),
+    "errors": set(),
+    "core": {"errors"},
+    "tools": {"errors", "core"},
+    "runtime": {"errors", "core"},
+    "engines": {"errors", "core", "tools", "runtime"},
+    "gateway": {"errors", "core", "tools", "runtime"},
+    "guard": {"errors", "core", "tools", "runtime", "gateway"},
+    "chat": {"errors", "core", "tools", "runtime", "gateway"},
+    "agent": {"errors", "core", "tools", "runtime", "gateway"},
+}
+# what build tools, linters (ruff's default exclude) and .gitignore templates skip as output or environments
+OUTPUT_NAMES = {"dist", "build", "_build", "buck-out", "out", "site-packages", "node_modules", "venv", ".venv",
+                "__pypackages__", "target", "eggs", ".eggs"}
 TOP = ("engine", "fak", "commands")
 LAYER = {"engine": 0, "fak": 1, "commands": 2}  # the tree: commands -> fak -> engine
 
@@ -59,7 +81,7 @@ def imports(path: Path, name: str, known: set[str]) -> set[str]:
 
 def package(mod: str) -> str:
     parts = mod.split(".")
-    return parts[1] if len(parts) > 1 else "engine"
+    return parts[1] if len(parts) > 1 else parts[0]
 
 
 def violations(edges: dict[str, set[str]]) -> list[str]:
@@ -70,10 +92,11 @@ def violations(edges: dict[str, set[str]]) -> list[str]:
             s_top, d_top = src.split(".")[0], dst.split(".")[0]
             if LAYER[d_top] > LAYER[s_top]:
                 bad.append(f"{src} imports {dst}: {s_top}/ may not import {d_top}/")
-            elif s_top == d_top == "engine":
+            elif s_top == d_top and s_top in ("engine", "fak"):
                 sp, dp = package(src), package(dst)
-                if sp != dp and dp not in ALLOWED[sp]:
-                    bad.append(f"{src} imports {dst}: engine/{sp} may not import engine/{dp}")
+                rules = ALLOWED if s_top == "engine" else FAK_ALLOWED
+                if sp != dp and dp not in rules[sp]:
+                    bad.append(f"{src} imports {dst}: {s_top}/{sp} may not import {s_top}/{dp}")
     return sorted(bad)
 
 
@@ -117,9 +140,10 @@ def project_edges() -> dict[str, set[str]]:
     return {name: imports(path, name, set(mods)) for name, path in mods.items()}
 
 
-def test_engine_packages_import_downwards_only() -> None:
+def test_packages_import_downwards_only() -> None:
     edges = project_edges()
     assert {package(m) for m in edges if m.startswith("engine")} <= set(ALLOWED)
+    assert {package(m) for m in edges if m.startswith("fak")} <= set(FAK_ALLOWED), "a fak/ package with no layer"
     assert violations(edges) == []
 
 
@@ -131,7 +155,7 @@ def test_the_checks_have_teeth() -> None:
     edges = project_edges()
     planted = {k: set(v) for k, v in edges.items()}
     planted["engine.gguf.reader"].add("engine.model.loader")  # an upward import
-    planted["engine.model.kv"].add("fak.kernel")  # engine/ reaching into fak/
+    planted["engine.model.kv"].add("fak.core.kernel")  # engine/ reaching into fak/
     bad = violations(planted)
     assert any("engine/gguf may not import engine/model" in b for b in bad)
     assert any("engine/ may not import fak/" in b for b in bad)
@@ -140,7 +164,7 @@ def test_the_checks_have_teeth() -> None:
 
 
 def test_every_package_says_what_it_is() -> None:
-    for init in sorted((ROOT / "engine").rglob("__init__.py")):
+    for init in sorted([*(ROOT / "engine").rglob("__init__.py"), *(ROOT / "fak").rglob("__init__.py")]):
         doc = ast.get_docstring(ast.parse(init.read_text()))
         assert doc and len(doc.splitlines()) >= 2, f"{init.relative_to(ROOT)}: two lines on what it is and exports"
 
@@ -148,3 +172,44 @@ def test_every_package_says_what_it_is() -> None:
 def test_engine_is_packages_not_a_flat_folder() -> None:
     flat = sorted(p.name for p in (ROOT / "engine").glob("*.py") if p.name not in ("__init__.py", "errors.py"))
     assert flat == [], f"modules outside a package: {flat}"
+
+
+def test_fak_is_layers_not_a_flat_folder() -> None:
+    flat = sorted(p.name for p in (ROOT / "fak").glob("*.py") if p.name not in ("__init__.py", "errors.py"))
+    assert flat == [], f"modules outside a layer: {flat}"
+
+
+def test_no_folder_is_named_like_build_output() -> None:
+    named = sorted(str(p.relative_to(ROOT)) for top in (*TOP, "tests", "bench", "examples") if (ROOT / top).is_dir()
+                   for p in (ROOT / top).rglob("*") if p.is_dir() and p.name in OUTPUT_NAMES
+                   and "node_modules" not in p.relative_to(ROOT).parts[:-1] and p.relative_to(ROOT).parts[:2] != ("tests", "agents"))
+    assert named == [], f"tools skip folders with these names: {named}"
+
+
+def test_no_test_imports_another_test() -> None:
+    """Shared helpers live in tests/support/; a test module importing another runs its tests' imports twice
+    and ties two files' fixtures together."""
+    tests = ROOT / "tests"
+    names = {p.stem for p in tests.rglob("test_*.py")}
+    bad = []
+    for p in sorted(tests.rglob("*.py")):
+        if "node_modules" in p.parts:
+            continue
+        for node in ast.walk(ast.parse(p.read_text(), str(p))):
+            mods = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                    else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            bad += [f"{p.relative_to(ROOT)} imports {m}" for m in mods if m.split(".")[-1] in names]
+    assert bad == []
+
+
+def test_tests_mirror_the_code() -> None:
+    """tests/engine/<pkg>/ and tests/fak/<pkg>/ name real packages; e2e/ and support/ are the only others."""
+    tests = ROOT / "tests"
+    for side in ("engine", "fak"):
+        for d in sorted(p for p in (tests / side).iterdir() if p.is_dir() and p.name != "__pycache__"):
+            assert (ROOT / side / d.name).is_dir(), f"tests/{side}/{d.name}: no {side}/{d.name} package"
+    top = sorted(p.name for p in tests.iterdir() if p.is_dir() and p.name not in ("__pycache__", ".pytest_cache"))
+    assert top == ["agents", "e2e", "engine", "fak", "support"], top
+    loose = sorted(p.name for p in tests.glob("*.py") if p.name not in ("conftest.py", "test_layout.py",
+                                                                      "test_suite_setup.py"))
+    assert loose == [], f"tests outside the mirror: {loose}"

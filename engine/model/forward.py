@@ -126,7 +126,7 @@ class Model:
         x = self.run_layers(x, lanes, decode, 0, self.config.n_layers, trace=trace)
         return self.finish(x, lanes, all_logits, head, trace)
 
-    # The three parts of a forward, so a pipeline can run them in different processes (engine/dist/pipeline.py):
+    # The three parts of a forward, so a pipeline can run them in different processes (engine/pipeline/pipeline.py):
     # the embedding and the head where the scheduler is, a band of layers on each stage.
     def embed_rows(self, ids: np.ndarray) -> np.ndarray:
         """The residual stream's first state: token embeddings [rows, hidden] (scaled for gemma)."""

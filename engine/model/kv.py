@@ -85,7 +85,7 @@ class BlockPool:
         return 2 * self.n_layers * self.block_tokens * self.n_kv_heads * self.head_dim * self.k.itemsize
 
     # -- block contents as a whole (all layers): what swap and copy-on-write move. A pool whose layers live
-    # elsewhere (a pipeline's, engine/dist/pipeline.py) overrides these three and keeps the allocator.
+    # elsewhere (a pipeline's, engine/pipeline/pipeline.py) overrides these three and keeps the allocator.
     def read_blocks(self, blocks: list[int]) -> bytes:
         """K then V of `blocks`, all layers, as host bytes."""
         ids = np.asarray(blocks, dtype=np.int64)

@@ -178,3 +178,9 @@ def waits_for_producer(cache: PrefixCache, lane: Lane, producing: set[int], alig
     hashes = prompt_hashes(lane, cache.pool.block_tokens)
     hit = cache.peek(lane.prompt_ids, hit_limit(lane), align, lane.request.scope)[0]
     return hit < len(hashes) and hashes[hit] in producing
+
+
+def shareable_blocks(ids: list[int], block_tokens: int) -> int:
+    """Leading prompt blocks a decode worker may supply: full ones, never the one holding the last token
+    (its logits come from the prefill, so at least that block is always computed and moved)."""
+    return (len(ids) - 1) // block_tokens

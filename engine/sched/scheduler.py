@@ -171,7 +171,7 @@ class NativeScheduler:
         prefill's last-position logits. The lane starts decoding at once: its first token is sampled from
         those logits exactly as after a local prefill, and no prompt token is prefilled here.
 
-        `handle`: a handle the caller already gave out (engine/dist: a cluster's), now bound to this lane.
+        `handle`: a handle the caller already gave out (engine/pd: a cluster's), now bound to this lane.
         On an EngineError (bad request, closed scheduler) the blocks stay the caller's."""
         ids = self._validate(request)
         bt = self.pool.block_tokens

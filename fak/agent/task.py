@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from fak.errors import FakError
-from fak.jsonfile import read_json
+from fak.core.jsonfile import read_json
 from fak.tools import TOOL_NAMES
 
 TASKS_DIR = Path(__file__).resolve().parents[2] / "examples" / "tasks"

@@ -202,7 +202,7 @@ class Chat:
                       f"tools {'on' if self.conv.tools else 'off'}")
 
     def _cmd_stats(self, arg: str) -> None:
-        from fak.views import fetch_stats, stats_view
+        from fak.runtime.views import fetch_stats, stats_view
 
         d = fetch_stats(self.backend.url, {})
         if isinstance(self.view, RichView):

@@ -36,8 +36,8 @@ class View:
 
 
 def run_tool(kernel: Any, name: str, arguments: str) -> CallShown:
-    from fak import notes
-    from fak.abi import ToolCall
+    from fak.core import notes
+    from fak.core.abi import ToolCall
 
     call = ToolCall("tool", name, engine="sandbox", args=(arguments or "{}").encode(), meta={"source": "chat"})
     s = notes.shown(name, kernel.syscall(call))

@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 
-from fak.abi import Result, Status, ToolCall
+from fak.core.abi import Result, Status, ToolCall
 from fak.errors import FakError
 
 

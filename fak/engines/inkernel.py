@@ -6,7 +6,7 @@ the deterministic synthetic checkpoint (so a trace runs with no model file; set 
 for the real one). The call's arguments become a bounded prompt (at most `prompt_tokens` ids,
 bytes when no tokenizer is installed), decoded greedily for up to `max_tokens` tokens.
 
-The model, its tokenizer and the continuous-batching scheduler come from fak.boot, the one boot every
+The model, its tokenizer and the continuous-batching scheduler come from fak.runtime.boot, the one boot every
 model-using subcommand shares: `admit` is the LifecycleEngine seam (stream text pieces, cancel),
 `complete` drains an admitted request. Weights are resident unless `resident=False`.
 Scheduler options (constructor argument, else environment variable, else default):
@@ -22,7 +22,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from fak.abi import Result, Status, ToolCall, prompt_text
+from fak.core.abi import Result, Status, ToolCall, prompt_text
 from fak.errors import FakError
 
 def _prompt(call: ToolCall) -> str:
@@ -43,7 +43,7 @@ class InKernelEngine:
         self.resident, self.prompt_tokens, self.max_tokens = resident, prompt_tokens, max_tokens
         self._boot: Any = None
         self._lock = threading.Lock()
-        from fak.boot import SchedOptions
+        from fak.runtime.boot import SchedOptions
 
         try:  # a bad scheduler option is a boot error (one line, exit 2), not an error result on every call
             self.sched_options = SchedOptions.resolve(max_running=max_running, kv_blocks=kv_blocks,
@@ -62,7 +62,7 @@ class InKernelEngine:
     def _booted(self) -> Any:
         with self._lock:
             if self._boot is None:
-                from fak.boot import boot
+                from fak.runtime.boot import boot
 
                 try:  # a weights-only GGUF gets the byte tokenizer: prompt bytes as ids
                     self._boot = boot(self.gguf, resident=self.resident, sched=self.sched_options, show=False,

@@ -8,7 +8,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from fak.abi import OneShotRequest, Result, Status, ToolCall, prompt_text
+from fak.core.abi import OneShotRequest, Result, Status, ToolCall, prompt_text
 
 _PIECE = re.compile(r"\s*\S+")
 

@@ -1,7 +1,7 @@
 """The ASGI app: routers, auth, CORS, /health, /metrics, and the engine booted in the background.
 
 The server listens at once; until the model is loaded /health answers 503 with the boot status and
-the model routes 503 `booting`. `boot` is a zero-argument callable returning a fak.boot.Booted.
+the model routes 503 `booting`. `boot` is a zero-argument callable returning a fak.runtime.boot.Booted.
 """
 
 from __future__ import annotations
@@ -17,14 +17,14 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response
 
 from fak.gateway import errors, logs
-from fak.gateway.anthropic_wire import router as anthropic_router
+from fak.gateway.wires.anthropic import router as anthropic_router
 from fak.gateway.console import STATIC_PATHS
-from fak.gateway.embeddings import router as embeddings_router
+from fak.gateway.wires.embeddings import router as embeddings_router
 from fak.gateway.errors import shaped
-from fak.gateway.fak_wire import router as fak_router
+from fak.gateway.wires.fak import router as fak_router
 from fak.gateway.metrics import Metrics
-from fak.gateway.openai_wire import router as openai_router
-from fak.gateway.responses_wire import router as responses_router
+from fak.gateway.wires.openai import router as openai_router
+from fak.gateway.wires.responses import router as responses_router
 
 PUBLIC = ("/health", "/v1/models", *STATIC_PATHS)  # the console page asks for the key itself
 
@@ -33,7 +33,7 @@ def create_app(boot: Callable[[], Any], model_name: str, *, api_key: str | None 
                cors_origins: list[str] | None = None, max_queue: int = 0, background: bool = True,
                kernel: Any = None, on_boot_error: Callable[[str], None] | None = None,
                max_model_len: int = 0, console: bool = False) -> FastAPI:
-    """`kernel`: the fak.kernel.Kernel that adjudicates tool calls (default: the coding floor policy).
+    """`kernel`: the fak.core.kernel.Kernel that adjudicates tool calls (default: the coding floor policy).
     `on_boot_error(message)`: called from the boot thread when the model fails to load (serve exits).
     `console`: the web console at / and its JSON routes (fak/gateway/console.py)."""
     app = FastAPI(title="fak serve", version="1", docs_url=None, redoc_url=None)
@@ -43,8 +43,8 @@ def create_app(boot: Callable[[], Any], model_name: str, *, api_key: str | None 
     st.model_name, st.created, st.max_queue = model_name, int(time.time()), max_queue
     st.max_model_len = max_model_len  # 0: the model's context
     if kernel is None:
-        from fak.kernel import Kernel
-        from fak.policy import serving_floor
+        from fak.core.kernel import Kernel
+        from fak.core.policy import serving_floor
 
         kernel = Kernel.with_policy(serving_floor())
     st.kernel = kernel
@@ -57,12 +57,12 @@ def create_app(boot: Callable[[], Any], model_name: str, *, api_key: str | None 
             booted = boot()
             booted.scheduler.on_finish = st.metrics.finished
             if hasattr(booted.scheduler, "pd_stats"):  # P/D across processes: the fak_pd_* families too
-                from engine.dist.stats import PDCollector
+                from engine.pd.metrics import PDCollector
 
                 st.metrics.registry.register(PDCollector(booted.scheduler.pd_stats))
             pipe = getattr(getattr(booted.scheduler, "model", None), "pipeline", None)
             if pipe is not None:  # pipeline stages: the fak_pipeline_* families
-                from engine.dist.pipeline_stats import PipelineCollector, pipeline_stats
+                from engine.pipeline.metrics import PipelineCollector, pipeline_stats
 
                 st.metrics.registry.register(PipelineCollector(lambda: pipeline_stats(pipe)))
             st.tool_family = _tool_family(booted)
@@ -124,7 +124,7 @@ def create_app(boot: Callable[[], Any], model_name: str, *, api_key: str | None 
 
 def _pipeline(b: Any) -> dict[str, Any] | None:
     """A pipeline's figures for /fak/stats (None without stages)."""
-    from engine.dist.pipeline_stats import scheduler_pipeline_stats
+    from engine.pipeline.metrics import scheduler_pipeline_stats
 
     return scheduler_pipeline_stats(getattr(b, "scheduler", None))
 

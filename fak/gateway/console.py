@@ -22,7 +22,7 @@ from typing import Any, Optional
 from fastapi import APIRouter, FastAPI, Query, Request
 from fastapi.responses import Response
 
-from fak.abi import VerdictKind
+from fak.core.abi import VerdictKind
 from fak.gateway.errors import APIError
 
 STATIC = {"/": ("index.html", "text/html; charset=utf-8"),
@@ -131,7 +131,7 @@ def histogram_quantiles(hist: Any, qs: tuple[float, ...] = QUANTILES) -> dict[st
 def _workers(b: Any) -> list[dict[str, Any]]:
     """One row per worker when the engine is split: P/D (a scheduler with `pd_stats()`, in
     PDCluster.stats()'s shape) and pipeline stages (what /fak/stats reports under "pipeline")."""
-    from engine.dist.pipeline_stats import scheduler_pipeline_stats
+    from engine.pipeline.metrics import scheduler_pipeline_stats
 
     sched = getattr(b, "scheduler", None)
     pd = getattr(sched, "pd_stats", None)
@@ -177,7 +177,7 @@ async def decisions(request: Request, limit: int = Query(100, ge=1, le=1000),
 async def verify(request: Request) -> dict[str, Any]:
     """`fak audit verify` on the journal this server writes: the hash chain from its first record."""
     from fak.errors import FakError
-    from fak.journal import verify as verify_journal
+    from fak.core.journal import verify as verify_journal
 
     path = request.app.state.decisions.path
     if path is None:

@@ -176,7 +176,7 @@ _VERDICTS_MAX = 4096  # memoized result verdicts per app (cleared when full)
 def result_verdict(request: Request, tool: str, text: str, call_id: str = "") -> str:
     """The kernel's result admitters on one tool result the client sends back, memoized per app by
     (tool, text); an admitter error counts as QUARANTINE (fail closed)."""
-    from fak.abi import Result, Status, ToolCall
+    from fak.core.abi import Result, Status, ToolCall
 
     st = request.app.state
     memo: dict[tuple[str, str], str] | None = getattr(st, "kv_verdicts", None)

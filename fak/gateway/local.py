@@ -63,10 +63,10 @@ class InKernelServer:
     def __init__(self, model: str, *, plain: bool = False, who: str = "fak") -> None:
         import os
 
-        from fak.abi import Verdict
-        from fak.boot import boot_for_text
+        from fak.core.abi import Verdict
+        from fak.runtime.boot import boot_for_text
         from fak.gateway import create_app
-        from fak.kernel import Kernel
+        from fak.core.kernel import Kernel
 
         def _boot() -> Any:
             return boot_for_text(model, who, resident=not plain)

@@ -46,7 +46,7 @@ class _Gauges:
 
 
 class _KernelCounters:
-    """The kernel's Counters (fak.kernel), read on scrape: one fak_kernel_<name>_total per field."""
+    """The kernel's Counters (fak.core.kernel), read on scrape: one fak_kernel_<name>_total per field."""
 
     DOCS = {"submits": "Tool calls submitted to the kernel", "engine_calls": "Tool calls dispatched to an engine",
             "denies": "Tool calls denied", "transforms": "Tool calls whose arguments a policy rewrote",

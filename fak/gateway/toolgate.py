@@ -18,8 +18,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from fak import notes
-from fak.abi import Reason, ToolCall, Verdict, VerdictKind
+from fak.core import notes
+from fak.core.abi import Reason, ToolCall, Verdict, VerdictKind
 from fak.gateway.tool_parsers import Call, Text, ToolParser
 
 
@@ -59,7 +59,7 @@ class EmittedCall:
 @dataclass
 class ToolGate:
     parser: ToolParser  # fresh per choice
-    kernel: Any  # fak.kernel.Kernel
+    kernel: Any  # fak.core.kernel.Kernel
     offered: frozenset[str]  # the tool names the request offered
     trace_id: str = ""
     id_prefix: str = "call_"

@@ -21,7 +21,8 @@ import httpx
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from fak.guard import anthropic, chat, responses, sse
+from fak.guard import sse
+from fak.guard.wires import anthropic, chat, responses
 from fak.guard.state import Guard
 
 WIRES: tuple[ModuleType, ...] = (anthropic, chat, responses)

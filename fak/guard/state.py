@@ -11,8 +11,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from fak import notes
-from fak.abi import Reason, Result, Status, ToolCall, Verdict, VerdictKind
+from fak.core import notes
+from fak.core.abi import Reason, Result, Status, ToolCall, Verdict, VerdictKind
 from fak.gateway.toolgate import Adjudication, decide
 
 

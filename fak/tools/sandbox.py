@@ -14,7 +14,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from fak.abi import Result, Status, ToolCall
+from fak.core.abi import Result, Status, ToolCall
 from fak.tools import files, search
 from fak.tools.confine import Root, ToolError, need_str
 from fak.tools.shell import MAX_TIMEOUT, run_shell

@@ -263,7 +263,7 @@ def capture(out: Path = CAPTURED) -> None:
     import tempfile
 
     sys.path.insert(0, str(HERE.parent))
-    from fake_upstream import FakeUpstream, first_turn
+    from support.fake_upstream import FakeUpstream, first_turn
 
     out.mkdir(exist_ok=True)
     # (agent, model, file suffix): Codex twice, as tested (plain tools) and with its

@@ -1,0 +1,4 @@
+"""Pipeline stages over engine/wire: PartitionPlan (bands of layers by weight bytes), Stage and StageNode (a
+band served behind a link), PipelineModel / StagedPool (the model seam the scheduler sees), PipelinedScheduler
+(one scheduler per group of lanes in flight, a ServingEngine) and PipelineCollector (fak_pipeline_* metrics).
+"""

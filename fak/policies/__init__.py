@@ -1,1 +1,0 @@
-"""Policy files shipped with fak (package data): `coding-floor.json` is the default floor."""

@@ -1,0 +1,83 @@
+"""engine/kernels/blockdot.py: the LLVM-IR block dots behind every resident decode product.
+
+test_kernels.py checks QuantWeight.matmul against the float64 reference; here: the lane groups
+(8, 4, 1) give every lane the same bits, the serial twin equals the parallel kernel, misaligned or
+strided activations change nothing, and bad shapes are refused before any raw address is read.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType as QT
+from gguf.quants import dequantize
+
+from engine.kernels.blockdot import gemm
+from engine.quant import rows as K
+from engine.kernels.parallel import serial_twin
+from support.blocks import TYPES, random_blocks
+
+COLS = {QT.Q8_0: 640, QT.Q5_0: 640, QT.Q4_K: 1024, QT.Q6_K: 1024}
+
+
+def _case(qtype: QT, rows: int = 300, lanes: int = 13, seed: int = 0) -> tuple[np.ndarray, np.ndarray, int]:
+    raw = random_blocks(qtype, rows, COLS[qtype], seed=seed)
+    x = np.random.default_rng(seed + 1).standard_normal((lanes, COLS[qtype])).astype(np.float32)
+    return raw, x, K.KIND[qtype.name]
+
+
+def _gemm(raw: np.ndarray, x: np.ndarray, kind: int, fn=gemm) -> np.ndarray:  # type: ignore[no-untyped-def]
+    out = np.empty((x.shape[0], raw.shape[0]), np.float32)
+    fn(raw, x, out, K.F16_LUT, kind)
+    return out
+
+
+@pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
+def test_every_lane_group_gives_the_same_bits(qtype: QT) -> None:
+    """13 lanes run as 8 + 4 + 1: each row equals the same row computed alone, and all are close to
+    the float64 reference (300 rows: every parallel chunk boundary is crossed)."""
+    raw, x, kind = _case(qtype)
+    full = _gemm(raw, x, kind)
+    for b in range(x.shape[0]):
+        assert np.array_equal(_gemm(raw, x[b:b + 1], kind)[0], full[b]), f"lane {b}"
+    assert np.array_equal(_gemm(raw, x[4:12], kind), full[4:12])  # one group of 8
+    assert np.array_equal(_gemm(raw, x[1:6], kind), full[1:6])  # 4 + 1
+    w = dequantize(raw, qtype).astype(np.float64)
+    ref = x.astype(np.float64) @ w.T
+    scale = np.abs(x).astype(np.float64) @ np.abs(w).T
+    assert np.all(np.abs(full - ref) <= 2e-6 * scale + 1e-6)
+
+
+@pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
+def test_serial_twin_equals_parallel_kernel(qtype: QT) -> None:
+    raw, x, kind = _case(qtype, rows=150, lanes=9, seed=3)
+    assert np.array_equal(_gemm(raw, x, kind, serial_twin(gemm)), _gemm(raw, x, kind))
+
+
+def test_misaligned_and_strided_activations() -> None:
+    raw, x, kind = _case(QT.Q8_0, rows=70, lanes=5, seed=5)
+    want = _gemm(raw, x, kind)
+    buf = np.zeros(x.size + 1, np.float32)
+    shifted = buf[1:].reshape(x.shape)  # 4 bytes past a 64-byte boundary at best
+    shifted[:] = x
+    assert np.array_equal(_gemm(raw, shifted, kind), want)
+    wide = np.zeros((x.shape[0], x.shape[1] + 32), np.float32)
+    wide[:, :x.shape[1]] = x
+    assert np.array_equal(_gemm(raw, wide[:, :x.shape[1]], kind), want)  # rows 32 floats apart
+
+
+def test_bad_shapes_are_refused_not_read() -> None:
+    raw, x, kind = _case(QT.Q8_0, rows=8, lanes=2, seed=9)
+    out = np.empty((2, 8), np.float32)
+    bad = [
+        (raw[:, :-34], x, out, kind),  # rows one block short
+        (raw, x[:, :-32], out, kind),  # activation one block short
+        (raw, x, np.empty((2, 7), np.float32), kind),  # output too narrow
+        (raw, x, np.empty((3, 8), np.float32), kind),  # output lanes differ
+        (raw, x, out, 7),  # no such kind
+        (raw, x, out, K.KIND["Q4_K"]),  # 640 values are not whole 256-value super-blocks
+        (np.repeat(raw, 2, axis=1)[:, ::2], x, out, kind),  # weight bytes not contiguous
+    ]
+    for args in bad:
+        with pytest.raises(ValueError, match="shapes do not match"):
+            gemm(args[0], args[1], args[2], K.F16_LUT, args[3])

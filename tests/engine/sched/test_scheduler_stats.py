@@ -1,0 +1,85 @@
+"""Stats snapshot, the Prometheus collector (private registry), and the rich views."""
+
+from __future__ import annotations
+
+import numpy as np
+from prometheus_client import CollectorRegistry, generate_latest
+from rich.console import Console
+from support.sched_helpers import model, rand_prompt
+
+from engine.sched.lane import Request
+from engine.sched.preemption import Victim
+from engine.sched.stats import RateMeter, SchedCollector, SchedStats
+from engine.sched.scheduler import NativeScheduler
+from fak.runtime.views import sched_panel
+
+
+def _busy_scheduler() -> NativeScheduler:
+    rng = np.random.default_rng(8)
+    system = rand_prompt(rng, 8)
+    s = NativeScheduler(model(), kv_blocks=16, block_tokens=4, max_running=4, preempt="swap", prefill_chunk=4,
+                        victim="cost-aware", thread=False)
+    hs = [s.admit(Request(system + rand_prompt(rng, 4), max_new_tokens=16)) for _ in range(4)]
+    while s.step():
+        pass
+    assert all(h.done for h in hs)
+    return s
+
+
+def test_snapshot_counts_what_happened() -> None:
+    s = _busy_scheduler()
+    st = s.stats()
+    assert st is s.stats()  # a published object: reading is free
+    assert (st.running, st.waiting, st.preempted, st.admitted) == (0, 0, 0, 4)
+    assert st.finished == {"length": 4} and st.tokens_generated == 64
+    assert st.preemptions_swap > 0 and st.readmitted == st.preemptions_swap
+    assert st.swap_bytes_in == st.swap_bytes_out > 0
+    assert st.last_victim is not None and st.last_victim.rule == "cost-aware" and st.last_victim.cost is not None
+    assert st.prefix_queries == 4 and st.prefix_hits == 3 and st.prefix_hit_tokens == 24
+    assert st.max_blocks == 16 and st.used_blocks == st.cached_blocks == st.reclaimable_blocks
+    assert 1 <= st.max_running_observed <= 4 and st.steps > 0
+    s.close()
+
+
+def test_prometheus_collector_exposes_sched_and_preempt_metrics() -> None:
+    s = _busy_scheduler()
+    reg = CollectorRegistry()
+    reg.register(SchedCollector(s.stats))
+    text = generate_latest(reg).decode()
+    st = s.stats()
+    for line in (
+        "fak_sched_running 0.0",
+        "fak_sched_kv_blocks_max 16.0",
+        f"fak_sched_generated_tokens_total {st.tokens_generated}.0",
+        f"fak_sched_prefix_hit_tokens_total {st.prefix_hit_tokens}.0",
+        f'fak_sched_preempt_total{{mode="swap"}} {st.preemptions_swap}.0',
+        'fak_sched_preempt_total{mode="recompute"} 0.0',
+        f"fak_sched_preempt_swap_out_bytes_total {st.swap_bytes_out}.0",
+        f"fak_sched_preempt_readmitted_total {st.readmitted}.0",
+        'fak_sched_finished_total{reason="length"} 4.0',
+    ):
+        assert line in text, line
+    assert 'fak_sched_preempt_last_victim_cost{mode="swap",rule="cost-aware"}' in text
+    assert reg.get_sample_value("fak_sched_max_running_observed") == st.max_running_observed
+    s.close()
+
+
+def test_rich_panel_renders_the_numbers() -> None:
+    st = SchedStats(running=3, waiting=2, preempted=1, tokens_per_s=41.5, used_blocks=90, max_blocks=100,
+                    preemptions_swap=7, swap_bytes_out=3 * 1024 * 1024, prefix_queries=4, prefix_hits=3,
+                    prefix_hit_tokens=768, last_victim=Victim(12, "cost-aware", "step needs 5 blocks", 0.25, "swap"))
+    con = Console(record=True, width=120)
+    con.print(sched_panel(st))
+    out = con.export_text()
+    for needle in ("3 running", "2 waiting", "1 preempted", "41.5 tok/s", "90/100", "3/4 hits (75%)",
+                   "768 tokens reused", "swap 7", "out 3.0 MiB", "lane 12 by cost-aware (swap) · cost 0.25"):
+        assert needle in out, needle
+
+
+def test_rate_meter_window() -> None:
+    m = RateMeter(window_s=2.0)
+    assert m.rate(0.0) == 0.0
+    for i in range(11):
+        m.add(i * 0.1, 5)
+    assert abs(m.rate(1.0) - 50.0) < 1e-9
+    assert m.rate(10.0) == 0.0  # idle: stale marks do not report a rate
