@@ -19,18 +19,18 @@ import numpy as np
 from engine.sched.lane import FinishReason, Lane, LaneResult, LaneState, TokenLogprob, now
 from engine.sched.prefix_cache import PrefixCache
 from engine.model.sampling import sample
-from engine.sched.plan import Scheduler
+from engine.sched.plan import Planner
 from engine.sched.profile import NO_PROFILE
 from engine.sched.stats import RateMeter
 
 
 class OutputProcessor:
-    def __init__(self, scheduler: Scheduler, prefix: PrefixCache | None, eos_ids: frozenset[int],
+    def __init__(self, planner: Planner, prefix: PrefixCache | None, eos_ids: frozenset[int],
                  counters: dict[str, int], profile: Any = NO_PROFILE) -> None:
-        self.scheduler, self.prefix, self.eos_ids = scheduler, prefix, eos_ids
+        self.planner, self.prefix, self.eos_ids = planner, prefix, eos_ids
         self.profile = profile  # engine.sched.profile: "sample" and "emit" marks
         self.on_finish: Callable[[LaneResult], None] | None = None  # observers, e.g. request metrics
-        self.block_tokens = scheduler.pool.block_tokens
+        self.block_tokens = planner.pool.block_tokens
         self.counters = counters  # the loop-thread counters shared with the scheduler
         self.finished: dict[str, int] = {}  # finish reason -> lanes
         self.rate = RateMeter()
@@ -133,7 +133,7 @@ class OutputProcessor:
                 self.prefix.insert(s.tokens, s.kv.blocks, full, lane.request.kv_descriptor)
             s.kv.free()
         lane.session, lane.swap_data, lane.replay = None, None, []
-        self.scheduler.remove(lane)
+        self.planner.remove(lane)
         lane.to(LaneState.FINISHED)
         lane.finish_reason, lane.error = reason, error
         self.finished[reason.value] = self.finished.get(reason.value, 0) + 1

@@ -1,4 +1,4 @@
-"""Scheduler: the decisions of one continuous-batching iteration, over lane state (no forward pass).
+"""Planner: the decisions of one continuous-batching iteration, over lane state (no forward pass).
 
 It owns the queues (waiting, running, preempted) and the KV block budget. Each iteration (vLLM /
 nano-vllm's `schedule`):
@@ -72,7 +72,7 @@ class StepPlan:
     failed: tuple[Lane, str] | None = None  # a lone lane the whole KV budget cannot hold: finish it (ERROR)
 
 
-class Scheduler:
+class Planner:
     def __init__(self, config: SchedulerConfig, pool: BlockPool, prefix: PrefixCache | None, *,
                  new_session: Callable[[], Any], hit_align: int, batch_prefill: bool,
                  counters: dict[str, int]) -> None:

@@ -1,6 +1,6 @@
 """NativeScheduler: continuous batching over a paged KV cache (one loop thread).
 
-Each loop iteration: take new requests and cancels; let the Scheduler (engine/sched/plan.py) readmit
+Each loop iteration: take new requests and cancels; let the Planner (engine/sched/plan.py) readmit
 preempted lanes, promote waiting ones, plan the step (prefill chunks within a token budget, one token
 per decoding lane) and meet the KV budget (evict reclaimable prefix blocks, defer newcomers, preempt
 victims); run the prefill chunks and the decode tokens in ONE forward (`forward_batch`: each weight read
@@ -33,7 +33,7 @@ from engine.model.kv import KVExhausted, KVLost
 from engine.sched.lane import FinishReason, Handle, Lane, LaneState, Request, TextTracker, now, validate_request
 from engine.sched.prefix_cache import PrefixCache
 from engine.sched.output import OutputProcessor
-from engine.sched.plan import Scheduler, SchedulerConfig
+from engine.sched.plan import Planner, SchedulerConfig
 from engine.sched.profile import NO_PROFILE, IterationProfile
 from engine.sched.stats import SchedStats, snapshot
 
@@ -103,7 +103,7 @@ class NativeScheduler:
         self._c: dict[str, int] = dict.fromkeys(
             ("steps", "tokens", "prefill_tokens", "admitted", "swap", "recompute", "bytes_out", "bytes_in",
              "readmitted", "max_running", "imported", "kv_lost"), 0)
-        self.scheduler = Scheduler(self.config, self.pool, self.prefix, hit_align=hit_align,
+        self.planner = Planner(self.config, self.pool, self.prefix, hit_align=hit_align,
                                    new_session=lambda: self._Session(self.model, pool=self.pool),
                                    batch_prefill=batch_prefill, counters=self._c)
         # profile=True (or FAK_SCHED_PROFILE=1): wall time per loop phase, see engine/sched/profile.py
@@ -111,8 +111,8 @@ class NativeScheduler:
             profile = os.environ.get("FAK_SCHED_PROFILE", "") not in ("", "0")
         self.profile: IterationProfile | None = IterationProfile() if profile else None
         self._prof = self.profile or NO_PROFILE
-        self.output = OutputProcessor(self.scheduler, self.prefix, self.eos_ids, self._c, self._prof)
-        self.events = self.scheduler.events  # ("preempt"|"readmit", lane seq, preemption round)
+        self.output = OutputProcessor(self.planner, self.prefix, self.eos_ids, self._c, self._prof)
+        self.events = self.planner.events  # ("preempt"|"readmit", lane seq, preemption round)
         self._snapshot = SchedStats()
         self._publish()
         # warm=True: the kernels are loaded (warmup) by the thread that will run them, before any request.
@@ -131,17 +131,17 @@ class NativeScheduler:
 
     # observers of finished requests (called on the loop thread with the LaneResult; metrics)
     on_finish = _delegate("output", "on_finish")
-    # the policy lives in self.config, which the Scheduler reads every iteration (so it may be retuned live)
+    # the policy lives in self.config, which the Planner reads every iteration (so it may be retuned live)
     max_running = _delegate("config", "max_running")
     kv_blocks = _delegate("config", "kv_blocks")
     preempt_mode = _delegate("config", "preempt_mode")
     victim_rule = _delegate("config", "victim_rule")
     prefill_chunk = _delegate("config", "prefill_chunk")
     prefill_budget = _delegate("config", "prefill_budget")
-    # the queues are the Scheduler's (loop thread only; read by tests and debugging)
-    _waiting = _delegate("scheduler", "waiting")
-    _running = _delegate("scheduler", "running")
-    _preempted = _delegate("scheduler", "preempted")
+    # the queues are the Planner's (loop thread only; read by tests and debugging)
+    _waiting = _delegate("planner", "waiting")
+    _running = _delegate("planner", "running")
+    _preempted = _delegate("planner", "preempted")
 
     # ------------------------------------------------------------------ caller side (any thread)
     def admit(self, request: Request) -> Handle:
@@ -325,9 +325,9 @@ class NativeScheduler:
         try:
             self._iteration(new)
         except KVLost:  # a pipeline stage restarted: recompute every lane, keep serving (nothing was advanced)
-            self.scheduler.recompute_all()
+            self.planner.recompute_all()
         except Exception as e:  # an engine bug or model failure must not kill the loop (nor spin on it):
-            sched = self.scheduler
+            sched = self.planner
             for q in (sched.running, sched.preempted, sched.waiting):  # fail every lane, keep serving
                 for lane in list(q):
                     self.output.finish(lane, FinishReason.ERROR, f"{type(e).__name__}: {e}")
@@ -335,10 +335,10 @@ class NativeScheduler:
         self._prof.mark("publish")
 
     def _has_work(self) -> bool:
-        return self.scheduler.has_work()
+        return self.planner.has_work()
 
     def _iteration(self, new: list[Lane]) -> None:
-        sched = self.scheduler
+        sched = self.planner
         sched.begin([ln for ln in new if ln.imported is None])
         for lane in [ln for ln in new if ln.imported is not None]:
             sched.start_imported(lane)
@@ -427,7 +427,7 @@ class NativeScheduler:
         for _, fut in calls:
             if fut.set_running_or_notify_cancel():
                 fut.set_exception(EngineError("scheduler closed"))
-        sched = self.scheduler
+        sched = self.planner
         for lane in new:
             if lane.imported is not None:  # never started: its blocks are still the lane's alone
                 for b in lane.imported[0]:
@@ -442,7 +442,7 @@ class NativeScheduler:
         self._publish()
 
     def _publish(self) -> None:
-        sched = self.scheduler
+        sched = self.planner
         self._snapshot = snapshot(
             self._c, self.output.finished, sched.last_victim, self.output.rate.rate(now()), pool=self.pool,
             prefix=self.prefix, running=len(sched.running), waiting=len(sched.waiting) + len(self._intake),
