@@ -13,13 +13,14 @@ wrappers cost ~1 us a call. bench/decode.py --breakdown prints this table after 
 from __future__ import annotations
 
 import argparse
-import sys
 import re
+import sys
 import time
 from collections import Counter
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -92,8 +93,18 @@ def _instrumented(times: Counter[str], calls: Counter[str], nbytes: Counter[str]
         nbytes[key] += self.nbytes
         return r
 
-    from engine.kernels.lane_kernel import (HEAD_PHASES, L_DOWN, L_GU0, L_GU1, L_O, L_QKV0, L_QKV1, P_NTILES,
-                                            P_WSTRIDE, PHASES_PER_LAYER)
+    from engine.kernels.lane_kernel import (
+        HEAD_PHASES,
+        L_DOWN,
+        L_GU0,
+        L_GU1,
+        L_O,
+        L_QKV0,
+        L_QKV1,
+        P_NTILES,
+        P_WSTRIDE,
+        PHASES_PER_LAYER,
+    )
     from engine.model.lane_step import LanePlan
 
     lane_run = LanePlan.run

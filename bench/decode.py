@@ -19,13 +19,12 @@ import time
 
 import numba
 import numpy as np
+from breakdown import PROMPT8, print_breakdown, step_seconds  # bench/breakdown.py (the script's own directory is on sys.path)
 
 from engine import Session, load_model, step_batch
 from engine.errors import EngineError
 from engine.gguf.aliases import resolve_model
 from engine.model.diag import stream_read_gbps
-
-from breakdown import PROMPT8, print_breakdown, step_seconds  # bench/breakdown.py (the script's own directory is on sys.path)
 
 
 def decode_tps(model, n: int) -> float:  # type: ignore[no-untyped-def]

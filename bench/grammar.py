@@ -77,8 +77,8 @@ def mask_cost(vocab: str, reps: int) -> dict[str, Any]:
                 adv_us.append((c - b) * 1e6)
         runs = [[mask_us[base + r * len(ids) + i] + adv_us[base + r * len(ids) + i] for i in range(len(ids))]
                 for r in range(reps)]
-        fastest += [min(col) for col in zip(*runs)]
-    total = [a + b for a, b in zip(mask_us, adv_us)]
+        fastest += [min(col) for col in zip(*runs, strict=False)]
+    total = [a + b for a, b in zip(mask_us, adv_us, strict=False)]
     return {"vocab": vocab, "n_vocab": tok.vocab_size, "setup_s": setup, "tokens": len(total),
             "start_ms": statistics.median(start_ms),
             "mask": (statistics.median(mask_us), pct(mask_us, 99)),
@@ -109,7 +109,7 @@ def decode_rates(model_name: str, c: int, new: int, rounds: int) -> dict[str, An
         hs = [sched.admit(Request(p, max_new_tokens=new, stop_on_eos=False, grammar=spec)) for p in ids]
         res = [h.result() for h in hs]
         first = max(h._lane.first_token_at for h in hs)  # type: ignore[attr-defined]
-        end = max(h._lane.admitted_at + r.latency_s for h, r in zip(hs, res))  # type: ignore[attr-defined]
+        end = max(h._lane.admitted_at + r.latency_s for h, r in zip(hs, res, strict=False))  # type: ignore[attr-defined]
         if grammar:
             out["lengths"] += [len(r.token_ids) for r in res]
             out["reasons"] += [r.finish_reason.value for r in res]
@@ -176,7 +176,7 @@ def main() -> None:
     profiles = {}
     for c in [int(x) for x in a.levels.split(",")]:
         r = _worker(a, c)
-        ratios = [g / f for f, g in zip(r["free"], r["grammar"])]
+        ratios = [g / f for f, g in zip(r["free"], r["grammar"], strict=False)]
         early = [n for n in r["lengths"] if n < a.new]
         notes = (f"{len(early)} of {len(r['lengths'])} ended early ({sorted(set(r['reasons']))})" if early
                  else "all constrained to the end")

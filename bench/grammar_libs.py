@@ -233,11 +233,11 @@ def measure(lib_name: str, tok: Any, reps: int, separators: tuple[str, str]) -> 
                 n_tok = len(fill_us) - base
         # per token position, the fastest of the replays: what the library costs there, load spikes aside
         per = [[f + c for f, c in zip(fill_us[base + r * n_tok: base + (r + 1) * n_tok],
-                                      consume_us[base + r * n_tok: base + (r + 1) * n_tok])] for r in range(reps)]
-        out.setdefault("min_of_replays", []).extend(min(col) for col in zip(*per))
+                                      consume_us[base + r * n_tok: base + (r + 1) * n_tok], strict=False)] for r in range(reps)]
+        out.setdefault("min_of_replays", []).extend(min(col) for col in zip(*per, strict=False))
         out.setdefault("tokens", {})[name] = len(ids)
     if fill_us:
-        lib_us = [f + c for f, c in zip(fill_us, consume_us)]
+        lib_us = [f + c for f, c in zip(fill_us, consume_us, strict=False)]
         out["fill_us"] = (statistics.median(fill_us), pct(fill_us, 99))
         out["consume_us"] = (statistics.median(consume_us), pct(consume_us, 99))
         out["library_us"] = (statistics.median(lib_us), pct(lib_us, 99))

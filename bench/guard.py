@@ -26,15 +26,14 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from support.fake_upstream import FakeUpstream, first_turn  # noqa: E402
-
 from fak.core.abi import ToolCall  # noqa: E402
-from fak.gateway.local import LocalServer  # noqa: E402
-from fak.guard.proxy import HEALTH, proxy_app  # noqa: E402
-from fak.guard.state import Guard  # noqa: E402
 from fak.core.journal import Journal  # noqa: E402
 from fak.core.kernel import Kernel  # noqa: E402
 from fak.core.policy import coding_floor  # noqa: E402
+from fak.gateway.local import LocalServer  # noqa: E402
+from fak.guard.proxy import HEALTH, proxy_app  # noqa: E402
+from fak.guard.state import Guard  # noqa: E402
+from support.fake_upstream import FakeUpstream, first_turn  # noqa: E402
 
 SHELL = {"anthropic": {"name": "Bash", "input_schema": {"type": "object", "properties": {"command": {"type": "string"}}}},
          "chat": {"type": "function", "function": {"name": "Bash", "parameters": {

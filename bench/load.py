@@ -22,10 +22,9 @@ def main() -> None:
     rss0 = proc.memory_info().rss
     t0 = time.perf_counter()
     from engine import Session, load_model
+    from engine.errors import EngineError
     from engine.gguf.aliases import resolve_model
     from engine.gguf.reader import read_gguf
-
-    from engine.errors import EngineError
 
     try:
         path = resolve_model(name)

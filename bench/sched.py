@@ -63,10 +63,10 @@ def engine_rate(model_name: str, resident: bool, c: int, prompt: int, new: int) 
     model = load_model(model_name, resident=resident, progress=False)
     warmup()
     rates = []
-    for rep in range(2):  # the first touches the weights
+    for _rep in range(2):  # the first touches the weights
         pool = model.new_pool(None)  # one KV pool for every lane, as the scheduler runs them
         sessions = [Session(model, pool) for _ in range(c)]
-        toks = [int(np.argmax(s.prefill(p))) for s, p in zip(sessions, prompts(c, prompt, c, model.config.vocab_size))]
+        toks = [int(np.argmax(s.prefill(p))) for s, p in zip(sessions, prompts(c, prompt, c, model.config.vocab_size), strict=False)]
         t0 = time.perf_counter()
         for _ in range(new - 1):
             if c == 1:
@@ -89,14 +89,14 @@ def scheduler_rate(model_name: str, resident: bool, c: int, prompt: int, new: in
     prof = b.scheduler.profile
     try:
         rate = 0.0
-        for rep in range(2):
+        for _rep in range(2):
             if prof is not None:
                 prof.reset()
             hs = [b.scheduler.admit(Request(p, max_new_tokens=new, stop_on_eos=False))
                   for p in prompts(c, prompt, c, b.model.config.vocab_size)]
             res = [h.result() for h in hs]
             first = max(h._lane.first_token_at for h in hs)  # type: ignore[attr-defined]
-            end = max(h._lane.admitted_at + r.latency_s for h, r in zip(hs, res))  # type: ignore[attr-defined]
+            end = max(h._lane.admitted_at + r.latency_s for h, r in zip(hs, res, strict=False))  # type: ignore[attr-defined]
             rate = sum(len(r.token_ids) - 1 for r in res) / (end - first)
     finally:
         b.close()
@@ -121,7 +121,7 @@ def engine_vs_scheduler(a: argparse.Namespace) -> None:
         for _ in range(a.rounds):
             e.append(_worker("engine", a, c)["rate"])
             s.append(_worker("scheduler", a, c)["rate"])
-        ratios = [y / x for x, y in zip(e, s)]
+        ratios = [y / x for x, y in zip(e, s, strict=False)]
         print(f"{c:>3} | {statistics.median(e):>12.1f} | {statistics.median(s):>15.1f} | "
               f"{statistics.median(ratios):>5.2f} | {' '.join(f'{r:.2f}' for r in ratios)}", flush=True)
         if a.profile:
@@ -184,7 +184,7 @@ def main() -> None:
         # one at a time: measure a sample, extrapolate the rest from its mean service time
         k = min(c, a.baseline_sample)
         wall1, ttft1, res1 = run(model, reqs[:k], a.new, max_running=1, **common)
-        assert all(r1.token_ids == r.token_ids for r1, r in zip(res1, res)), "batched output != one-at-a-time"
+        assert all(r1.token_ids == r.token_ids for r1, r in zip(res1, res, strict=False)), "batched output != one-at-a-time"
         service = wall1 / k
         first = statistics.mean(t - i * service for i, t in enumerate(ttft1))  # TTFT of a lone request
         seq_ttft = ttft1 + [i * service + first for i in range(k, c)]

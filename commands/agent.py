@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
 
@@ -17,13 +17,13 @@ def register(app: typer.Typer) -> None:
     def agent(
         task: str = typer.Option(..., "--task", help="A shipped task (examples/tasks/NAME.json) or a task file."),
         offline: bool = typer.Option(False, "--offline", help="The task's scripted planner proposes (no model)."),
-        gguf: Optional[str] = typer.Option(None, "--gguf", help=f"In-kernel model that plans (default {DEFAULT_MODEL})."),
-        base_url: Optional[str] = typer.Option(None, "--base-url", help="Plan with any OpenAI-compatible server instead."),
-        model: Optional[str] = typer.Option(None, "--model", help="With --base-url: the model name (default: its first)."),
-        max_turns: Optional[int] = typer.Option(None, "--max-turns", min=1, help="Planner turns per arm (default: the task's, else 12)."),
-        out: Optional[str] = typer.Option(None, "--out", help="Write the report as JSON to this file."),
-        policy: Optional[str] = typer.Option(None, "--policy", help="Policy JSON of the fak arm (default: the coding floor)."),
-        journal: Optional[str] = typer.Option(None, "--journal", help="Journal the fak arm's decisions to this file."),
+        gguf: str | None = typer.Option(None, "--gguf", help=f"In-kernel model that plans (default {DEFAULT_MODEL})."),
+        base_url: str | None = typer.Option(None, "--base-url", help="Plan with any OpenAI-compatible server instead."),
+        model: str | None = typer.Option(None, "--model", help="With --base-url: the model name (default: its first)."),
+        max_turns: int | None = typer.Option(None, "--max-turns", min=1, help="Planner turns per arm (default: the task's, else 12)."),
+        out: str | None = typer.Option(None, "--out", help="Write the report as JSON to this file."),
+        policy: str | None = typer.Option(None, "--policy", help="Policy JSON of the fak arm (default: the coding floor)."),
+        journal: str | None = typer.Option(None, "--journal", help="Journal the fak arm's decisions to this file."),
         temperature: float = typer.Option(0.0, "--temp", min=0.0, help="Model sampling temperature."),
         max_tokens: int = typer.Option(512, "--max-tokens", min=1, help="Model tokens per turn."),
         bash_timeout: float = typer.Option(30.0, "--bash-timeout", min=0.1, help="Seconds before a Bash call is killed."),
@@ -34,8 +34,8 @@ def register(app: typer.Typer) -> None:
         from fak.agent import load_task, run_ab
         from fak.agent.planner import ScriptedPlanner
         from fak.agent.report import ab_table, calls_table, report_json
-        from fak.errors import FakError
         from fak.core.policy import coding_floor, load_policy
+        from fak.errors import FakError
 
         if offline and (gguf or base_url or model):
             raise FakError("fak agent: --offline plans without a model; drop --gguf / --base-url / --model")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Optional
 
 import typer
 
@@ -12,13 +11,13 @@ import typer
 def register(app: typer.Typer) -> None:
     @app.command("chat")
     def chat(
-        gguf: Optional[str] = typer.Option(None, "--gguf", help="GGUF path or alias (default qwen2.5-coder-0.5b)."),
-        system: Optional[str] = typer.Option(None, "--system", help="System prompt."),
+        gguf: str | None = typer.Option(None, "--gguf", help="GGUF path or alias (default qwen2.5-coder-0.5b)."),
+        system: str | None = typer.Option(None, "--system", help="System prompt."),
         tools: bool = typer.Option(False, "--tools", help="Let the model call Read, Glob, Grep, Write, Edit and Bash "
                                    "in the current directory, each call judged by the kernel."),
-        policy: Optional[str] = typer.Option(None, "--policy", help="Policy JSON for the tool calls (default: the coding floor)."),
-        journal: Optional[str] = typer.Option(None, "--journal", help="Append every tool decision to this hash-chained JSONL."),
-        base_url: Optional[str] = typer.Option(None, "--base-url", help="Chat through this OpenAI-compatible server "
+        policy: str | None = typer.Option(None, "--policy", help="Policy JSON for the tool calls (default: the coding floor)."),
+        journal: str | None = typer.Option(None, "--journal", help="Append every tool decision to this hash-chained JSONL."),
+        base_url: str | None = typer.Option(None, "--base-url", help="Chat through this OpenAI-compatible server "
                                                "instead of the in-kernel model."),
         temperature: float = typer.Option(0.7, "--temp", help="Sampling temperature (0: greedy)."),
         max_tokens: int = typer.Option(1024, "--max-tokens", help="Longest reply, in tokens (per model call)."),

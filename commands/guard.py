@@ -7,7 +7,6 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -17,15 +16,15 @@ def register(app: typer.Typer) -> None:
                  options_metavar="[OPTIONS] -- AGENT [ARGS]...")
     def guard(
         ctx: typer.Context,
-        upstream: Optional[str] = typer.Option(None, "--upstream", help="Provider or OpenAI-compatible server the "
+        upstream: str | None = typer.Option(None, "--upstream", help="Provider or OpenAI-compatible server the "
                                                "agent's requests go to (default: the provider's public API, or the "
                                                "agent's ANTHROPIC_BASE_URL / OPENAI_BASE_URL)."),
-        gguf: Optional[str] = typer.Option(None, "--gguf", help="Answer with the in-kernel model instead (no network)."),
-        provider: Optional[str] = typer.Option(None, "--provider", help="anthropic | openai | responses (default: "
+        gguf: str | None = typer.Option(None, "--gguf", help="Answer with the in-kernel model instead (no network)."),
+        provider: str | None = typer.Option(None, "--provider", help="anthropic | openai | responses (default: "
                                                "from the agent's name: claude -> anthropic, codex -> responses, "
                                                "aider/opencode -> openai, else anthropic)."),
-        policy: Optional[str] = typer.Option(None, "--policy", help="Policy JSON (default: the coding floor)."),
-        journal: Optional[str] = typer.Option(None, "--journal", help="Journal file (default .fak/guard/<time>-<pid>.jsonl)."),
+        policy: str | None = typer.Option(None, "--policy", help="Policy JSON (default: the coding floor)."),
+        journal: str | None = typer.Option(None, "--journal", help="Journal file (default .fak/guard/<time>-<pid>.jsonl)."),
         no_journal: bool = typer.Option(False, "--no-journal", help="Keep no journal."),
         env: list[str] = typer.Option([], "--env", help="Also set this variable to the gateway's URL in the agent's "
                                       "environment (repeat)."),
@@ -35,8 +34,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Run AGENT (after --) against a private gateway that adjudicates every tool call it is offered."""
         from fak.errors import FakError
-        from fak.guard import agents, child
         from fak.gateway.local import LocalServer
+        from fak.guard import agents, child
         from fak.guard.proxy import HEALTH
         from fak.guard.state import Guard
         from fak.guard.summary import show
@@ -68,9 +67,8 @@ def register(app: typer.Typer) -> None:
         failed: list[str] = []
         if gguf:
             from engine.gguf.aliases import resolve_model
-
-            from fak.runtime.boot import boot_for_text
             from fak.guard.proxy import inkernel_app
+            from fak.runtime.boot import boot_for_text
 
             resolve_model(gguf)  # a bad model is one line before anything starts
 

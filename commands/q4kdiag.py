@@ -6,7 +6,7 @@ import dataclasses
 import json
 import math
 import sys
-from typing import Any, Optional
+from typing import Any
 
 import typer
 
@@ -16,10 +16,10 @@ DEFAULT_PROMPT = "The capital of France is"
 def register(app: typer.Typer) -> None:
     @app.command("q4kdiag")
     def q4kdiag(
-        gguf: Optional[str] = typer.Option(None, "--gguf", help="GGUF path or alias (default $FAK_MODEL or gemma3-270m)."),
+        gguf: str | None = typer.Option(None, "--gguf", help="GGUF path or alias (default $FAK_MODEL or gemma3-270m)."),
         prompt: str = typer.Option(DEFAULT_PROMPT, "--prompt", help="Prompt for the first-token top-K logits."),
         top: int = typer.Option(5, "--top", help="How many top logits to show."),
-        membw: Optional[float] = typer.Option(None, "--membw", help="Memory bandwidth in GB/s (default: measure it)."),
+        membw: float | None = typer.Option(None, "--membw", help="Memory bandwidth in GB/s (default: measure it)."),
         plan_only: bool = typer.Option(False, "--plan-only", help="Read only the header: the memory plan."),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
         all_types: bool = typer.Option(False, "--all-types", help="Also check the kernel of every resident type "

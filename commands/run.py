@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -13,34 +12,34 @@ from commands import sched_flags
 def register(app: typer.Typer) -> None:
     @app.command("run")
     def run(
-        model: Optional[str] = typer.Argument(None, help="GGUF path or alias (gemma3-270m); default $FAK_MODEL."),
-        prompt: Optional[str] = typer.Argument(None, help="Prompt text; omit for a REPL."),
-        trace: Optional[Path] = typer.Option(None, "--trace", help="Replay a JSON trace of tool calls through the kernel."),
-        engine: Optional[str] = typer.Option(None, "--engine", help="Engine id for --trace (mock, http, inkernel)."),
-        policy: Optional[Path] = typer.Option(None, "--policy", help="Policy JSON for --trace."),
-        journal: Optional[Path] = typer.Option(None, "--journal", help="Append decisions to this hash-chained JSONL."),
-        gguf: Optional[str] = typer.Option(None, "--gguf", help="GGUF path or alias: the model to run (same as MODEL), or the inkernel engine's for --trace."),
+        model: str | None = typer.Argument(None, help="GGUF path or alias (gemma3-270m); default $FAK_MODEL."),
+        prompt: str | None = typer.Argument(None, help="Prompt text; omit for a REPL."),
+        trace: Path | None = typer.Option(None, "--trace", help="Replay a JSON trace of tool calls through the kernel."),
+        engine: str | None = typer.Option(None, "--engine", help="Engine id for --trace (mock, http, inkernel)."),
+        policy: Path | None = typer.Option(None, "--policy", help="Policy JSON for --trace."),
+        journal: Path | None = typer.Option(None, "--journal", help="Append decisions to this hash-chained JSONL."),
+        gguf: str | None = typer.Option(None, "--gguf", help="GGUF path or alias: the model to run (same as MODEL), or the inkernel engine's for --trace."),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table / stream."),
         max_tokens: int = typer.Option(128, "--max-tokens", help="Tokens to generate."),
         temp: float = typer.Option(0.0, "--temp", help="Sampling temperature (0 = greedy)."),
         top_k: int = typer.Option(0, "--top-k", help="Top-k (0 = off)."),
         top_p: float = typer.Option(1.0, "--top-p", help="Top-p (1 = off)."),
-        seed: Optional[int] = typer.Option(None, "--seed", help="Sampling seed."),
-        system: Optional[str] = typer.Option(None, "--system", help="System prompt (chat template)."),
-        ids: Optional[str] = typer.Option(None, "--ids", help="Comma-separated prompt token ids instead of PROMPT."),
+        seed: int | None = typer.Option(None, "--seed", help="Sampling seed."),
+        system: str | None = typer.Option(None, "--system", help="System prompt (chat template)."),
+        ids: str | None = typer.Option(None, "--ids", help="Comma-separated prompt token ids instead of PROMPT."),
         chat: bool = typer.Option(False, "--chat", help="Wrap the prompt in a chat template even if the GGUF has none."),
         raw: bool = typer.Option(False, "--raw", help="Raw completion (BOS + text) even if the GGUF has a chat template."),
         plain: bool = typer.Option(False, "--plain", help="Dequantize every weight to float32 (default: keep quantized blocks resident)."),
         q4k: bool = typer.Option(False, "--q4k", help="Keep quantized weights resident: the default, kept as an alias."),
-        max_running: Optional[int] = sched_flags.MAX_RUNNING,
-        kv_blocks: Optional[int] = sched_flags.KV_BLOCKS,
-        block_tokens: Optional[int] = sched_flags.BLOCK_TOKENS,
-        preempt: Optional[str] = sched_flags.PREEMPT,
-        victim: Optional[str] = sched_flags.VICTIM,
+        max_running: int | None = sched_flags.MAX_RUNNING,
+        kv_blocks: int | None = sched_flags.KV_BLOCKS,
+        block_tokens: int | None = sched_flags.BLOCK_TOKENS,
+        preempt: str | None = sched_flags.PREEMPT,
+        victim: str | None = sched_flags.VICTIM,
     ) -> None:
         """Replay a trace through the kernel, or run a model on a prompt."""
-        from fak.runtime.boot import SchedOptions
         from fak.errors import FakError
+        from fak.runtime.boot import SchedOptions
 
         if plain and q4k:
             raise FakError("--plain and --q4k contradict each other: resident (--q4k) is the default")

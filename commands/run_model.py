@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any, Optional
+from typing import Any
 
 from engine.errors import EngineError
 
@@ -40,7 +40,7 @@ def _check_text(what: str, text: str) -> None:
         raise EngineError(f"{what}: not valid UTF-8 (byte {bad!r} at character {exc.start})") from None
 
 
-def _prompt_ids(codec: Any, model_name: str, prompt: str, system: Optional[str], chat: bool) -> list[int]:
+def _prompt_ids(codec: Any, model_name: str, prompt: str, system: str | None, chat: bool) -> list[int]:
     _check_text("prompt", prompt)
     if system is not None:
         _check_text("--system", system)
@@ -114,16 +114,16 @@ def _rates(r: Any) -> tuple[float, float]:
 
 
 def run_model(
-    model: Optional[str],
-    prompt: Optional[str],
+    model: str | None,
+    prompt: str | None,
     *,
     max_tokens: int = 128,
     temp: float = 0.0,
     top_k: int = 0,
     top_p: float = 1.0,
-    seed: Optional[int] = None,
-    system: Optional[str] = None,
-    ids: Optional[str] = None,
+    seed: int | None = None,
+    system: str | None = None,
+    ids: str | None = None,
     chat: bool = False,
     raw: bool = False,
     resident: bool = True,
@@ -158,7 +158,7 @@ def run_model(
         b.close()
 
 
-def _repl(b: Any, system: Optional[str], templated: bool, max_tokens: int, params: Any, as_json: bool) -> None:
+def _repl(b: Any, system: str | None, templated: bool, max_tokens: int, params: Any, as_json: bool) -> None:
     """Each line is a fresh one-shot prompt; Ctrl-C stops the generation in flight, Ctrl-D (EOF) ends."""
     while True:
         try:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Optional
 
 import typer
 
@@ -13,7 +12,7 @@ def register(app: typer.Typer) -> None:
     @app.command("top")
     def top(
         url: str = typer.Option("http://127.0.0.1:8000", "--url", help="The fak serve to watch."),
-        api_key: Optional[str] = typer.Option(None, "--api-key", help="Its API key [FAK_API_KEY]."),
+        api_key: str | None = typer.Option(None, "--api-key", help="Its API key [FAK_API_KEY]."),
         interval: float = typer.Option(0.5, "--interval", help="Seconds between refreshes."),
         once: bool = typer.Option(False, "--once", help="Draw once and exit."),
     ) -> None:

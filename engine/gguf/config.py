@@ -7,8 +7,9 @@ differ only in the fields below, never in a copy of the forward pass.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Mapping
+from typing import Any
 
 from engine.errors import GGUFError
 
@@ -94,7 +95,7 @@ class ModelConfig:
             return 1.0
         return self.rope_scale
 
-    def with_(self, **kw: Any) -> "ModelConfig":
+    def with_(self, **kw: Any) -> ModelConfig:
         return replace(self, **kw)
 
 

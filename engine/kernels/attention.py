@@ -10,8 +10,8 @@ for the weight products).
 from __future__ import annotations
 
 import math
-from functools import cached_property, lru_cache
 from dataclasses import dataclass
+from functools import cache, cached_property
 
 import numpy as np
 from numba import njit, prange
@@ -20,7 +20,6 @@ from engine.errors import EngineError
 from engine.kernels.blockdot import axpy_f32, dot_f32, prefetch_ahead
 from engine.kernels.ops import _exp32
 from engine.kernels.parallel import ORDERED_FASTMATH, SMALL_WORK, launch, prefill_pool
-
 
 # Key positions per decode-attention task: a fixed number of K bytes (KV_TASK_BYTES / (4 * head_dim)
 # positions, at least 16), the same for every row of a model, so a row's bits never depend on the batch
@@ -202,7 +201,7 @@ class RaggedRows:
     def of(cls, block_lists: list[list[int]], starts: list[int], counts: list[int], block_tokens: int) -> RaggedRows:
         """The kernel reads blocks through these tables unchecked: every position a row attends to
         (0 .. its own) must lie in a block its lane holds."""
-        for i, (b, s, n) in enumerate(zip(block_lists, starts, counts)):
+        for i, (b, s, n) in enumerate(zip(block_lists, starts, counts, strict=False)):
             if s < 0 or n < 0 or -(-(s + n) // block_tokens) > len(b):
                 raise EngineError(f"attention: lane {i} has {len(b)} KV blocks of {block_tokens} tokens, "
                                   f"positions {s}..{s + n - 1} need {-(-(s + n) // block_tokens)}")
@@ -211,7 +210,7 @@ class RaggedRows:
         for i, b in enumerate(block_lists):
             tables[i, : len(b)] = b
         lane = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
-        pos = np.concatenate([np.arange(s, s + n, dtype=np.int64) for s, n in zip(starts, counts)])
+        pos = np.concatenate([np.arange(s, s + n, dtype=np.int64) for s, n in zip(starts, counts, strict=False)])
         return cls(tables, lane, pos)
 
 
@@ -247,7 +246,7 @@ def batched_attention(q: np.ndarray, k_pool: np.ndarray, v_pool: np.ndarray, row
 _NO_IDS = np.empty(0, np.int64)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _no_rows(kvh: int, dim: int) -> np.ndarray:
     """"No new K/V rows": one empty array per shape, not an allocation per call."""
     return np.empty((0, kvh, dim), np.float32)

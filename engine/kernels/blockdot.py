@@ -32,7 +32,7 @@ Block layouts (ggml-common.h):
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 from llvmlite import ir
@@ -139,9 +139,9 @@ def _row_dot(b: ir.IRBuilder, wa: ir.Value, xps: list[ir.Value], nb: ir.Value, l
         for wv, off in unpack(b, p, lut):
             for g, xp in enumerate(xps):
                 accs[g] = _fma(b, wv, _xload(b, xp, b.add(x0, _c(off))), accs[g])
-        for s, acc in zip(slots, accs):
+        for s, acc in zip(slots, accs, strict=False):
             b.store(acc, s)
-    for s, dst in zip(slots, dsts):
+    for s, dst in zip(slots, dsts, strict=False):
         b.store(_hsum(b, b.load(s)), dst)
 
 
@@ -190,7 +190,7 @@ def _q6_k(b, p, lut):  # type: ignore[no-untyped-def]
     for half in range(2):
         ql0, ql1 = _vload(b, p, 64 * half, VB), _vload(b, p, 64 * half + 32, VB)
         qh = _vload(b, p, 128 + 32 * half, VB)
-        hi2 = lambda shift: b.shl(b.and_(b.lshr(qh, _vconst(shift)), _vconst(3)), _vconst(4))  # noqa: E731
+        hi2 = lambda shift, qh=qh: b.shl(b.and_(b.lshr(qh, _vconst(shift)), _vconst(3)), _vconst(4))  # noqa: E731
         quads = (b.or_(b.and_(ql0, _vconst(15)), hi2(0)), b.or_(b.and_(ql1, _vconst(15)), hi2(2)),
                  b.or_(b.lshr(ql0, _vconst(4)), hi2(4)), b.or_(b.lshr(ql1, _vconst(4)), hi2(6)))
         for k, q in enumerate(quads):

@@ -15,7 +15,8 @@ had launched regions during load). The serial twins release the GIL and run from
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 # Idle OpenMP workers: a decode step is ~150 kernel calls with gaps of microseconds, and a sleeping
 # worker takes tens of microseconds to wake (OMP_WAIT_POLICY=PASSIVE: 41-48 tok/s on Gemma 270M);

@@ -24,7 +24,7 @@ lane's bits do not depend on the batch either.
 from __future__ import annotations
 
 import zlib
-from typing import Callable
+from collections.abc import Callable
 
 from llvmlite import binding as llvm
 from llvmlite import ir
@@ -204,8 +204,8 @@ def _ftile_codegen(kind: int, lanes: int) -> Callable:  # type: ignore[type-arg]
                 for g in range(lanes):
                     xj = _splat(b, b.load(b.gep(frows[g], [b.add(x0, _c(j))])), TILE)
                     accs[g][j % F_CHAINS] = _fma(b, w, xj, accs[g][j % F_CHAINS])
-            for lane, acc in zip(slots, accs):
-                for s_, a in zip(lane, acc):
+            for lane, acc in zip(slots, accs, strict=False):
+                for s_, a in zip(lane, acc, strict=False):
                     b.store(a, s_)
 
         _sb_loop(kind, b, b.inttoptr(wa, P8), nsb, body)

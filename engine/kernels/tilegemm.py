@@ -12,8 +12,8 @@ import numpy as np
 from numba import njit, prange
 
 from engine.kernels.blockdot import U
-from engine.quant.tiles import FLOAT_KINDS, KINDS, QB, SB_BYTES, SB_VALUES, TILE
 from engine.kernels.tiledot import X_MAX, dq_tile, tdot1, tdot4, tdot8
+from engine.quant.tiles import FLOAT_KINDS, KINDS, QB, SB_BYTES, SB_VALUES, TILE
 
 LANE_BLOCK = 64  # lanes per pass over a thread's tiles: 64 x 2048 int16 activations = 256 KiB
 

@@ -17,8 +17,8 @@ import numpy as np
 from gguf import GGMLQuantizationType as QT
 from numba import njit, prange
 
-from engine.kernels.blockdot import prefetch_ahead
 from engine.gguf.reader import GGUFFile, TensorInfo, read_gguf
+from engine.kernels.blockdot import prefetch_ahead
 from engine.model.forward import Model
 from engine.model.resident import QUANT_TYPES, QuantWeight, resident_nbytes, resident_weight, tiled_kind
 
@@ -129,7 +129,7 @@ def kernel_checks(g: GGUFFile, reps: int = 5, err_rows: int = 256, seed: int = 0
         part = resident_weight(t.name, qtype, t.raw[:r], (r, cols))
         ref = x.astype(np.float64) @ dequantize(np.asarray(t.raw[:r]), qtype).astype(np.float64).T
         err = float(np.abs(part.matmul(x) - ref).max())
-        sec = _median_time(lambda: w.matmul(x), reps)
+        sec = _median_time(lambda w=w, x=x: w.matmul(x), reps)
         out.append(KernelCheck(w.type_name, t.name, err, w.nbytes / sec / 1e9))
     return out
 
@@ -162,7 +162,7 @@ def synthetic_kernel_checks(skip: set[str], cols: int = 2048, nbytes: int = 64 <
         rows = max(err_rows, nbytes // (cols // bs * ts) // err_rows * err_rows)
         big = resident_weight(name, qtype, np.tile(raw, (rows // err_rows, 1)), (rows, cols))
         assert isinstance(big, QuantWeight)
-        sec = _median_time(lambda: big.matmul(x), reps)
+        sec = _median_time(lambda big=big, x=x: big.matmul(x), reps)
         out.append(KernelCheck(name, f"synthetic {rows}x{cols}", err, big.nbytes / sec / 1e9))
     return out
 

@@ -12,15 +12,15 @@ from typing import Any
 
 import numpy as np
 
+from engine.gguf.config import ModelConfig
+from engine.gguf.identity import config_identity
+from engine.kernels.ops import gated_act, qkv_prep, residual_norm, rmsnorm, rope_tables
 from engine.model import linear
 from engine.model.attention_groups import attention_groups
-from engine.gguf.identity import config_identity
-from engine.gguf.config import ModelConfig
-from engine.model.kv import BlockPool, PageTable
 from engine.model.fuse import matmul_group
+from engine.model.kv import BlockPool, PageTable
 from engine.model.lane_step import LanePlan
 from engine.model.moe import Experts, moe_ffn
-from engine.kernels.ops import gated_act, qkv_prep, residual_norm, rmsnorm, rope_tables
 
 
 @dataclass

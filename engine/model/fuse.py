@@ -13,8 +13,9 @@ their own (a pipeline stage, the diagnostics, a test).
 from __future__ import annotations
 
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -33,7 +34,7 @@ class FusedWeight:
 
     def leads(self, ws: Sequence[Any]) -> bool:
         """ws begins with the members, in order."""
-        return len(ws) >= len(self.refs) and all(r() is w for r, w in zip(self.refs, ws))
+        return len(ws) >= len(self.refs) and all(r() is w for r, w in zip(self.refs, ws, strict=False))
 
 
 def fusable(ws: Sequence[Any]) -> bool:
@@ -96,7 +97,7 @@ def matmul_group(x: np.ndarray, ws: Sequence[Any], mm: Any) -> list[np.ndarray]:
     for w, g in product_runs(ws):
         if g is not None:
             y = w.matmul(x)
-            out.extend(y[:, a:b] for a, b in zip(g.bounds, g.bounds[1:]))
+            out.extend(y[:, a:b] for a, b in zip(g.bounds, g.bounds[1:], strict=False))
         else:
             out.append(mm(x, w))
     return out

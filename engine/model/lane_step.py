@@ -11,8 +11,9 @@ forward. FAK_LANE_KERNEL=0 turns it off (A/B and tests).
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numba
 import numpy as np
@@ -20,7 +21,7 @@ import numpy as np
 from engine.errors import EngineError
 from engine.gguf.config import ROPE_NEOX
 from engine.kernels.attention import chunk_positions
-from engine.kernels.lane_kernel import ACT, ATT, D, G, H, HEAD_PHASES, KO, O, P_ROWS, PHASES_PER_LAYER, Q, QO, VO, X, lane_layers
+from engine.kernels.lane_kernel import ACT, ATT, HEAD_PHASES, KO, P_ROWS, PHASES_PER_LAYER, QO, VO, D, G, H, O, Q, X, lane_layers
 from engine.kernels.ops import rope_tables
 from engine.kernels.tasks import LINE
 from engine.model.fuse import product_runs
@@ -75,7 +76,7 @@ class LanePlan:
 
     def current(self, model: Any) -> bool:
         ls = model.weights.layers
-        return len(ls) == len(self.layers) and all(a is b for a, b in zip(ls, self.layers))
+        return len(ls) == len(self.layers) and all(a is b for a, b in zip(ls, self.layers, strict=False))
 
     @classmethod
     def of(cls, model: Any) -> LanePlan | None:

@@ -9,12 +9,13 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from engine.gguf.config import ModelConfig, from_gguf_metadata
 from engine.errors import EngineError, GGUFError
 from engine.gguf.aliases import default_model, resolve_model
+from engine.gguf.config import ModelConfig, from_gguf_metadata
 from engine.gguf.identity import gguf_identity
 from engine.gguf.reader import GGUFFile, TensorInfo, read_gguf
 from engine.model.forward import LayerWeights, Model, Weights
@@ -182,7 +183,7 @@ def build_model(g: GGUFFile, make_resident: Callable[..., Any] | None = None, pr
         for lw in layers:
             fuse_siblings((lw.wq, lw.wk, lw.wv))
             fuse_siblings((lw.w_gate, lw.w_up))
-            for gate, up in zip(lw.moe.gate, lw.moe.up) if lw.moe is not None else ():
+            for gate, up in zip(lw.moe.gate, lw.moe.up, strict=False) if lw.moe is not None else ():
                 fuse_siblings((gate, up))  # each expert's gate and up: one launch when the router picks it
     emb = cache["token_embd.weight"]
     w = Weights(token_embd=emb, layers=layers, output_norm=cache["output_norm.weight"],
@@ -216,7 +217,7 @@ class _Progress:
         self.total, self.label = total, label
         self._bar: Any = None
 
-    def __enter__(self) -> "_Progress":
+    def __enter__(self) -> _Progress:
         if self.enabled:
             from rich.console import Console
             from rich.progress import BarColumn, DownloadColumn, Progress, TimeElapsedColumn

@@ -9,8 +9,9 @@ row-stable decode products, so a lane's logits are the same bits solo or in a ba
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 

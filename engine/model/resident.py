@@ -26,13 +26,13 @@ import numpy as np
 from gguf import GGMLQuantizationType as QT
 from gguf.constants import GGML_QUANT_SIZES
 
-from engine.quant import rows as K
-from engine.quant.widen import WIDEN
-from engine.quant import tiles as L
+from engine.errors import EngineError
 from engine.kernels import tilegemm as T
 from engine.kernels.blockdot import gemm
-from engine.errors import EngineError
 from engine.kernels.parallel import launch, prefill_pool, serial_twin, warming
+from engine.quant import rows as K
+from engine.quant import tiles as L
+from engine.quant.widen import WIDEN
 
 QUANT_TYPES = {QT.Q8_0: "Q8_0", QT.Q5_0: "Q5_0", QT.Q4_K: "Q4_K", QT.Q6_K: "Q6_K", QT.Q4_0: "Q4_0",
                QT.Q4_1: "Q4_1", QT.Q5_1: "Q5_1", QT.Q5_K: "Q5_K", QT.F16: "F16", QT.BF16: "BF16",
@@ -117,7 +117,7 @@ class QuantWeight:
         # One worker per core, each a serial dequantize + single-threaded BLAS on its share of the
         # rows: no OpenBLAS and OpenMP thread teams spinning against each other on the same cores.
         bounds = [rows * i // parts // 16 * 16 for i in range(parts)] + [rows]
-        futs = [pool.submit(self._prefill_rows, x2, out, a, b, step, True) for a, b in zip(bounds, bounds[1:]) if b > a]
+        futs = [pool.submit(self._prefill_rows, x2, out, a, b, step, True) for a, b in zip(bounds, bounds[1:], strict=False) if b > a]
         for f in futs:
             f.result()
         return out

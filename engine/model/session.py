@@ -8,14 +8,14 @@ preempt someone and retry.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
 from engine.errors import EngineError
-from engine.model.kv import BlockPool, KVExhausted, PageTable
-from engine.model.forward import LaneInput, Model
 from engine.kernels.parallel import warming
+from engine.model.forward import LaneInput, Model
+from engine.model.kv import BlockPool, KVExhausted, PageTable
 
 
 class Session:
@@ -102,9 +102,9 @@ def forward_batch(sessions: Sequence[Session], chunks: Sequence[Sequence[int]]) 
     if any(a.size == 0 for a in arrs):
         raise EngineError("forward_batch: an empty chunk")
     _reserve(sessions, [int(a.size) for a in arrs])
-    logits = model.forward(np.concatenate(arrs), [LaneInput(s.kv, int(a.size)) for s, a in zip(sessions, arrs)],
+    logits = model.forward(np.concatenate(arrs), [LaneInput(s.kv, int(a.size)) for s, a in zip(sessions, arrs, strict=False)],
                            decode=True)
-    for s, a in zip(sessions, arrs):
+    for s, a in zip(sessions, arrs, strict=False):
         s._advance(a)
     return logits
 
@@ -128,14 +128,14 @@ def _reserve(sessions: Sequence[Session], counts: Sequence[int]) -> None:
     """Reserve room for counts[i] more tokens in each session, all or nothing."""
     need: dict[int, int] = defaultdict(int)
     pools: dict[int, BlockPool] = {}
-    for s, n in zip(sessions, counts):
+    for s, n in zip(sessions, counts, strict=False):
         need[id(s.pool)] += s.kv.blocks_needed(s.kv.length + n) + len(_cow_blocks(s.kv, n))
         pools[id(s.pool)] = s.pool
     for key, n in need.items():
         pool = pools[key]
         if not pool.growable and n > pool.num_free:
             raise KVExhausted(f"KV pool exhausted: need {n} blocks, {pool.num_free} free of {pool.capacity}")
-    for s, n in zip(sessions, counts):
+    for s, n in zip(sessions, counts, strict=False):
         for i in _cow_blocks(s.kv, n):
             old = s.kv.blocks[i]
             new = s.pool.allocate()

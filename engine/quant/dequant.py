@@ -5,10 +5,11 @@ Layouts follow ggml-quants.c (dequantize_row_*). `gguf.quants.dequantize` is the
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
-from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType as QT
+from gguf.constants import GGML_QUANT_SIZES
+from gguf.constants import GGMLQuantizationType as QT
 
 from engine.errors import GGUFError
 from engine.quant.iquant import IQ_BLOCK

@@ -26,7 +26,6 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-
 QK = 32  # Q8_0 / Q5_0 block size, K-quant sub-block size
 QK_K = 256  # K-quant super-block size
 BLOCK_BYTES = {"Q8_0": 34, "Q5_0": 22, "Q4_K": 144, "Q6_K": 210}

@@ -167,15 +167,15 @@ class TokenizerPlan:
 
 
 def _first_ids(tokens: list[str]) -> dict[str, int]:
-    vocab = dict(zip(tokens, range(len(tokens))))
+    vocab = dict(zip(tokens, range(len(tokens)), strict=False))
     if len(vocab) != len(tokens):  # duplicates (llama.cpp rejects them): the first id wins
-        vocab = dict(zip(reversed(tokens), range(len(tokens) - 1, -1, -1)))
+        vocab = dict(zip(reversed(tokens), range(len(tokens) - 1, -1, -1), strict=False))
     return vocab
 
 
 def _added(meta: VocabMeta, spelled: list[str], vocab: dict[str, int]) -> list[tuple[int, bool]]:
     out: list[tuple[int, bool]] = []
-    for i, (tok, ttype) in enumerate(zip(spelled, meta.types)):
+    for i, (tok, ttype) in enumerate(zip(spelled, meta.types, strict=False)):
         if vocab.get(tok) != i:
             continue
         if ttype in (CONTROL, UNKNOWN):
@@ -278,7 +278,7 @@ def assemble(plan: TokenizerPlan, tokens: list[str]) -> Tokenizer:
     spelled = plan.spelled(tokens)
     vocab = _first_ids(spelled)
     names = np.array(spelled, dtype=object)[plan.merges]  # (n, 2) of str, gathered in C
-    merges = list(zip(names[:, 0].tolist(), names[:, 1].tolist()))
+    merges = list(zip(names[:, 0].tolist(), names[:, 1].tolist(), strict=False))
     if plan.kind == "gpt2":
         tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, ignore_merges=plan.pre in IGNORE_MERGES))
         tok.pre_tokenizer = pre_tokenizers.Sequence(

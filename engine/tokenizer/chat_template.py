@@ -11,9 +11,10 @@ Fallbacks render `tools` as a JSON list in the system part (the models have no n
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import datetime
 from functools import lru_cache
-from typing import Any, Callable
+from typing import Any
 
 import jinja2
 from jinja2 import nodes

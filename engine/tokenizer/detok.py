@@ -11,7 +11,7 @@ pieces concatenate to exactly `decode(ids)`.
 from __future__ import annotations
 
 import codecs
-from typing import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 TokenBytes = Callable[[int], bytes]
 

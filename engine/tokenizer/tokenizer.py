@@ -17,19 +17,20 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 from tokenizers import Tokenizer
 
-from engine.tokenizer import cache
+from engine.errors import EngineError, GGUFError
 from engine.gguf.aliases import resolve_model
+from engine.tokenizer import cache
+from engine.tokenizer.build import ADD_BOS_PRE, SPIECE_SPACE, assemble, plan_tokenizer
 from engine.tokenizer.chat_template import CHATML_TEMPLATE, FALLBACKS, fallback_name, render_chat
 from engine.tokenizer.detok import StreamDecoder, decode_bytes, join_bytes
-from engine.errors import EngineError, GGUFError
-from engine.tokenizer.build import ADD_BOS_PRE, SPIECE_SPACE, assemble, plan_tokenizer
 from engine.tokenizer.vocab import BYTE, CONTROL, UNKNOWN, USER_DEFINED, VocabMeta, read_vocab
 
 # llama.cpp's end-of-generation tokens, found by text (llama-vocab.cpp, special_eog_ids)
@@ -76,7 +77,7 @@ class VocabInfo:
     special_text: dict[str, str | None] = field(default_factory=dict)  # bos_token, eos_token, ...
 
     @classmethod
-    def from_meta(cls, m: VocabMeta) -> "VocabInfo":
+    def from_meta(cls, m: VocabMeta) -> VocabInfo:
         first: dict[str, int] = {}
         for t in (*EOG_TEXTS, "<start_of_turn>", "<|start_header_id|>"):
             i = _find(m.tokens, t)
@@ -169,7 +170,7 @@ class GGUFTokenizer:
         return self.info.chat_template is not None
 
     @classmethod
-    def from_meta(cls, meta: VocabMeta, source: str = "") -> "GGUFTokenizer":
+    def from_meta(cls, meta: VocabMeta, source: str = "") -> GGUFTokenizer:
         hf = assemble(plan_tokenizer(meta), meta.tokens)
         return cls(VocabInfo.from_meta(meta), (meta.tokens, meta.types, hf), source)
 
@@ -223,7 +224,7 @@ class GGUFTokenizer:
         out: list[bytes] = []
         if self.info.model == "gpt2":
             table = {cp: chr(b) for cp, b in _byte_decoder().items()}
-            for t, ty in zip(self.tokens, self.types):
+            for t, ty in zip(self.tokens, self.types, strict=False):
                 if ty in (CONTROL, USER_DEFINED, UNKNOWN):
                     out.append(t.encode("utf-8"))  # added tokens are stored as plain text
                     continue
@@ -232,7 +233,7 @@ class GGUFTokenizer:
                 except UnicodeEncodeError:  # not in the byte alphabet: plain text too
                     out.append(t.encode("utf-8"))
         else:
-            for t, ty in zip(self.tokens, self.types):
+            for t, ty in zip(self.tokens, self.types, strict=False):
                 if ty == BYTE and len(t) == 6 and t.startswith("<0x") and t.endswith(">"):
                     out.append(bytes((int(t[3:5], 16),)))
                 else:

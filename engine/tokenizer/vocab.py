@@ -6,9 +6,10 @@ no tensor table (~0.1 s for Gemma 3's 262k-token vocabulary).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 

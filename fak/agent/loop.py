@@ -9,12 +9,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from fak.core import notes
-from fak.core.abi import Result, ToolCall
 from fak.agent.planner import Planner, Proposal
 from fak.agent.report import ArmReport, CallRecord
 from fak.agent.task import Task
 from fak.agent.workspace import Workspace
+from fak.core import notes
+from fak.core.abi import Result, ToolCall
 from fak.core.kernel import Kernel
 from fak.tools import SandboxTools
 

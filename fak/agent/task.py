@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fak.errors import FakError
 from fak.core.jsonfile import read_json
+from fak.errors import FakError
 from fak.tools import TOOL_NAMES
 
 TASKS_DIR = Path(__file__).resolve().parents[2] / "examples" / "tasks"

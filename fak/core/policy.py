@@ -45,11 +45,11 @@ from pathlib import Path
 from typing import Any
 
 from fak.core.abi import Reason, Result, ToolCall, Verdict, VerdictKind
-from fak.errors import FakError
 from fak.core.jsonfile import read_json
 from fak.core.needles import combine, minimal, needles
 from fak.core.ratelimit import RateLimit
 from fak.core.shellnorm import shell_normalize
+from fak.errors import FakError
 
 VERSION = "fak-policy/v1"
 _KNOWN_FIELDS = {

@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from fak.core.abi import Result, ToolCall, Verdict
-from fak.errors import FakError
 from fak.core.journal import Journal
 from fak.core.jsonfile import read_json
 from fak.core.kernel import Kernel, MetaWitness
 from fak.core.policy import Policy, coding_floor, load_policy
+from fak.errors import FakError
 
 
 @dataclass

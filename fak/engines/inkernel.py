@@ -25,6 +25,7 @@ from typing import Any
 from fak.core.abi import Result, Status, ToolCall, prompt_text
 from fak.errors import FakError
 
+
 def _prompt(call: ToolCall) -> str:
     text = prompt_text(call)
     return text if text is not None else f"{call.tool} {call.args.decode('utf-8', 'replace')}"

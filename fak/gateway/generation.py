@@ -313,7 +313,7 @@ async def collect(request: Request, events: AsyncIterator[Out | CallOut | Done],
                 c.calls.append(ev.call)
             else:
                 c.done = ev
-        for c, t in zip(choices, texts):
+        for c, t in zip(choices, texts, strict=False):
             c.text = "".join(t)
 
     task = asyncio.create_task(consume())

@@ -64,9 +64,9 @@ class InKernelServer:
         import os
 
         from fak.core.abi import Verdict
-        from fak.runtime.boot import boot_for_text
-        from fak.gateway import create_app
         from fak.core.kernel import Kernel
+        from fak.gateway import create_app
+        from fak.runtime.boot import boot_for_text
 
         def _boot() -> Any:
             return boot_for_text(model, who, resident=not plain)

@@ -22,8 +22,8 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from fak.guard import sse
-from fak.guard.wires import anthropic, chat, responses
 from fak.guard.state import Guard
+from fak.guard.wires import anthropic, chat, responses
 
 WIRES: tuple[ModuleType, ...] = (anthropic, chat, responses)
 HEALTH = "/fak/guard/health"

@@ -20,6 +20,7 @@ from typing import Any
 
 from fak.errors import FakError
 
+
 @dataclass(frozen=True)
 class SchedOptions:
     """The scheduler flags every model-using subcommand shares (`--max-running` ... `--victim`)."""

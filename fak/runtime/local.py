@@ -84,7 +84,7 @@ class LocalWorkers:
         try:
             for role, name, c, args in plan:
                 procs.append(self._spawn(role, name, model, plain, args, c, env, getattr(self, "nice", {}).get(name, 0)))
-            for (role, name, c, _), proc in zip(plan, procs):
+            for (role, name, c, _), proc in zip(plan, procs, strict=False):
                 self.workers.append(Worker(role, name, self._ready(proc, name, ready_timeout), proc, c))
         except BaseException:
             self.close()

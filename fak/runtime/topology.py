@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from fak.runtime.boot import Booted, SchedOptions, boot, eos_ids
 from fak.errors import FakError
+from fak.runtime.boot import Booted, SchedOptions, boot, eos_ids
 
 
 def _boot_head(model: str, resident: bool, opts: SchedOptions) -> Booted:
@@ -38,9 +38,9 @@ def boot_pd(model: str, *, resident: bool = True, sched: SchedOptions | None = N
     for embeddings), the engine is a PDHead over `fak worker` processes: `local` decode workers (and one
     prefill worker) started here, or the running workers at `workers` (HOST:PORT each; their roles are
     asked). Transport: shm for local workers, tcp for remote ones, unless given."""
+    from engine.errors import EngineError
     from engine.pd.head import PDHead
     from engine.wire.node import probe
-    from engine.errors import EngineError
 
     opts = sched or SchedOptions.resolve()
     b = _boot_head(model, resident, opts)

@@ -17,8 +17,8 @@ from fak.agent import load_task, run_arm
 from fak.agent.planner import ScriptedPlanner
 from fak.agent.report import FIGURES
 from fak.agent.task import TASKS_DIR, known_tasks, parse_task
-from fak.errors import FakError
 from fak.core.policy import coding_floor
+from fak.errors import FakError
 from support import paths
 
 ROOT = paths.REPO

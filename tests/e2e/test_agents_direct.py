@@ -18,6 +18,7 @@ from agents.run import (
     codex_env,
     run_agent,
 )
+
 from support.fake_upstream import FakeUpstream, first_turn
 
 pytestmark = [pytest.mark.slow, pytest.mark.agents]

@@ -12,12 +12,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from support.fake_upstream import FakeUpstream
 
 from fak.chat.conversation import Conversation
 from fak.chat.status import TurnStats
 from fak.errors import FakError
 from support import paths
+from support.fake_upstream import FakeUpstream
 
 FAK = [sys.executable, "-m", "commands.main"]
 REPO = paths.REPO

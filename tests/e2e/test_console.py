@@ -37,10 +37,10 @@ RM_TOOL = [{"type": "function", "function": {"name": "Bash", "parameters": {
 def _app(tmp_path: Path | None = None, key: str | None = KEY, console: bool = True):  # type: ignore[no-untyped-def]
     from fastapi.testclient import TestClient
 
-    from fak.gateway import create_app
     from fak.core.journal import Journal
     from fak.core.kernel import Kernel
     from fak.core.policy import serving_floor
+    from fak.gateway import create_app
 
     kernel = Kernel.with_policy(serving_floor())
     if tmp_path is not None:

@@ -18,6 +18,7 @@ import time
 
 import httpx
 import pytest
+
 from support.serve_helpers import REPO, Server
 
 pytestmark = [pytest.mark.serve, pytest.mark.gemma, pytest.mark.timeout(600)]

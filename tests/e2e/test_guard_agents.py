@@ -12,9 +12,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from agents.run import RefusingProxy, bin_path, claude_argv, codex_env, codex_guarded_argv, agent_env, run_agent
-from support.fake_upstream import FakeUpstream, allowed_and_destructive
+from agents.run import RefusingProxy, agent_env, bin_path, claude_argv, codex_env, codex_guarded_argv, run_agent
+
 from support import paths
+from support.fake_upstream import FakeUpstream, allowed_and_destructive
 
 pytestmark = [pytest.mark.slow, pytest.mark.agents]
 

@@ -15,8 +15,9 @@ import time
 from pathlib import Path
 
 import pytest
-from support.fake_upstream import FakeUpstream, allowed_and_destructive
+
 from support import paths
+from support.fake_upstream import FakeUpstream, allowed_and_destructive
 
 STANDIN = str(paths.SUPPORT / "standins" / "agent.py")
 PROVIDER = {"anthropic": "anthropic", "chat": "openai", "responses": "responses"}

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from fak.runtime.boot import SchedOptions
 from fak.errors import FakError
+from fak.runtime.boot import SchedOptions
 from support import paths
 
 REPO = paths.REPO

@@ -258,7 +258,7 @@ def test_embeddings_are_the_models_pooled_state(server: Server) -> None:
     many = c.embeddings.create(model=MODEL, input=texts)
     assert [d.index for d in many.data] == [0, 1, 2]
     assert many.usage.prompt_tokens == sum(len(local.tokenizer.encode(t)) for t in texts)
-    for t, d in zip(texts, many.data):
+    for t, d in zip(texts, many.data, strict=False):
         got = np.asarray(d.embedding, dtype=np.float32)
         want = local.model.embed(local.tokenizer.encode(t))
         assert got.shape == (local.model.config.hidden,) and abs(float(np.linalg.norm(got)) - 1) < 1e-5
@@ -316,9 +316,9 @@ def test_kernel_counters_on_metrics() -> None:
     from fastapi.testclient import TestClient
 
     from fak.core.abi import ToolCall
-    from fak.gateway import create_app
     from fak.core.kernel import Kernel
     from fak.core.policy import coding_floor
+    from fak.gateway import create_app
 
     kernel = Kernel.with_policy(coding_floor())
     app = create_app(lambda: None, MODEL, background=False, kernel=kernel)

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from fak.gateway import create_app
 from fak.core.journal import Journal, verify
 from fak.core.kernel import Kernel
 from fak.core.policy import serving_floor
+from fak.gateway import create_app
 from support import paths
 
 REPO = paths.REPO

@@ -14,8 +14,8 @@ import anthropic
 import httpx
 import pytest
 
-from support.serve_helpers import Server
 from support import paths
+from support.serve_helpers import Server
 
 pytestmark = [pytest.mark.serve, pytest.mark.qwen]
 MODEL = "qwen2.5-coder-0.5b"

@@ -45,6 +45,6 @@ def serial_steps(model: Model, prompts: list[list[int]]) -> tuple[list[np.ndarra
         s.prefill(p)
         serial.append(s.step(p[-1] + 1))
     sessions = [Session(model) for _ in prompts]
-    for s, p in zip(sessions, prompts):
+    for s, p in zip(sessions, prompts, strict=False):
         s.prefill(p)
     return serial, sessions

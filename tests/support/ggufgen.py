@@ -351,7 +351,7 @@ def oracle_check(hf, model, ids: list[int], n_decode: int = 16, logit_tol: float
     states, logits = model.hidden_states(ids)
     assert len(theirs) == len(states) == model.config.n_layers + 1
     min_cos, max_rel = 1.0, 0.0
-    for layer, (a, b) in enumerate(zip(theirs, states)):
+    for layer, (a, b) in enumerate(zip(theirs, states, strict=False)):
         cos = (a * b).sum(-1) / (np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1))
         assert cos.min() >= 0.9999, f"layer {layer}: cosine {cos.min():.6f} at position {int(cos.argmin())}"
         rel = np.linalg.norm(a - b, axis=-1) / np.linalg.norm(a, axis=-1)

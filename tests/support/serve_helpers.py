@@ -9,6 +9,7 @@ import sys
 import time
 
 import httpx
+
 from support import paths
 
 REPO = paths.REPO

@@ -31,7 +31,7 @@ def read_cases(gguf: Path) -> list[tuple[str, list[int]]]:
     assert texts[-1] == "" and lines[-1] == "", f"{gguf.name}: unexpected trailer in .inp/.out"
     texts, lines = texts[:-1], lines[:-1]
     assert len(texts) == len(lines), f"{gguf.name}: {len(texts)} inputs but {len(lines)} outputs"
-    return [(t, [int(x) for x in line.split()]) for t, line in zip(texts, lines)]
+    return [(t, [int(x) for x in line.split()]) for t, line in zip(texts, lines, strict=False)]
 
 
 def no_gguf_vocab(monkeypatch: pytest.MonkeyPatch) -> list[Path]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any, Optional, Union
+from typing import Any
 
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
@@ -19,8 +19,8 @@ router = APIRouter()
 class SyscallRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     tool: str = Field(min_length=1, max_length=256)
-    arguments: Union[dict[str, Any], str] = Field(default_factory=dict)  # an object, or its JSON text
-    trace_id: Optional[str] = None
+    arguments: dict[str, Any] | str = Field(default_factory=dict)  # an object, or its JSON text
+    trace_id: str | None = None
 
 
 def _call(body: SyscallRequest) -> Any:

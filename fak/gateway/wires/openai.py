@@ -37,10 +37,15 @@ from fak.gateway.generation import (
     text_parts,
     usage_counts,
 )
-from fak.gateway.wires.protocol import (ChatCompletionRequest, CompletionRequest, DetokenizeRequest, NamedToolChoice,
-                                 TokenizeRequest)
 from fak.gateway.structured import forced_call, json_format
 from fak.gateway.toolgate import EmittedCall
+from fak.gateway.wires.protocol import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    DetokenizeRequest,
+    NamedToolChoice,
+    TokenizeRequest,
+)
 
 router = APIRouter()
 FINISH = {"eos": "stop", "stop": "stop", "length": "length", "cancelled": "stop"}

@@ -7,7 +7,7 @@ the SDKs send that fak does not implement yet are accepted only at their no-op v
 
 from __future__ import annotations
 
-from typing import Any, Literal, Optional, Union
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -19,7 +19,7 @@ class _Body(BaseModel):
 class ChatMessage(_Body):
     model_config = ConfigDict(extra="allow")  # name, tool_call_id ... ride along to the template
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: Union[str, list[dict[str, Any]], None] = None
+    content: str | list[dict[str, Any]] | None = None
 
 
 class StreamOptions(_Body):
@@ -28,9 +28,9 @@ class StreamOptions(_Body):
 
 class FunctionDef(_Body):
     name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:-]+$")
-    description: Optional[str] = None
-    parameters: Optional[dict[str, Any]] = None  # a JSON Schema for the arguments
-    strict: Optional[bool] = None
+    description: str | None = None
+    parameters: dict[str, Any] | None = None  # a JSON Schema for the arguments
+    strict: bool | None = None
 
 
 class ToolDef(_Body):
@@ -48,22 +48,22 @@ _NOOP: dict[str, Any] = {"echo": (None, False), "best_of": (None, 1), "suffix": 
 
 
 class _Sampling(_Body):
-    model: Optional[str] = None
-    max_tokens: Optional[int] = Field(None, ge=1)
+    model: str | None = None
+    max_tokens: int | None = Field(None, ge=1)
     temperature: float = Field(1.0, ge=0.0, le=2.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     top_k: int = Field(0, ge=0)
-    seed: Optional[int] = None
-    stop: Union[str, list[str], None] = None
+    seed: int | None = None
+    stop: str | list[str] | None = None
     n: int = Field(1, ge=1, le=16)
     stream: bool = False
-    stream_options: Optional[StreamOptions] = None
-    user: Optional[str] = None  # also narrows the prefix-cache share scope (fak.gateway.generation)
-    cache_salt: Optional[str] = Field(None, min_length=1)  # vLLM's: prefix-cache blocks shared only within one salt
+    stream_options: StreamOptions | None = None
+    user: str | None = None  # also narrows the prefix-cache share scope (fak.gateway.generation)
+    cache_salt: str | None = Field(None, min_length=1)  # vLLM's: prefix-cache blocks shared only within one salt
     presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
     frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
     repetition_penalty: float = Field(1.0, ge=0.01, le=10.0)
-    logit_bias: Optional[dict[str, float]] = None  # token id (as a string, OpenAI's shape) -> bias
+    logit_bias: dict[str, float] | None = None  # token id (as a string, OpenAI's shape) -> bias
     min_p: float = Field(0.0, ge=0.0, le=1.0)
 
     def stops(self) -> tuple[str, ...]:
@@ -81,13 +81,13 @@ class _Sampling(_Body):
 
 class ChatCompletionRequest(_Sampling):
     messages: list[ChatMessage] = Field(min_length=1)
-    logprobs: Optional[bool] = None
-    top_logprobs: Optional[int] = Field(None, ge=0, le=20)
-    max_completion_tokens: Optional[int] = Field(None, ge=1)
-    response_format: Optional[dict[str, Any]] = None
-    tools: Optional[list[ToolDef]] = None
-    tool_choice: Union[Literal["none", "auto", "required"], NamedToolChoice, None] = None
-    parallel_tool_calls: Optional[bool] = None
+    logprobs: bool | None = None
+    top_logprobs: int | None = Field(None, ge=0, le=20)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    response_format: dict[str, Any] | None = None
+    tools: list[ToolDef] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: bool | None = None
 
     def logprob_k(self) -> int | None:
         """How many alternatives per token (None: no logprobs)."""
@@ -95,11 +95,11 @@ class ChatCompletionRequest(_Sampling):
 
 
 class CompletionRequest(_Sampling):
-    prompt: Union[str, list[int]]
-    logprobs: Optional[int] = Field(None, ge=0, le=20)
-    echo: Optional[bool] = None
-    best_of: Optional[int] = None
-    suffix: Optional[str] = None
+    prompt: str | list[int]
+    logprobs: int | None = Field(None, ge=0, le=20)
+    echo: bool | None = None
+    best_of: int | None = None
+    suffix: str | None = None
 
     def logprob_k(self) -> int | None:
         return self.logprobs
@@ -107,21 +107,21 @@ class CompletionRequest(_Sampling):
 
 class EmbeddingRequest(_Body):
     # one text, several, one token-id list or several (OpenAI's four shapes)
-    input: Union[str, list[str], list[int], list[list[int]]]
-    model: Optional[str] = None
+    input: str | list[str] | list[int] | list[list[int]]
+    model: str | None = None
     encoding_format: Literal["float", "base64"] = "float"
-    dimensions: Optional[int] = Field(None, ge=1)
-    user: Optional[str] = None
+    dimensions: int | None = Field(None, ge=1)
+    user: str | None = None
 
 
 class TokenizeRequest(_Body):
-    model: Optional[str] = None
-    prompt: Optional[str] = None
-    messages: Optional[list[ChatMessage]] = None
+    model: str | None = None
+    prompt: str | None = None
+    messages: list[ChatMessage] | None = None
     add_special: bool = True
     with_pieces: bool = False
 
 
 class DetokenizeRequest(_Body):
-    model: Optional[str] = None
+    model: str | None = None
     tokens: list[int]

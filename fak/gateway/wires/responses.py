@@ -15,7 +15,7 @@ import json
 import time
 import uuid
 from collections.abc import AsyncIterator
-from typing import Any, Literal, Optional, Union
+from typing import Any, Literal
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
@@ -23,7 +23,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from fak.gateway.bridge import cancel_all
 from fak.gateway.errors import APIError
-from fak.gateway.structured import forced_call, json_format
 from fak.gateway.generation import (
     CallOut,
     Done,
@@ -41,6 +40,7 @@ from fak.gateway.generation import (
     text_parts,
     usage_counts,
 )
+from fak.gateway.structured import forced_call, json_format
 from fak.gateway.toolgate import EmittedCall
 
 router = APIRouter()
@@ -49,51 +49,51 @@ router = APIRouter()
 class ResponsesTool(BaseModel):
     model_config = ConfigDict(extra="allow")  # `strict` and the like ride along
     type: str
-    name: Optional[str] = None
-    description: Optional[str] = None
-    parameters: Optional[dict[str, Any]] = None
+    name: str | None = None
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
 
 
 class ResponsesRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    model: Optional[str] = None
-    input: Union[str, list[dict[str, Any]]]
-    instructions: Optional[str] = None
-    max_output_tokens: Optional[int] = Field(None, ge=1)
+    model: str | None = None
+    input: str | list[dict[str, Any]]
+    instructions: str | None = None
+    max_output_tokens: int | None = Field(None, ge=1)
     temperature: float = Field(1.0, ge=0.0, le=2.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     stream: bool = False
-    tools: Optional[list[ResponsesTool]] = None
-    tool_choice: Union[Literal["none", "auto", "required"], dict[str, Any], None] = None
-    parallel_tool_calls: Optional[bool] = None
-    text: Optional[dict[str, Any]] = None
-    max_tool_calls: Optional[int] = Field(None, ge=1)
-    top_logprobs: Optional[int] = Field(None, ge=0, le=20)
+    tools: list[ResponsesTool] | None = None
+    tool_choice: Literal["none", "auto", "required"] | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    text: dict[str, Any] | None = None
+    max_tool_calls: int | None = Field(None, ge=1)
+    top_logprobs: int | None = Field(None, ge=0, le=20)
     # refused when set: they need server-side state or features not here
-    previous_response_id: Optional[str] = None
-    conversation: Optional[Any] = None
-    background: Optional[bool] = None
-    prompt: Optional[dict[str, Any]] = None
+    previous_response_id: str | None = None
+    conversation: Any | None = None
+    background: bool | None = None
+    prompt: dict[str, Any] | None = None
     # accepted, no effect on the output here
-    store: Optional[bool] = None
-    include: Optional[list[str]] = None
-    metadata: Optional[dict[str, Any]] = None
-    user: Optional[str] = None
-    safety_identifier: Optional[str] = None
-    service_tier: Optional[str] = None
-    prompt_cache_key: Optional[str] = None
-    prompt_cache_retention: Optional[str] = None
-    prompt_cache_options: Optional[dict[str, Any]] = None
-    reasoning: Optional[dict[str, Any]] = None
-    truncation: Optional[Literal["disabled", "auto"]] = None
-    stream_options: Optional[dict[str, Any]] = None
-    background_options: Optional[dict[str, Any]] = None
-    context_management: Optional[Any] = None
-    moderation: Optional[Any] = None
-    access_programs: Optional[Any] = None
-    image: Optional[Any] = None
-    client_metadata: Optional[dict[str, Any]] = None  # Codex's session and turn ids
-    cache_salt: Optional[str] = Field(None, min_length=1)  # vLLM's: prefix-cache blocks shared only within one salt
+    store: bool | None = None
+    include: list[str] | None = None
+    metadata: dict[str, Any] | None = None
+    user: str | None = None
+    safety_identifier: str | None = None
+    service_tier: str | None = None
+    prompt_cache_key: str | None = None
+    prompt_cache_retention: str | None = None
+    prompt_cache_options: dict[str, Any] | None = None
+    reasoning: dict[str, Any] | None = None
+    truncation: Literal["disabled", "auto"] | None = None
+    stream_options: dict[str, Any] | None = None
+    background_options: dict[str, Any] | None = None
+    context_management: Any | None = None
+    moderation: Any | None = None
+    access_programs: Any | None = None
+    image: Any | None = None
+    client_metadata: dict[str, Any] | None = None  # Codex's session and turn ids
+    cache_salt: str | None = Field(None, min_length=1)  # vLLM's: prefix-cache blocks shared only within one salt
 
 
 _REFUSED = {"previous_response_id": "this server is stateless: send the whole input",

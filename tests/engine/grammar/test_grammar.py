@@ -12,7 +12,6 @@ import json
 import jsonschema
 import numpy as np
 import pytest
-from support.sched_helpers import model, rand_prompt, solo
 
 from engine import Session
 from engine.errors import EngineError
@@ -24,6 +23,7 @@ from engine.sched.lane import FinishReason, Request
 from engine.sched.output import token_logprob
 from engine.sched.scheduler import NativeScheduler
 from engine.tokenizer.tokenizer import ByteTokenizer
+from support.sched_helpers import model, rand_prompt, solo
 
 COMPACT = (", ", ": ")  # the byte model loves blanks: fixed separators make its outputs end
 SCHEMAS = {
@@ -155,7 +155,7 @@ def test_choice_and_regex() -> None:
     res = run(scheduler(max_running=2), [Request(p, max_new_tokens=32, grammar=s) for p in prompts(2) for s in specs])
     import re
 
-    for r, s in zip(res, specs * 2):
+    for r, s in zip(res, specs * 2, strict=False):
         assert r.finish_reason is FinishReason.STOP
         assert (r.text in ("yes", "no", "maybe")) if s.kind == "choice" else re.fullmatch(r"[0-9]{3}-[a-z]{2,4}", r.text)
 
@@ -196,8 +196,8 @@ def test_batched_lanes_equal_their_solo_runs_and_free_lanes_are_untouched() -> N
     alone = [run(scheduler(max_running=1), [r])[0] for r in constrained]
     batch = constrained[:1] + free[:1] + constrained[1:] + free[1:]  # interleaved in admission order
     together = run(scheduler(max_running=6), batch)
-    got = {id(r): res for r, res in zip(batch, together)}
-    for r, a in zip(constrained, alone):
+    got = {id(r): res for r, res in zip(batch, together, strict=False)}
+    for r, a in zip(constrained, alone, strict=False):
         assert got[id(r)].token_ids == a.token_ids and got[id(r)].finish_reason is FinishReason.STOP
         jsonschema.validate(json.loads(got[id(r)].text), r.grammar.schema)  # type: ignore[union-attr]
     for r in free:  # unconstrained: exactly the plain Session's greedy tokens, batch mates or not
@@ -223,7 +223,7 @@ def test_logprobs_are_of_the_raw_logits() -> None:
     s = Session(model())
     logits = s.prefill(p)
     outside = 0
-    for t, lp in zip(r.token_ids, r.logprobs):
+    for t, lp in zip(r.token_ids, r.logprobs, strict=False):
         assert lp == token_logprob(logits, t, 3)  # the unmasked distribution, bit for bit
         outside += lp.top[0][0] != t  # the raw favourite was not allowed: the mask decided
         logits = s.step(t)
@@ -239,7 +239,7 @@ def test_preempted_constrained_lanes_keep_their_output(mode: str) -> None:
     res = run(sched, constrained + free)
     assert sum(r.preemptions for r in res) >= 2
     assert [r.token_ids for r in res] == want
-    for r, q in zip(res, constrained):
+    for r, q in zip(res, constrained, strict=False):
         jsonschema.validate(json.loads(r.text), q.grammar.schema)  # type: ignore[union-attr]
 
 
@@ -305,7 +305,7 @@ def test_gemma_constrained_outputs(gemma) -> None:  # type: ignore[no-untyped-de
         res = [h.result(timeout=600) for h in hs]
         alone = sched.admit(reqs[-1]).result(timeout=600)  # the tool call again, now with no batch mates
         free_alone = sched.admit(free).result(timeout=600)
-    for r, k in zip(res, GEMMA_SCHEMAS):
+    for r, k in zip(res, GEMMA_SCHEMAS, strict=False):
         assert r.finish_reason is FinishReason.STOP, r.text
         jsonschema.validate(json.loads(r.text), GEMMA_SCHEMAS[k])
     assert res[3].finish_reason is FinishReason.STOP and isinstance(json.loads(res[3].text), dict)

@@ -13,8 +13,8 @@ from gguf import GGMLQuantizationType as QT
 from gguf.quants import dequantize
 
 from engine.kernels.blockdot import gemm
-from engine.quant import rows as K
 from engine.kernels.parallel import serial_twin
+from engine.quant import rows as K
 from support.blocks import TYPES, random_blocks
 
 COLS = {QT.Q8_0: 640, QT.Q5_0: 640, QT.Q4_K: 1024, QT.Q6_K: 1024}

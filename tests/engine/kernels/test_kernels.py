@@ -7,10 +7,11 @@ import pytest
 from gguf import GGMLQuantizationType as QT
 from gguf.quants import dequantize
 
-from engine.kernels import tilegemm as T
 from engine.errors import EngineError
+from engine.kernels import tilegemm as T
 from engine.model.resident import QuantWeight, resident_nbytes, resident_weight
 from support.blocks import TYPES, random_blocks
+
 
 def reference(raw: np.ndarray, qtype: QT, x: np.ndarray) -> np.ndarray:
     w = dequantize(raw, qtype).astype(np.float64)

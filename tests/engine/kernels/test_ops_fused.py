@@ -54,11 +54,11 @@ def test_qkv_prep_is_bias_norm_rope(rows: int, bias: bool, norm: bool, style: st
         wq, wk = ops.apply_rope(wq, cos, sin, style), ops.apply_rope(wk, cos, sin, style)
     got = ops.qkv_prep(q, k, v, heads, kvh, dim, (bq, bk, bv) if bias else (None, None, None),
                        (qn, kn) if norm else (None, None), 1e-6, (cos, sin, style) if style is not None else None)
-    for g, w in zip(got, (wq, wk, wv)):
+    for g, w in zip(got, (wq, wk, wv), strict=False):
         assert g.shape == w.shape and np.array_equal(g, w)
     # strided inputs (the column views a fused product returns) give the same bits
     wide = np.concatenate([q, k], axis=1)
     again = ops.qkv_prep(wide[:, : heads * dim], wide[:, heads * dim:], v, heads, kvh, dim,
                          (bq, bk, bv) if bias else (None, None, None), (qn, kn) if norm else (None, None), 1e-6,
                          (cos, sin, style) if style is not None else None)
-    assert all(np.array_equal(a, b) for a, b in zip(again, got))
+    assert all(np.array_equal(a, b) for a, b in zip(again, got, strict=False))

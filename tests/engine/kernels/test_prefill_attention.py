@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.kernels.attention import paged_attention, prefill_attention, reference_attention
 from engine.errors import EngineError
+from engine.kernels.attention import paged_attention, prefill_attention, reference_attention
 
 
 def _pool(seed: int, n_blocks: int = 80, bt: int = 16, kvh: int = 2, dim: int = 64):  # type: ignore[no-untyped-def]

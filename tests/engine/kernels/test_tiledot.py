@@ -8,9 +8,9 @@ from gguf import GGMLQuantizationType as QT
 from gguf.quants import dequantize
 from numba import njit
 
-from engine.quant import tiles as L
 from engine.kernels import tiledot
 from engine.kernels import tilegemm as T
+from engine.quant import tiles as L
 from support.blocks import random_blocks
 
 RNG = np.random.default_rng(5)

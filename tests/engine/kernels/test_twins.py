@@ -11,18 +11,17 @@ from __future__ import annotations
 import numba
 import numpy as np
 import pytest
-
 from gguf import GGMLQuantizationType as QT
 
-from engine.quant import rows as K
 from engine.kernels import ops
-from engine.quant import tiles as L
 from engine.kernels import tilegemm as T
 from engine.kernels.attention import RaggedRows, _paged_attention, batched_attention, chunk_positions
-from engine.model.linear import _rows_kernel
 from engine.kernels.parallel import serial_twin
-from support.numba_threads import team_size
+from engine.model.linear import _rows_kernel
+from engine.quant import rows as K
+from engine.quant import tiles as L
 from support.blocks import TYPES, random_blocks
+from support.numba_threads import team_size
 
 RNG = np.random.default_rng(11)
 
@@ -54,7 +53,7 @@ def _assert_same(kernel, make_args) -> None:  # type: ignore[no-untyped-def]
         kernel(*one)
     finally:
         numba.set_num_threads(threads)
-    for g, w, o in zip(got, want, _arrays(one)):
+    for g, w, o in zip(got, want, _arrays(one), strict=False):
         assert np.array_equal(g, w, equal_nan=True)  # parallel kernel == serial twin
         assert np.array_equal(g, o, equal_nan=True)  # on a team of threads == on one thread
 
@@ -123,7 +122,7 @@ def test_paged_attention_twin(window: int, softcap: float, dim: int, blocks: int
     q = RNG.standard_normal((4, heads, dim)).astype(np.float32)
     none, no_ids = np.empty((0, kvh, dim), np.float32), np.empty(0, np.int64)
     for chunk in (chunk_positions(dim), 7):
-        _assert_same(_paged_attention, lambda: (q, k, v, rows.tables, rows.row_lane, rows.row_pos, window, 0.0625,
+        _assert_same(_paged_attention, lambda chunk=chunk: (q, k, v, rows.tables, rows.row_lane, rows.row_pos, window, 0.0625,
                                                 softcap, chunk, none, none, no_ids, no_ids, np.zeros_like(q)))
     out = batched_attention(q, k, v, rows, window, 0.0625, softcap)
     one = batched_attention(q[3:4], k, v, RaggedRows(rows.tables, rows.row_lane[3:4], rows.row_pos[3:4]), window,

@@ -10,7 +10,7 @@ import pytest
 from gguf import GGMLQuantizationType as QT
 
 from engine import Session, load_model, step_batch
-from engine.model.fuse import fuse, fuse_siblings, fusable, matmul_group
+from engine.model.fuse import fusable, fuse, fuse_siblings, matmul_group
 from engine.model.linear import matmul
 from engine.model.resident import QuantWeight, resident_weight
 from engine.quant.quantize import quantize_as
@@ -34,9 +34,9 @@ def test_fused_products_are_the_members_products_bit_for_bit(lanes: int) -> None
     assert g is not None and g.bounds == (0, 64, 96, 136) and g.whole.raw.shape[0] == 4 + 2 + 3
     assert all(w.raw.base is g.whole.raw or w.raw.base is g.whole.raw.base for w in (q, k, v))  # views, one copy
     got = matmul_group(x, (q, k, v), matmul)
-    for a, b in zip(apart, got):
+    for a, b in zip(apart, got, strict=False):
         assert np.array_equal(a, b)
-    for w, a in zip((q, k, v), apart):  # a member still multiplies on its own
+    for w, a in zip((q, k, v), apart, strict=False):  # a member still multiplies on its own
         assert np.array_equal(matmul(x, w), a)
     out = matmul_group(x, (k, v), matmul)  # not the group's leading member: each apart, same bits
     assert np.array_equal(out[0], apart[1]) and np.array_equal(out[1], apart[2])

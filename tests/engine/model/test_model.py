@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 
 from engine import Session, synthetic_model
-from engine.kernels.attention import paged_attention, reference_attention
 from engine.gguf.config import ROPE_NEOX, ROPE_NORM, ModelConfig
+from engine.kernels.attention import paged_attention, reference_attention
+from engine.kernels.ops import apply_rope, apply_rope_ref, gated_act, gated_act_ref, rmsnorm, rmsnorm_ref, rope_tables
+from engine.model.forward import Model
 from engine.model.kv import BlockPool, PageTable
 from engine.model.linear import matmul_rows
-from engine.model.forward import Model
-from engine.kernels.ops import apply_rope, apply_rope_ref, gated_act, gated_act_ref, rmsnorm, rmsnorm_ref, rope_tables
 
 
 def ref_forward(m: Model, ids: list[int]) -> np.ndarray:
@@ -208,8 +208,8 @@ def test_paged_attention_long_context_chunks(window: int) -> None:
 
 
 def test_config_from_metadata_rules() -> None:
-    from engine.gguf.config import from_gguf_metadata
     from engine.errors import GGUFError
+    from engine.gguf.config import from_gguf_metadata
 
     md = {"general.architecture": "gemma3", "gemma3.embedding_length": 640, "gemma3.block_count": 18,
           "gemma3.feed_forward_length": 2048, "gemma3.attention.head_count": 4, "gemma3.attention.head_count_kv": 1,

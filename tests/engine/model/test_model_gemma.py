@@ -20,13 +20,13 @@ def test_step_batch_bit_identical_on_gemma(model: Model) -> None:
     prompts = [[2, 818], [2, 818, 5279, 529, 7001], [2, 105, 2364, 107, 3689, 563, 506, 5279, 529], [2] + list(range(300, 317))]
     serial, batch = [Session(model) for _ in prompts], [Session(model) for _ in prompts]
     toks = []
-    for a, b, p in zip(serial, batch, prompts):
+    for a, b, p in zip(serial, batch, prompts, strict=False):
         la, lb = a.prefill(p), b.prefill(p)
         assert np.array_equal(la, lb)
         toks.append(int(np.argmax(la)))
     for _ in range(2):
         got = step_batch(batch, toks)
-        want = np.stack([s.step(t) for s, t in zip(serial, toks)])
+        want = np.stack([s.step(t) for s, t in zip(serial, toks, strict=False)])
         assert np.array_equal(got, want)
         toks = [int(np.argmax(r)) for r in got]
 

@@ -28,8 +28,8 @@ from engine.errors import GGUFError
 from engine.gguf.config import ModelConfig
 from engine.model.forward import Model
 from engine.quant.quantize import quantize_as
-from support.ggufgen import oracle_check, random_hf_model, write_gguf
 from support.agree import agree, serial_steps
+from support.ggufgen import oracle_check, random_hf_model, write_gguf
 
 pytestmark = pytest.mark.oracle
 
@@ -330,9 +330,9 @@ def test_moe_metadata_and_tensor_errors_are_one_line(tmp_path: Path) -> None:
 def test_moe_memory_plan_counts_the_chosen_experts_per_token(tmp_path: Path) -> None:
     """q4kdiag's header-only plan: an expert stack is resident per expert, and a token reads k of them;
     the plan's bytes per token equal what a loaded model's decode step reads, embedding row aside."""
+    from engine import Session
     from engine.gguf.reader import read_gguf
     from engine.model.diag import plan
-    from engine import Session
 
     _, res = _moe_model(tmp_path, quant=lambda name, a: (quantize_as(QT.Q8_0, a), QT.Q8_0))
     g = read_gguf(tmp_path / "moe.gguf")

@@ -9,13 +9,12 @@ import pytest
 from gguf import GGMLQuantizationType as QT
 from gguf.quants import dequantize, quantize
 
-from support.numba_threads import ParallelLaunches
-
 from engine import BatchSession, load_model, synthetic_model
 from engine.model.forward import Model, Weights
-from engine.quant.quantize import quantize_q8_0
 from engine.model.resident import QuantWeight, resident_weight
+from engine.quant.quantize import quantize_q8_0
 from support.agree import agree, serial_steps
+from support.numba_threads import ParallelLaunches
 
 PROMPT = [2, 651, 6037, 529, 9405, 563, 496, 1310]
 

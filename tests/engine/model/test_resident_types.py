@@ -21,8 +21,8 @@ from engine.model.forward import Model, Weights
 from engine.model.resident import QuantWeight, resident_nbytes, resident_weight
 from engine.model.synthetic import SYNTHETIC_CONFIG, synthetic_weights
 from engine.quant.quantize import quantize_as, quantize_q8_0
-from support.blocks import random_raw_blocks
 from support.agree import agree, serial_steps
+from support.blocks import random_raw_blocks
 from support.ggufgen import tiny_hf_llama
 
 NEW_TYPES = [QT.Q4_0, QT.Q4_1, QT.Q5_1, QT.Q5_K, QT.F16, QT.BF16, QT.Q3_K, QT.IQ4_NL]

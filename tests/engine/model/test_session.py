@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from support.numba_threads import ParallelLaunches
 
 from engine import BatchSession, Session, step_batch, synthetic_model
 from engine.errors import EngineError
 from engine.model.kv import KVExhausted, PageTable
+from support.numba_threads import ParallelLaunches
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +35,7 @@ def test_step_batch_bit_identical_to_serial_steps(model) -> None:  # type: ignor
     n = 12
     serial = [_greedy_serial(model, p, n) for p in PROMPTS]
     sessions = [Session(model) for _ in PROMPTS]
-    first = [int(np.argmax(s.prefill(p))) for s, p in zip(sessions, PROMPTS)]
+    first = [int(np.argmax(s.prefill(p))) for s, p in zip(sessions, PROMPTS, strict=False)]
     batch = BatchSession(sessions)
     toks = first
     for i in range(n):
@@ -59,7 +59,7 @@ def test_a_wide_step_batch_runs_the_parallel_kernels_and_equals_serial_steps(mod
         s.prefill(p)
         serial.append(s.step(p[0]))
     sessions = [Session(model) for _ in prompts]
-    for s, p in zip(sessions, prompts):
+    for s, p in zip(sessions, prompts, strict=False):
         s.prefill(p)
     with ParallelLaunches() as launches:
         batched = step_batch(sessions, [p[0] for p in prompts])
@@ -167,7 +167,7 @@ def test_bad_ids(model) -> None:  # type: ignore[no-untyped-def]
 
 def test_synthetic_is_deterministic() -> None:
     a, b = synthetic_model(), synthetic_model()
-    for wa, wb in zip(a.weights.layers, b.weights.layers):
+    for wa, wb in zip(a.weights.layers, b.weights.layers, strict=False):
         assert np.array_equal(wa.wq, wb.wq)
     la = Session(a).prefill(PROMPTS[1])
     lb = Session(b).prefill(PROMPTS[1])

@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from gguf import quants
-from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType as QT
+from gguf.constants import GGML_QUANT_SIZES
+from gguf.constants import GGMLQuantizationType as QT
 
 from engine.errors import GGUFError
 from engine.quant.dequant import SUPPORTED, dequantize
 from support.blocks import random_raw_blocks
-
 
 # where each type keeps its f16 scales (byte offsets in a block): random bits there may be inf/nan
 # every block type gguf-py can dequantize (its own list), float types aside

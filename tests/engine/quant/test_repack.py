@@ -8,8 +8,8 @@ from gguf import GGMLQuantizationType as QT
 from gguf.quants import dequantize, quantize
 
 from engine.kernels.blockdot import gemm
-from engine.quant import rows as K
 from engine.model.resident import resident_nbytes, resident_weight
+from engine.quant import rows as K
 
 
 def _q5(rows: int, cols: int, seed: int) -> np.ndarray:

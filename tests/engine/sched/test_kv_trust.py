@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from support.sched_helpers import model, rand_prompt, solo
 
 from engine.errors import EngineError
 from engine.model.kv import BlockPool
@@ -13,6 +12,7 @@ from engine.sched.lane import Request
 from engine.sched.prefix_cache import PrefixCache, chain_hashes
 from engine.sched.scheduler import NativeScheduler
 from engine.sched.trust import KVDescriptor, scope_seed
+from support.sched_helpers import model, rand_prompt, solo
 
 
 def test_descriptor_json_round_trip_and_strict_shape() -> None:

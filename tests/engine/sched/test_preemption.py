@@ -6,12 +6,12 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from support.sched_helpers import model, rand_prompt, solo
 
 from engine.errors import EngineError
 from engine.sched.lane import FinishReason, Handle, Lane, LaneState, Request
 from engine.sched.preemption import choose_victim, lane_cost
 from engine.sched.scheduler import NativeScheduler
+from support.sched_helpers import model, rand_prompt, solo
 
 
 def _run_pressure(mode: str, victim: str, prefix: bool = True) -> tuple[list, list, NativeScheduler]:
@@ -42,7 +42,7 @@ def test_outputs_unchanged_under_pressure(mode: str, victim: str) -> None:
     else:
         assert st.swap_bytes_out == 0
     assert sum(r.preemptions for r in results) == n_pre
-    for p, r in zip(prompts, results):
+    for p, r in zip(prompts, results, strict=False):
         assert r.finish_reason is FinishReason.LENGTH
         assert r.token_ids == solo(p, 24, 16)
     sched.close()
@@ -80,7 +80,7 @@ def test_a_corrupted_swap_payload_is_noticed() -> None:
         prompts, results, sched = _run_pressure("swap", "most-recent")
     finally:
         pre.export_blocks = real
-    assert any(r.token_ids != solo(p, 24, 16) for p, r in zip(prompts, results) if r.preemptions)
+    assert any(r.token_ids != solo(p, 24, 16) for p, r in zip(prompts, results, strict=False) if r.preemptions)
     sched.close()
 
 

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
-from support.sched_helpers import model, model_blas, rand_prompt, solo
 
 from engine.model.kv import BlockPool
 from engine.sched.lane import FinishReason, Request
 from engine.sched.prefix_cache import PrefixCache, chain_hashes
 from engine.sched.scheduler import NativeScheduler
+from support.sched_helpers import model, model_blas, rand_prompt, solo
 
 
 def _pool(n: int = 8) -> BlockPool:
@@ -193,4 +193,4 @@ def test_a_reused_reply_changes_the_next_turn_only_in_the_last_bits() -> None:
         cold = sched.admit(Request(p2, max_new_tokens=16, logprobs=0)).result(timeout=60)
     assert warm.prefix_hit_tokens == 64 and cold.prefix_hit_tokens == 0
     assert warm.token_ids == cold.token_ids
-    assert max(abs(a.logprob - b.logprob) for a, b in zip(warm.logprobs, cold.logprobs)) < 1e-4
+    assert max(abs(a.logprob - b.logprob) for a, b in zip(warm.logprobs, cold.logprobs, strict=False)) < 1e-4

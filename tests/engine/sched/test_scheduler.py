@@ -6,15 +6,14 @@ import threading
 
 import numpy as np
 import pytest
-from support.numba_threads import ParallelLaunches
-from support.sched_helpers import model, rand_prompt, solo
 
 from engine import Session
-
 from engine.errors import EngineError
-from engine.sched.lane import FinishReason, Handle, Lane, LaneState, Request, TextTracker
 from engine.model.sampling import Sampler, SamplingParams, sample
+from engine.sched.lane import FinishReason, Handle, Lane, LaneState, Request, TextTracker
 from engine.sched.scheduler import NativeScheduler
+from support.numba_threads import ParallelLaunches
+from support.sched_helpers import model, rand_prompt, solo
 
 
 def test_concurrent_greedy_outputs_equal_solo_and_stream_matches_result() -> None:
@@ -25,7 +24,7 @@ def test_concurrent_greedy_outputs_equal_solo_and_stream_matches_result() -> Non
         streamed = [list(h) for h in handles]
         results = [h.result(timeout=60) for h in handles]
     launches.assert_multithreaded("fak-scheduler")  # the loop thread ran parallel kernels on >= 2 threads
-    for p, s, r in zip(prompts, streamed, results):
+    for p, s, r in zip(prompts, streamed, results, strict=False):
         assert r.finish_reason is FinishReason.LENGTH
         assert r.token_ids == s == solo(p, 12, 32)
         assert r.prompt_tokens == len(p) and r.ttft_s is not None and r.ttft_s <= r.latency_s

@@ -12,11 +12,10 @@ import random
 import time
 from collections import Counter
 
-from support.numba_threads import ParallelLaunches
-from support.sched_helpers import model, solo
-
 from engine.sched.lane import FinishReason, Handle, LaneState, Request
 from engine.sched.scheduler import NativeScheduler
+from support.numba_threads import ParallelLaunches
+from support.sched_helpers import model, solo
 
 SYNC_SCHEDULES = 200
 THREADED_SCHEDULES = 30
@@ -74,7 +73,7 @@ def _check_results(cfg: dict, reqs: list[Request], hs: list[Handle], tag: str, c
     a cancel takes effect at the next step): CANCELLED exactly for those. Threaded, a cancel may lose
     the race against the lane's last token, and closing with work in flight cancels the rest."""
     bt = cfg["block_tokens"]
-    for i, (req, h) in enumerate(zip(reqs, hs)):
+    for i, (req, h) in enumerate(zip(reqs, hs, strict=False)):
         res = h.result(0)
         was_cancelled = res.finish_reason is FinishReason.CANCELLED
         if exact:

@@ -3,13 +3,11 @@ the one-request path, text streams, and swap preemption under a tight KV budget 
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
-from engine import load_model
+from engine import Session, load_model
 from engine.gguf.aliases import resolve_model
-import numpy as np
-
-from engine import Session
 from engine.sched.lane import FinishReason, Request
 from engine.sched.scheduler import NativeScheduler
 from engine.tokenizer.tokenizer import load_tokenizer

@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 from prometheus_client import CollectorRegistry, generate_latest
 from rich.console import Console
-from support.sched_helpers import model, rand_prompt
 
 from engine.sched.lane import Request
 from engine.sched.preemption import Victim
-from engine.sched.stats import RateMeter, SchedCollector, SchedStats
 from engine.sched.scheduler import NativeScheduler
+from engine.sched.stats import RateMeter, SchedCollector, SchedStats
 from fak.runtime.views import sched_panel
+from support.sched_helpers import model, rand_prompt
 
 
 def _busy_scheduler() -> NativeScheduler:

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.tokenizer.chat_template import CHATML_TEMPLATE, GEMMA_TEMPLATE, LLAMA3_TEMPLATE, render_chat
 from engine.errors import EngineError
+from engine.tokenizer.chat_template import CHATML_TEMPLATE, GEMMA_TEMPLATE, LLAMA3_TEMPLATE, render_chat
 from engine.tokenizer.tokenizer import ByteTokenizer, load_gguf_tokenizer, load_tokenizer
 from support.vocab import vocab_dir
 

@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import engine.tokenizer.tokenizer as T
 import engine.tokenizer.cache as C
-from engine.gguf.aliases import resolve_model
+import engine.tokenizer.tokenizer as T
 from engine.errors import EngineError
+from engine.gguf.aliases import resolve_model
 from engine.tokenizer.tokenizer import GGUFTokenizer
-from support.vocab import vocab_dir, read_cases, no_gguf_vocab, MIXED
+from support.vocab import MIXED, no_gguf_vocab, read_cases, vocab_dir
 
 pytestmark = [pytest.mark.gemma]
 

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from engine.errors import EngineError
-from engine.tokenizer.tokenizer import GGUFTokenizer, load_gguf_tokenizer, load_tokenizer
 from engine.tokenizer.build import PRE_SPLITS, build_tokenizer
+from engine.tokenizer.tokenizer import GGUFTokenizer, load_gguf_tokenizer, load_tokenizer
 from engine.tokenizer.vocab import VocabMeta, read_vocab
-from support.vocab import vocab_dir, vocab_files, read_cases, no_gguf_vocab, MIXED
+from support.vocab import MIXED, no_gguf_vocab, read_cases, vocab_dir, vocab_files
 
 _loaded: dict[Path, GGUFTokenizer] = {}
 
@@ -172,6 +172,7 @@ def _tiny_vocab_gguf(path: Path, **bad: object) -> Path:
     """A 4-token SPM vocabulary; `bad` overrides keys ("bos" -> tokenizer.ggml.bos_token_id) with values
     of the wrong GGUF type."""
     import gguf
+
     from support.ggufgen import add_kv
 
     w = gguf.GGUFWriter(str(path), "llama")

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from fak.core.abi import Reason, ToolCall, Verdict, VerdictKind
-from fak.errors import FakError
 from fak.core.journal import GENESIS, Journal, verify, verify_bytes
+from fak.errors import FakError
 
 
 def _write(path: Path, n: int = 4) -> bytes:

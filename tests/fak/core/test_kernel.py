@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from fak.core.abi import Reason, Result, Status, ToolCall, Verdict, VerdictKind
-from fak.engines.mock import MockEngine
 from fak.core.kernel import Kernel, MetaWitness
+from fak.engines.mock import MockEngine
 
 K = VerdictKind
 A, D, T, Q, W, F, I = K.ALLOW, K.DENY, K.TRANSFORM, K.QUARANTINE, K.REQUIRE_WITNESS, K.DEFER, K.INDETERMINATE

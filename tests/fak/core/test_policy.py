@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from fak.core.abi import Reason, Result, ToolCall, VerdictKind
-from fak.errors import FakError
 from fak.core.policy import coding_floor, load_policy, parse_policy
+from fak.errors import FakError
 from support import paths
 
 ROOT = paths.REPO

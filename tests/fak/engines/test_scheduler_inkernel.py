@@ -23,7 +23,7 @@ def test_admit_streams_and_complete_drains_the_same_output() -> None:
     reqs = [e.admit(c) for c in calls]
     streamed = ["".join(r.tokens()) for r in reqs]
     results = [r.result() for r in reqs]
-    for c, s, r in zip(calls, streamed, results):
+    for c, s, r in zip(calls, streamed, results, strict=False):
         assert r.ok and r.meta["finish_reason"] == "length" and r.meta["output_tokens"] == 12
         assert s == r.payload["generated_text"]
         assert e.complete(c).payload == r.payload  # one-shot path: same greedy output

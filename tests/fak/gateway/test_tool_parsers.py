@@ -220,7 +220,7 @@ def expected_events(spec: list[Any]) -> list[Any]:
 
 def check(events: list[Any], spec: list[Any]) -> None:
     assert len(events) == len(spec), events
-    for e, s in zip(events, spec):
+    for e, s in zip(events, spec, strict=False):
         if isinstance(s, str):
             assert e == Text(s)
             continue
@@ -243,7 +243,7 @@ def chunkings(text: str, seed: int) -> list[list[str]]:
     rng = random.Random(seed)
     for k in (2, 3, 5, 8, 13, 21):
         cuts = sorted(rng.sample(range(1, n), min(k, n - 1))) if n > 1 else []
-        out.append([text[a:b] for a, b in zip([0, *cuts], [*cuts, n])])
+        out.append([text[a:b] for a, b in zip([0, *cuts], [*cuts, n], strict=False)])
     for hi in (3, 6):  # token-sized deltas
         i, chunks = 0, []
         while i < n:

@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from fak.gateway.tool_parsers import HermesParser
-from fak.gateway.toolgate import EmittedCall, ToolGate
 from fak.core.journal import Journal, verify
 from fak.core.kernel import Kernel
 from fak.core.policy import parse_policy
+from fak.gateway.tool_parsers import HermesParser
+from fak.gateway.toolgate import EmittedCall, ToolGate
 
 POLICY = {
     "version": "fak-policy/v1", "name": "gate", "allow": ["Bash", "Fetch", "Deploy", "get_weather"],

@@ -10,6 +10,7 @@ import anthropic
 import httpx
 import openai
 import pytest
+
 from support.fake_upstream import (
     FakeUpstream,
     Offer,

@@ -16,15 +16,15 @@ import anthropic
 import httpx
 import openai
 import pytest
-from support.fake_upstream import FakeUpstream, Offer, first_turn
 
-from fak.gateway.local import LocalServer
-from fak.guard.proxy import HEALTH, proxy_app
-from fak.guard.state import Guard
 from fak.core.journal import Journal, verify
 from fak.core.kernel import Kernel
 from fak.core.policy import coding_floor
+from fak.gateway.local import LocalServer
+from fak.guard.proxy import HEALTH, proxy_app
+from fak.guard.state import Guard
 from support import paths
+from support.fake_upstream import FakeUpstream, Offer, first_turn
 
 BASH = {"name": "Bash", "description": "Run a shell command.",
         "input_schema": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}
@@ -325,10 +325,10 @@ def _frames(out: list[bytes]) -> list[dict[str, Any]]:
 
 
 def test_a_call_whose_arguments_do_not_parse_is_denied_malformed(tmp_path: Path) -> None:
+    from fak.guard.sse import Event
     from fak.guard.wires import anthropic as aw
     from fak.guard.wires import chat as cw
     from fak.guard.wires import responses as rw
-    from fak.guard.sse import Event
 
     g = _guard(tmp_path)
     s = aw.Stream(g, frozenset({"Bash"}), "t")
@@ -361,8 +361,8 @@ def test_a_call_whose_arguments_do_not_parse_is_denied_malformed(tmp_path: Path)
 
 
 def test_a_call_the_stream_never_finished_is_refused_at_close(tmp_path: Path) -> None:
-    from fak.guard.wires import anthropic as aw
     from fak.guard.sse import Event
+    from fak.guard.wires import anthropic as aw
 
     s = aw.Stream(_guard(tmp_path), frozenset({"Bash"}), "t")
     s.feed(Event("content_block_start", json.dumps({"type": "content_block_start", "index": 1, "content_block": {
@@ -391,7 +391,8 @@ def test_the_in_kernel_wires_take_the_real_clis_requests() -> None:
     stay out of the prompt, Codex's built-in and freeform tools are left to the model it was written for."""
     from types import SimpleNamespace
 
-    from fak.gateway.wires import anthropic as anthropic_wire, responses as responses_wire
+    from fak.gateway.wires import anthropic as anthropic_wire
+    from fak.gateway.wires import responses as responses_wire
 
     here = paths.TESTS / "agents" / "captured"
     cc = anthropic_wire.MessagesRequest.model_validate(json.loads((here / "claude-code-2.1.332.json").read_text()))
@@ -407,8 +408,8 @@ def test_the_in_kernel_wires_take_the_real_clis_requests() -> None:
 
 
 def test_text_and_thinking_pass_at_once_only_calls_are_held(tmp_path: Path) -> None:
-    from fak.guard.wires import anthropic as aw
     from fak.guard.sse import Event
+    from fak.guard.wires import anthropic as aw
 
     s = aw.Stream(_guard(tmp_path), frozenset({"Bash"}), "t")
     events = [

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from fak.core.abi import EngineDriver, Result, ToolCall
-from fak.engines import get_engine
 from fak.core.kernel import Kernel
 from fak.core.policy import coding_floor
+from fak.engines import get_engine
 from fak.tools import TOOL_NAMES, TOOL_SPECS, SandboxTools, specs_for
 from fak.tools.shell import OUTPUT_CAP
 
