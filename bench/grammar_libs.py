@@ -9,9 +9,9 @@ by the model's tokenizer): per token, fill the 32-bit bitmask of allowed tokens 
 to a float32 logits row (numpy: -inf where the bit is clear, the same for every library) and consume the
 token (the library). Times per token in µs: median and p99 over every token of every replay, the mean
 and the worst, how many tokens took over 1 ms; "fastest replay": per token position the fastest of the
-replays (fill + consume), so what remains is the library's own cost there, not a load spike; "matcher ms" is the per-request start (llguidance builds
-its parser there: its "compile" is only the schema -> grammar text). No torch on this path (xgrammar
-imports it anyway: said so in the output).
+replays (fill + consume), so what remains is the library's own cost there, not a load spike; "matcher ms" is the
+per-request start (llguidance builds its parser there: its "compile" is only the schema -> grammar text). No
+torch on this path (xgrammar imports it anyway: said so in the output).
 """
 
 from __future__ import annotations

@@ -54,7 +54,8 @@ def body(wire: str) -> dict:
     if wire == "chat":
         return {"model": "m", "stream": True, "tools": [SHELL[wire]], "messages": [
             {"role": "user", "content": "go"},
-            {"role": "assistant", "tool_calls": [{"id": "c0", "type": "function", "function": {"name": "Bash", "arguments": "{}"}}]},
+            {"role": "assistant",
+             "tool_calls": [{"id": "c0", "type": "function", "function": {"name": "Bash", "arguments": "{}"}}]},
             {"role": "tool", "tool_call_id": "c0", "content": result}, {"role": "user", "content": "now fix it"}]}
     return {"model": "m", "stream": True, "tools": [SHELL[wire]], "input": [
         {"role": "user", "content": "go"}, {"type": "function_call", "call_id": "c0", "name": "exec_command", "arguments": "{}"},

@@ -66,7 +66,8 @@ def engine_rate(model_name: str, resident: bool, c: int, prompt: int, new: int) 
     for _rep in range(2):  # the first touches the weights
         pool = model.new_pool(None)  # one KV pool for every lane, as the scheduler runs them
         sessions = [Session(model, pool) for _ in range(c)]
-        toks = [int(np.argmax(s.prefill(p))) for s, p in zip(sessions, prompts(c, prompt, c, model.config.vocab_size), strict=False)]
+        toks = [int(np.argmax(s.prefill(p)))
+                for s, p in zip(sessions, prompts(c, prompt, c, model.config.vocab_size), strict=False)]
         t0 = time.perf_counter()
         for _ in range(new - 1):
             if c == 1:

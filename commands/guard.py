@@ -56,7 +56,8 @@ def register(app: typer.Typer) -> None:
             raise FakError(f"{argv[0]}: command not found")
         prov = agents.provider_for(argv, provider)
         kernel = _kernel(policy)
-        jpath = None if no_journal else journal or str(Path(".fak/guard") / f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.jsonl")
+        jpath = None if no_journal else journal or str(
+            Path(".fak/guard") / f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.jsonl")
         if jpath:
             from fak.core.journal import Journal
 

@@ -163,7 +163,8 @@ def apply_rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, style: str) -> n
     One kernel call (the numpy form was ~10 array operations, ~28 us a call at decode)."""
     x = np.ascontiguousarray(x, dtype=np.float32)
     if x.ndim != 3 or x.shape[2] % 2 or cos.shape != (x.shape[0], x.shape[2] // 2) or sin.shape != cos.shape:
-        raise ValueError(f"apply_rope: x {x.shape} does not match cos {cos.shape} / sin {sin.shape}")  # the kernel reads unchecked
+        # the kernel reads unchecked
+        raise ValueError(f"apply_rope: x {x.shape} does not match cos {cos.shape} / sin {sin.shape}")
     out = np.empty_like(x)
     launch(_rope, 4 * x.size, x, np.ascontiguousarray(cos), np.ascontiguousarray(sin), style == ROPE_NEOX, out)
     return out

@@ -317,7 +317,8 @@ def _tile_any(lanes: int) -> Callable:  # type: ignore[type-arg]
 
     def tdot(typingctx, kind, w_addr, xq, dx, sxd, xf, lane, n_super, out_addr,  # type: ignore[no-untyped-def]
              out_stride, valid):
-        return types.void(types.int64, *_tile_sig(xq, dx, sxd, xf).args), _by_kind(lambda k: _tile_codegen(k, lanes), f"tdot{lanes}")
+        return (types.void(types.int64, *_tile_sig(xq, dx, sxd, xf).args),
+                _by_kind(lambda k: _tile_codegen(k, lanes), f"tdot{lanes}"))
 
     return intrinsic(tdot)
 

@@ -181,7 +181,8 @@ class LanePlan:
         logits = np.empty(int(self.prods[self.head, P_ROWS]), np.float32) if head else _NONE1
         ctr = np.zeros((1 + PHASES_PER_LAYER * (hi - lo) + HEAD_PHASES * head) * LINE, np.int64)
         an, fn, pa, pf, bq, bk, bv, qn, kn = self.norms
-        lane_layers(self.threads or numba.get_num_threads(), lo, hi, kv_layer0, self.prods, self.layer_prods, buf, self.offs, self.dims,
+        lane_layers(self.threads or numba.get_num_threads(), lo, hi, kv_layer0, self.prods, self.layer_prods, buf, self.offs,
+                    self.dims,
                     an, fn, pa, pf, bq, bk, bv, qn, kn, cos, sin, self.rope_on, c.rope_style == ROPE_NEOX,
                     self.windows, float(c.norm_eps), float(c.scale), np.float32(c.residual_scale), float(c.attn_softcap),
                     c.act == "gelu_tanh", pool.k, pool.v, table, pos, int(table[pos // bt]), pos % bt, chunk,

@@ -117,7 +117,8 @@ class QuantWeight:
         # One worker per core, each a serial dequantize + single-threaded BLAS on its share of the
         # rows: no OpenBLAS and OpenMP thread teams spinning against each other on the same cores.
         bounds = [rows * i // parts // 16 * 16 for i in range(parts)] + [rows]
-        futs = [pool.submit(self._prefill_rows, x2, out, a, b, step, True) for a, b in zip(bounds, bounds[1:], strict=False) if b > a]
+        futs = [pool.submit(self._prefill_rows, x2, out, a, b, step, True)
+                for a, b in zip(bounds, bounds[1:], strict=False) if b > a]
         for f in futs:
             f.result()
         return out

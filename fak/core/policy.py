@@ -248,7 +248,8 @@ class Policy:
                 for i in sorted(set(hits)):  # policy order decides which rule names the reason
                     r = chk.rules[i]
                     if r.regex is not None and (
-                        r.regex.search(text) is not None or (r.normalize and norm is not text and r.regex.search(norm) is not None)
+                        r.regex.search(text) is not None
+                        or (r.normalize and norm is not text and r.regex.search(norm) is not None)
                     ):
                         return r.verdict or Verdict.deny(r.reason, self.by, r.detail or f"arg rule {r.id}")
         if plan.write_fields:
@@ -258,7 +259,8 @@ class Policy:
         for lim in plan.limits:
             wait = lim.take()
             if wait is not None:
-                return Verdict.deny(Reason.RATE_LIMITED, self.by, f"rate limit {lim.id}: {lim.per_minute:g}/min, retry in {wait:.1f}s")
+                return Verdict.deny(Reason.RATE_LIMITED, self.by,
+                                    f"rate limit {lim.id}: {lim.per_minute:g}/min, retry in {wait:.1f}s")
         for r in plan.witness:
             if _matches(r, call):
                 return Verdict.of(VerdictKind.REQUIRE_WITNESS, Reason.UNWITNESSED, self.by, r.detail or f"rule {r.id}")
@@ -303,7 +305,9 @@ class Policy:
                     cwd = str(call.meta.get("cwd") or os.getcwd())
                 p = cwd + "/" + p
             p = os.path.normpath(p)
-            if (self._sm_any or p.startswith(self._sm_prefixes) or (trigger is not None and trigger.search(p) is not None)) and self.self_modify.match(p):
+            if (
+                self._sm_any or p.startswith(self._sm_prefixes) or (trigger is not None and trigger.search(p) is not None)
+            ) and self.self_modify.match(p):
                 return t
         return None
 
@@ -394,7 +398,8 @@ class _Loader:
             try:
                 reason = Reason(r["reason"])
             except ValueError:
-                raise self.fail(f"{where}.reason", f"unknown reason {r['reason']!r} (known: {', '.join(x.value for x in Reason)})") from None
+                raise self.fail(f"{where}.reason",
+                                f"unknown reason {r['reason']!r} (known: {', '.join(x.value for x in Reason)})") from None
         redact = r.get("redact", [])
         if not isinstance(redact, list) or not all(isinstance(x, str) and x for x in redact):
             raise self.fail(f"{where}.redact", "expected a list of field names")
@@ -423,7 +428,8 @@ class _Loader:
         out = []
         for i, r in enumerate(v):
             where = f"rate_limits[{i}]"
-            rule = self.rule("rate_limits", i, {k: x for k, x in r.items() if k not in ("per_minute", "burst")} if isinstance(r, dict) else r,
+            rule = self.rule("rate_limits", i,
+                             {k: x for k, x in r.items() if k not in ("per_minute", "burst")} if isinstance(r, dict) else r,
                              need_pattern=False, default_reason=Reason.RATE_LIMITED)
             pm, burst = r.get("per_minute"), r.get("burst", 1)
             if not isinstance(pm, (int, float)) or isinstance(pm, bool) or pm <= 0:

@@ -31,10 +31,12 @@ _ESC = re.compile(r"\\(x[0-9a-fA-F]{1,2}|u[0-9a-fA-F]{4}|[0-7]{1,3}|.)", re.S)
 _SIMPLE = {"n": "\n", "t": "\t", "r": "\r", "a": "\a", "b": "\b", "e": "\x1b", "f": "\f", "v": "\v"}
 # $(echo ...) / `echo ...` / $(printf ...) whose body has no further expansion or nesting
 _PRINT_SUB = re.compile(r"\$\(\s*(echo|printf)((?:\s[^()`$;&|<>]*)?)\)|`\s*(echo|printf)((?:\s[^()`$;&|<>]*)?)`")
-_WHICH_SUB = re.compile(r"\$\(\s*(?:which|command\s+-v|type\s+-P)\s+([\w.+-]+)\s*\)|`\s*(?:which|command\s+-v|type\s+-P)\s+([\w.+-]+)\s*`")
+_WHICH_SUB = re.compile(r"\$\(\s*(?:which|command\s+-v|type\s+-P)\s+([\w.+-]+)\s*\)"
+                        r"|`\s*(?:which|command\s+-v|type\s+-P)\s+([\w.+-]+)\s*`")
 _IFS = re.compile(r"\$\{IFS\}|\$IFS\b")
 _POSITIONAL = re.compile(r"\$\{[@*]\}|\$[@*1-9]")
-_ASSIGN = re.compile(r"(?<![^\s;&|(`])([A-Za-z_]\w*)=('[^']*'|\"[^\"`$\\]*\"|\"?\$\{?\w+\}?\"?|[^\s;&|()<>'\"`$\\]*)(?=[\s;&|)]|$)")
+_ASSIGN = re.compile(r"(?<![^\s;&|(`])([A-Za-z_]\w*)="
+                     r"('[^']*'|\"[^\"`$\\]*\"|\"?\$\{?\w+\}?\"?|[^\s;&|()<>'\"`$\\]*)(?=[\s;&|)]|$)")
 _VAR = re.compile(r"\$\{([A-Za-z_]\w*)\}|\$([A-Za-z_]\w*)")
 _BRACE = re.compile(r"(?<![^\s;&|(`])\{([^{}\s,]*(?:,[^{}\s,]*)+)\}(?=[\s;&|)]|$)")
 _BACKSLASH = re.compile(r"\\(.)", re.S)

@@ -59,7 +59,8 @@ class HttpEngine:
         try:
             self.timeout = float(timeout if timeout is not None else os.environ.get("FAK_HTTP_TIMEOUT", 60))
         except ValueError:
-            raise FakError(f"http engine: FAK_HTTP_TIMEOUT must be a number, got {os.environ.get('FAK_HTTP_TIMEOUT')!r}") from None
+            raise FakError(
+                f"http engine: FAK_HTTP_TIMEOUT must be a number, got {os.environ.get('FAK_HTTP_TIMEOUT')!r}") from None
         if not 0 < self.timeout < float("inf"):
             raise FakError(f"http engine: timeout must be a positive number of seconds, got {self.timeout:g}")
         self._client = httpx.Client(timeout=self.timeout)
@@ -103,7 +104,8 @@ class HttpEngine:
         except httpx.HTTPError as exc:
             return Result.error(f"http engine: {type(exc).__name__}: {exc} ({self.url})", **meta)
         if resp.status_code >= 400:
-            return Result.error(f"http engine: upstream HTTP {resp.status_code}: {resp.text[:200]}", status_code=resp.status_code, **meta)
+            return Result.error(f"http engine: upstream HTTP {resp.status_code}: {resp.text[:200]}",
+                                status_code=resp.status_code, **meta)
         try:
             data = resp.json()
             text = data["choices"][0]["message"]["content"]

@@ -57,7 +57,8 @@ def test_refused_fields_are_400s(server: Server) -> None:
                          ({"text": {"format": {"type": "json_schema", "name": "x", "schema": {"type": "nonsense"}}}},
                           "text"),
                          ({"bogus": 1}, "bogus"),
-                         ({"tools": [{"type": "function", "name": "f"}] * 2}, "tools"), ({"max_output_tokens": 10**7}, "max_output_tokens"),
+                         ({"tools": [{"type": "function", "name": "f"}] * 2}, "tools"),
+                         ({"max_output_tokens": 10**7}, "max_output_tokens"),
                          ({"input": [{"type": "function_call", "call_id": "c", "name": "f", "arguments": "{"}]},
                           "input")):
         body = {"model": MODEL, "input": "x"} | extra

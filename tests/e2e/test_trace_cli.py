@@ -73,7 +73,8 @@ def test_run_trace_table() -> None:
 def test_trace_args_raw_and_engine_field() -> None:
     from fak.core.trace import parse_trace
 
-    tr = parse_trace({"calls": [{"tool": "Bash", "args_raw": "{oops"}, {"tool": "Bash", "args": {"command": "ls"}, "engine": "nope"}]})
+    tr = parse_trace({"calls": [{"tool": "Bash", "args_raw": "{oops"},
+                                {"tool": "Bash", "args": {"command": "ls"}, "engine": "nope"}]})
     rep = replay(tr, build_kernel())
     assert [(r.verdict, r.reason, r.status) for r in rep.rows] == [("DENY", "MALFORMED", "ERROR"), ("ALLOW", "NONE", "ERROR")]
 

@@ -115,7 +115,8 @@ class MistralParser(StreamParser):
         end = self._scan.run(self._buf)
         if end is None:
             if final:
-                self._call(Call(self._name, "", self._buf, "unterminated: the arguments object is not closed at the end of output"),
+                self._call(Call(self._name, "", self._buf,
+                                "unterminated: the arguments object is not closed at the end of output"),
                            len(self._buf))
             return final
         raw = self._buf[:end]

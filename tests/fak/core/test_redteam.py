@@ -88,7 +88,8 @@ def test_corpus_shape(corpus: list[dict[str, Any]]) -> None:
 
 def test_every_destructive_call_is_refused(results: list[tuple[dict[str, Any], bool, str]]) -> None:
     print("\n" + table(results))
-    missed = [f"{e['id']} {e['tool']} {json.dumps(e['args'])[:120]} -> {why}" for e, ref, why in results if e["expect"] == "deny" and not ref]
+    missed = [f"{e['id']} {e['tool']} {json.dumps(e['args'])[:120]} -> {why}"
+              for e, ref, why in results if e["expect"] == "deny" and not ref]
     assert not missed, "destructive calls allowed:\n" + "\n".join(missed) + "\n" + table(results)
 
 

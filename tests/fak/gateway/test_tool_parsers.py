@@ -64,7 +64,8 @@ CASES: list[tuple[str, type, str, list[Any]]] = [
       ok("fx", {"from": "EUR", "to": "USD"}), "\nBoth are on their way."]),
     ("h_unicode", H, "Je regarde 🌦️…\n" + qwen("get_weather", {"city": "Zürich", "note": "東京 → ☔", "emoji": "🌧️"}),
      ["Je regarde 🌦️…\n", ok("get_weather", {"city": "Zürich", "note": "東京 → ☔", "emoji": "🌧️"})]),
-    ("h_unicode_escapes", H, '<tool_call>\n{"name": "get_weather", "arguments": {"city": "S\\u00e3o Paulo \\ud83c\\udf27"}}\n</tool_call>',
+    ("h_unicode_escapes", H,
+     '<tool_call>\n{"name": "get_weather", "arguments": {"city": "S\\u00e3o Paulo \\ud83c\\udf27"}}\n</tool_call>',
      [ok("get_weather", {"city": "São Paulo 🌧"})]),
     ("h_escaped_quotes_braces", H,
      '<tool_call>\n{"name": "run", "arguments": {"cmd": "echo \\"{not: json}\\" } ] && dir C:\\\\tmp\\\\"}}\n</tool_call>',
@@ -83,7 +84,8 @@ CASES: list[tuple[str, type, str, list[Any]]] = [
     ("h_compact_no_newlines", H, 'Ok.<tool_call>{"name":"get_weather","arguments":{"city":"Paris"}}</tool_call>',
      ["Ok.", ok("get_weather", PARIS)]),
     ("h_plain", H, "Paris is sunny today, 21 °C. Anything else?", ["Paris is sunny today, 21 °C. Anything else?"]),
-    ("h_angle_brackets_in_text", H, "if a <b and x<tool or </tool_call> <tool_ca", ["if a <b and x<tool or </tool_call> <tool_ca"]),
+    ("h_angle_brackets_in_text", H, "if a <b and x<tool or </tool_call> <tool_ca",
+     ["if a <b and x<tool or </tool_call> <tool_ca"]),
     ("h_whitespace_only", H, " \n ", [" \n "]),
     ("h_bare_json_reply", H, '{"name": "get_weather", "arguments": {"city": "Paris"}}', [ok("get_weather", PARIS)]),
     ("h_fenced_json_reply", H, '```json\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n```\n',
@@ -130,11 +132,13 @@ CASES: list[tuple[str, type, str, list[Any]]] = [
      [ok("get_weather", PARIS), ok("get_time", {})]),
     ("l_python_tag", L, '<|python_tag|>{"name": "get_weather", "parameters": {"city": "Paris"}}', [ok("get_weather", PARIS)]),
     ("l_python_tag_twice", L,
-     '<|python_tag|>{"name": "get_weather", "parameters": {"city": "Paris"}}; <|python_tag|>{"name": "get_time", "parameters": {}}',
+     '<|python_tag|>{"name": "get_weather", "parameters": {"city": "Paris"}}; '
+     '<|python_tag|>{"name": "get_time", "parameters": {}}',
      [ok("get_weather", PARIS), ok("get_time", {})]),
     ("l_text_then_tag", L, 'Let me look that up. <|python_tag|>{"name": "get_weather", "parameters": {"city": "Paris"}}',
      ["Let me look that up. ", ok("get_weather", PARIS)]),
-    ("l_unicode_escapes_nested", L, json.dumps({"name": "create_event", "parameters": dict(NESTED, title='Réunion "Q1" {draft}')}),
+    ("l_unicode_escapes_nested", L,
+     json.dumps({"name": "create_event", "parameters": dict(NESTED, title='Réunion "Q1" {draft}')}),
      [ok("create_event", dict(NESTED, title='Réunion "Q1" {draft}'))]),
     ("l_call_then_text", L, '{"name": "get_weather", "parameters": {"city": "Paris"}}\n\nI called the weather tool.',
      [ok("get_weather", PARIS), "\n\nI called the weather tool."]),
@@ -195,7 +199,8 @@ CASES: list[tuple[str, type, str, list[Any]]] = [
     ("g_json_not_a_call", G, '{"city": "Paris"}', ['{"city": "Paris"}']),
     ("g_call_then_prose", G, '{"name": "get_weather", "arguments": {}} is what I would send.',
      ['{"name": "get_weather", "arguments": {}} is what I would send.']),
-    ("g_prose_then_call", G, 'Calling: {"name": "get_weather", "arguments": {}}', ['Calling: {"name": "get_weather", "arguments": {}}']),
+    ("g_prose_then_call", G, 'Calling: {"name": "get_weather", "arguments": {}}',
+     ['Calling: {"name": "get_weather", "arguments": {}}']),
     ("g_hermes_tags_are_text", G, WEATHER, [WEATHER]),
     ("g_fence_other_language", G, "```js\nconsole.log(1)\n```", ["```js\nconsole.log(1)\n```"]),
     # malformed
@@ -382,7 +387,8 @@ LLAMA32_TEMPLATE = (
     "{{- 'Respond in the format {\"name\": function name, \"parameters\": dictionary of argument name and its value}.' }}\n"
 )
 GEMMA_TEMPLATE = "{{ bos_token }}{%- for m in messages -%}{{ '<start_of_turn>' + m['role'] + '\\n' }}{%- endfor -%}"
-CHATML_TEMPLATE = "{%- for m in messages -%}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}{%- endfor -%}"
+CHATML_TEMPLATE = ("{%- for m in messages -%}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}"
+                   "{%- endfor -%}")
 MISTRAL_TEMPLATE = (
     "{%- if tools is not none and (message == user_messages[-1]) %}\n"
     "    {{- \"[AVAILABLE_TOOLS] [\" }}\n"

@@ -36,7 +36,9 @@ RESP_TOOL = {"type": "function", "name": "exec_command", "strict": False,
 
 
 @contextmanager
-def guarded(tmp_path: Path, propose: Any = None, *, upstream: str | None = None, **kw: Any) -> Iterator[tuple[FakeUpstream, Guard, str]]:
+def guarded(
+    tmp_path: Path, propose: Any = None, *, upstream: str | None = None, **kw: Any
+) -> Iterator[tuple[FakeUpstream, Guard, str]]:
     with FakeUpstream(propose, **kw) as up:
         kernel = Kernel.with_policy(coding_floor())
         kernel.journal = Journal(tmp_path / "guard.jsonl", fsync=False)
@@ -203,18 +205,21 @@ def test_tool_results_admitted_before_the_upstream_sees_them(tmp_path: Path) -> 
     with guarded(tmp_path) as (up, g, url):
         a = anthropic.Anthropic(base_url=url, api_key="k")
         history = [{"role": "user", "content": "go"},
-                   {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "Bash", "input": {"command": "cat README"}},
-                                                     {"type": "tool_use", "id": "t2", "name": "Read", "input": {"file_path": "k"}},
-                                                     {"type": "tool_use", "id": "t3", "name": "Bash", "input": {"command": "ls"}}]},
-                   {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": INJECTION},
-                                                {"type": "tool_result", "tool_use_id": "t2", "content": [{"type": "text", "text": KEY}]},
-                                                {"type": "tool_result", "tool_use_id": "t3", "content": "a.py\nb.py\n"}]}]
+                   {"role": "assistant", "content": [
+                       {"type": "tool_use", "id": "t1", "name": "Bash", "input": {"command": "cat README"}},
+                       {"type": "tool_use", "id": "t2", "name": "Read", "input": {"file_path": "k"}},
+                       {"type": "tool_use", "id": "t3", "name": "Bash", "input": {"command": "ls"}}]},
+                   {"role": "user", "content": [
+                       {"type": "tool_result", "tool_use_id": "t1", "content": INJECTION},
+                       {"type": "tool_result", "tool_use_id": "t2", "content": [{"type": "text", "text": KEY}]},
+                       {"type": "tool_result", "tool_use_id": "t3", "content": "a.py\nb.py\n"}]}]
         for _ in range(2):  # the agent resends its history every turn: judged and journaled once
             a.messages.create(model="m", max_tokens=16, tools=[BASH], messages=history)
         o = openai.OpenAI(base_url=f"{url}/v1", api_key="k")
         o.chat.completions.create(model="m", messages=[
             {"role": "user", "content": "go"},
-            {"role": "assistant", "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "Bash", "arguments": "{}"}}]},
+            {"role": "assistant",
+             "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "Bash", "arguments": "{}"}}]},
             {"role": "tool", "tool_call_id": "c1", "content": INJECTION}])
         o.responses.create(model="m", input=[
             {"role": "user", "content": "go"},
@@ -345,7 +350,8 @@ def test_a_call_whose_arguments_do_not_parse_is_denied_malformed(tmp_path: Path)
         {"index": 0, "delta": {"tool_calls": [{"index": 0, "id": "c", "function": {"name": "Bash", "arguments": "[1,"}}]},
          "finish_reason": None}]}
     assert c.feed(Event(None, json.dumps(chunk))) == []
-    end = _frames(c.feed(Event(None, json.dumps({**chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}))))
+    end = _frames(c.feed(Event(None, json.dumps(
+        {**chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}))))
     assert "refused Bash: MALFORMED" in end[0]["choices"][0]["delta"]["content"]
     assert end[1]["choices"][0]["finish_reason"] == "stop"
 
