@@ -20,7 +20,7 @@ between the workers instead of one OpenMP team per launching thread on every cor
 Printed per arm: inter-token latency p50/p99/max of the short requests (pooled over their streams and the
 rounds), TTFT p50/max of the long prompts (from admit() to the first token, prefill and transfer included),
 short-request decode tok/s and round wall time; the ratios against `colo`; and for the P/D arms the bytes
-and blocks moved, blocks skipped thanks to residency and import time from `cluster.stats()`.
+and blocks moved, blocks skipped thanks to residency and import time from `cluster.pd_stats()`.
 
 Read the thread arms for what they are: their workers share one Python process and its cores, so a long
 prefill slows the decode steps instead of stalling them between steps. The process arms give each worker
@@ -192,7 +192,7 @@ def main() -> None:
                       flush=True)
             same = all(figs[k].tokens[r] == figs["colo"].tokens[r] for k in arms)
             print(f"  round {r + 1}: greedy tokens identical across arms: {same}")
-        stats = {k: objs[k].pd_stats() if k.startswith("proc") else objs[k].stats() for k in arms if k != "colo"}
+        stats = {k: objs[k].pd_stats() if k.startswith("proc") else objs[k].pd_stats() for k in arms if k != "colo"}
     finally:
         for o in objs.values():
             o.close()
@@ -209,7 +209,7 @@ def main() -> None:
               f"{statistics.mean(f.wall):>5.1f}s {statistics.mean(f.wall_all):>5.1f}s | {pct(f.itl, 99) / pct(c.itl, 99):>13.2f} | "
               f"{pct(f.ttft_long, 50) / pct(c.ttft_long, 50):>14.2f}")
     for k, st in stats.items():
-        print(f"\n{k}: cluster.stats() (warm-up requests included)")
+        print(f"\n{k}: cluster.pd_stats() (warm-up requests included)")
         pre = st["prefill"]
         print(f"  prefill: {pre['requests']} requests, {pre['prefill_tokens']} tokens prefilled, "
               f"{pre['hit_tokens']} from its prefix cache, {pre['blocks_out']} blocks / {pre['bytes_out'] / 2**20:.1f} "

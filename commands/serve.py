@@ -225,10 +225,10 @@ def _live_view(app: object, url: str, stop: object) -> None:
     def view() -> object:
         b = st.booted
         total, errors = st.metrics.request_counts()
-        pd = b.scheduler.pd_stats() if b is not None and hasattr(b.scheduler, "pd_stats") else None
-        from engine.pipeline.metrics import scheduler_pipeline_stats
+        from engine.sched.api import split_stats
 
-        pipe = scheduler_pipeline_stats(b.scheduler) if b is not None else None
+        split = split_stats(b.scheduler if b is not None else None)  # topology(): P/D workers, pipeline stages
+        pd, pipe = split["pd"], split["pipeline"]
         return serve_view(b.scheduler.stats() if b is not None else None, url, total, errors, st.model_name,
                           st.boot_status, pd, pipe)
 

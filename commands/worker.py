@@ -12,41 +12,39 @@ import os
 import signal
 import sys
 import threading
-from typing import Optional
 
 import typer
 
 from commands import sched_flags
-
-ROLES = ("prefill", "decode", "stage")
 
 
 def register(app: typer.Typer) -> None:
     @app.command("worker")
     def worker(
         role: str = typer.Option(..., "--role", help="prefill | decode | stage."),
-        layers: Optional[str] = typer.Option(None, "--layers", help="stage: the band of layers LO:HI it runs."),
+        layers: str | None = typer.Option(None, "--layers", help="stage: the band of layers LO:HI it runs."),
         listen: str = typer.Option("127.0.0.1:0", "--listen", help="HOST:PORT to listen on (port 0: a free one)."),
-        gguf: Optional[str] = typer.Option(None, "--gguf", help="GGUF path or alias (default $FAK_MODEL or gemma3-270m)."),
+        gguf: str | None = typer.Option(None, "--gguf", help="GGUF path or alias (default $FAK_MODEL or gemma3-270m)."),
         plain: bool = typer.Option(False, "--plain", help="float32 weights (default: quantized blocks resident)."),
-        name: Optional[str] = typer.Option(None, "--name", help="Worker name in stats (default: ROLE-PORT)."),
+        name: str | None = typer.Option(None, "--name", help="Worker name in stats (default: ROLE-PORT)."),
         threads: int = typer.Option(0, "--threads", help="numba threads for this worker (0: numba's default)."),
         prefill_chunk: int = typer.Option(64, "--prefill-chunk", help="Prefill chunk tokens (must match the head's)."),
-        max_running: Optional[int] = sched_flags.MAX_RUNNING,
-        kv_blocks: Optional[int] = sched_flags.KV_BLOCKS,
-        block_tokens: Optional[int] = sched_flags.BLOCK_TOKENS,
-        preempt: Optional[str] = sched_flags.PREEMPT,
-        victim: Optional[str] = sched_flags.VICTIM,
+        max_running: int | None = sched_flags.MAX_RUNNING,
+        kv_blocks: int | None = sched_flags.KV_BLOCKS,
+        block_tokens: int | None = sched_flags.BLOCK_TOKENS,
+        preempt: str | None = sched_flags.PREEMPT,
+        victim: str | None = sched_flags.VICTIM,
         shm_mb: int = typer.Option(256, "--shm-mb", help="decode: shared-memory ring size per prefill link (MiB)."),
-        key: Optional[str] = typer.Option(None, "--key", help="Seal KV frame descriptors with this cluster key; "
+        key: str | None = typer.Option(None, "--key", help="Seal KV frame descriptors with this cluster key; "
                                           "every worker of a cluster needs the same one [FAK_PD_KEY]."),
         exit_with_parent: bool = typer.Option(False, "--exit-with-parent", help="Exit when stdin closes (the "
                                               "process that started this one is gone)."),
     ) -> None:
         """Serve one prefill or decode worker for a P/D head."""
         from engine.wire.channel import parse_address
-        from fak.runtime.boot import SchedOptions, boot
         from fak.errors import FakError
+        from fak.runtime.boot import SchedOptions, boot
+        from fak.runtime.nodes import ROLES, build_node
 
         if role not in ROLES:
             raise FakError(f"--role {role!r}: expected one of {', '.join(ROLES)}")
@@ -70,10 +68,8 @@ def register(app: typer.Typer) -> None:
             print(f"fak worker: warning: listening on {host}: the P/D wire has no authentication; use a private "
                   "network (and --key, so frames from outside the cluster are refused)", file=sys.stderr)
         b = boot(gguf, resident=not plain, sched=sched, show=False, scheduler=False)
-        if band is not None:
-            node = _stage(b, band, host, port, name)
-        else:
-            node = _node(role, b, sched, host, port, name, prefill_chunk, shm_mb << 20, secret)
+        node = build_node(role, b, name=name, host=host, port=port, layers=band, prefill_chunk=prefill_chunk,
+                          shm_bytes=shm_mb << 20, key=secret, **sched.as_kwargs())
         address = f"{node.address[0]}:{node.address[1]}"
         print(json.dumps({"fak_worker": "ready", "role": role, "name": node.name, "address": address,
                           "pid": os.getpid()}), flush=True)
@@ -99,60 +95,3 @@ def _band(role: str, layers: str | None) -> tuple[int, int] | None:
     if not sep or not lo.strip().isdigit() or not hi.strip().isdigit():
         raise FakError(f"--layers {layers!r}: expected LO:HI, e.g. 0:9 (a stage worker needs its band)")
     return int(lo), int(hi)
-
-
-def _stage(b: object, band: tuple[int, int], host: str, port: int, name: str | None) -> object:
-    from engine.pipeline.stage_node import StageNode
-    from engine.errors import EngineError
-    from fak.errors import FakError
-
-    model = b.model  # type: ignore[attr-defined]
-    try:
-        node = StageNode(model, band[0], band[1], name, host=host, port=port)
-    except OSError as e:
-        raise FakError(f"--listen {host}:{port}: {e.strerror or e}") from None
-    except EngineError as e:
-        raise FakError(f"--layers {band[0]}:{band[1]}: {e}") from None
-    _keep_band(model, *band, last=band[1] == model.config.n_layers)
-    return node
-
-
-def _keep_band(model: object, lo: int, hi: int, last: bool) -> None:
-    """Drop the weights this stage never reads: the other layers, and the embedding and head unless it is
-    the last stage (which applies the LM head)."""
-    w = model.weights  # type: ignore[attr-defined]
-    for i in range(len(w.layers)):
-        if not lo <= i < hi:
-            w.layers[i] = None
-    if not last:
-        w.token_embd = w.output = None
-
-
-def _node(role: str, b: object, sched: object, host: str, port: int, name: str | None, prefill_chunk: int,
-          shm_bytes: int, key: bytes) -> object:
-    from engine.pd.decode_node import DecodeNode
-    from engine.pd.prefill_node import PrefillNode
-    from engine.errors import EngineError
-    from fak.errors import FakError
-
-    opts = sched.as_kwargs()  # type: ignore[attr-defined]
-    model, tok = b.model, b.tokenizer  # type: ignore[attr-defined]
-    try:
-        if role == "decode":
-            from fak.runtime.boot import eos_ids
-
-            eos = eos_ids(tok, model.config)
-            node: object = DecodeNode(model, name or f"decode-{port}", host=host, port=port, shm_bytes=shm_bytes, key=key,
-                                      tokenizer=tok, eos_ids=eos, prefill_chunk=prefill_chunk, warm=True, **opts)
-            node.worker.sched.warmed.wait()  # type: ignore[attr-defined]
-        else:
-            from engine.model.session import warmup
-
-            node = PrefillNode(model, name or f"prefill-{port}", host=host, port=port, key=key,
-                               block_tokens=opts["block_tokens"], prefill_chunk=prefill_chunk)
-            node.worker.submit(warmup).result()  # type: ignore[attr-defined]  # on the thread that runs them
-    except OSError as e:
-        raise FakError(f"--listen {host}:{port}: {e.strerror or e}") from None
-    except EngineError as e:
-        raise FakError(str(e)) from None
-    return node

@@ -38,7 +38,7 @@ def chunk_positions(head_dim: int) -> int:
 # Every sum adds in the order written (the q.k dots through blockdot.dot_f32, the softmax sums in
 # sequence, P.V elementwise per output value, the chunks combined in position order), so the serial
 # twin and the parallel kernel give the same bits whatever the compiler does with the loops
-# (tests/test_twins.py), and a row's result depends on its own positions only.
+# (tests/engine/kernels/test_twins.py), and a row's result depends on its own positions only.
 @njit(parallel=True, nogil=True, fastmath=ORDERED_FASTMATH, error_model="numpy", cache=True)
 def _paged_attention(
     q: np.ndarray,  # [R, H, D] f32, C-contiguous: query rows of one or more lanes

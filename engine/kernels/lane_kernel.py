@@ -11,7 +11,7 @@ other row glue as one task.
 Every phase calls the same compiled code the generic path runs: tdot1 on each tile after
 quantize_rows_i16 (gemm_tiles' single-lane path), the serial twins of _rmsnorm, _qkv_prep,
 _residual_norm and _gated, attention's attend_chunk and merge_chunks. So a row gets the same bits
-through here as through the generic forward, alone or in a batch (tests/test_lane_kernel.py).
+through here as through the generic forward, alone or in a batch (tests/engine/kernels/test_lane_kernel.py).
 
 Layout of `buf` (float32, offsets in `offs`): X (the residual stream), H (the normed row), Q|K|V (the
 products' outputs, end to end as fused weights write them), QO|KO|VO (heads after qkv_prep), ATT, O,

@@ -191,7 +191,7 @@ def apply_rope_ref(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, style: str) 
 # of dispatch for a row of 640 values. These kernels do each run of them in one call. They compute
 # every value with the same float32 operations in the same order as rmsnorm / apply_rope / numpy's add
 # (no `contract`: a product followed by an add must round twice, as the separate ops do), so a model
-# gives the same bits either way (tests/test_ops_fused.py).
+# gives the same bits either way (tests/engine/kernels/test_ops_fused.py).
 NO_CONTRACT = {"nnan", "ninf", "nsz"}
 
 

@@ -36,7 +36,7 @@ from concurrent.futures import ThreadPoolExecutor  # noqa: E402
 import numba  # noqa: E402
 
 # Fast-math without `reassoc`: sums stay in the order written, so a kernel's serial twin and its
-# parallel form give the same bits whatever each compilation vectorises (tests/test_twins.py).
+# parallel form give the same bits whatever each compilation vectorises (tests/engine/kernels/test_twins.py).
 ORDERED_FASTMATH = {"nnan", "ninf", "nsz", "contract"}
 SMALL_WORK = 1 << 18  # multiply-adds below which one thread is faster than waking a team
 _MAX = numba.config.NUMBA_NUM_THREADS

@@ -6,7 +6,7 @@ decode step made ~130 of them. Q and K (and V when it
 has the same layout), gate and up, multiply the same normed row; when their tiles share a layout and a
 row length they are laid end to end in ONE buffer, each member's `raw` a view of its band, so a single
 `gemm_tiles` call over the whole buffer computes every member. Tiles are independent of each other, so
-each output element is the same bits fused or apart (tests/test_fuse.py), and the members still work on
+each output element is the same bits fused or apart (tests/engine/model/test_fuse.py), and the members still work on
 their own (a pipeline stage, the diagnostics, a test).
 """
 

@@ -258,7 +258,7 @@ def _repack_q5_0(a: np.ndarray) -> np.ndarray:
     bytes (decode +~15%, bench/decode.py; FAK_Q5_0_REPACK=0 turns it off for A/B). After any repack
     resident_weight drops the source pages of a file mapping from this process (MADV_DONTNEED on a
     shared read-only mapping only unmaps; a later read faults them back from the page cache), so RSS
-    holds the repacked copy, not both (tests/test_resident_memory.py)."""
+    holds the repacked copy, not both (tests/engine/model/test_resident_memory.py)."""
     out = np.empty((a.shape[0], a.shape[1] // 22 * 34), dtype=np.uint8)
     launch(K.repack_q5_0_q8_0, a.size * 8, a, out)
     return out

@@ -14,16 +14,21 @@ from __future__ import annotations
 
 import itertools
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
-from engine.sched.router import Route, Router
-from engine.pd.workers import DecodeWorker, Delivery, PrefillWorker
-from engine.sched.prefix_cache import shareable_blocks
 from engine.errors import EngineError
+from engine.pd.metrics import PDCollector
+from engine.pd.workers import DecodeWorker, Delivery, PrefillWorker
+from engine.sched.api import Topology
 from engine.sched.lane import FinishReason, Handle, LaneResult, LaneState, Request, now
-from engine.sched.prefix_cache import chain_hashes
+from engine.sched.prefix_cache import chain_hashes, shareable_blocks
+from engine.sched.router import Route, Router
+from engine.sched.stats import SchedStats, merge_stats
+
+T = TypeVar("T")
 
 TRANSPORTS = ("inproc", "shm", "tcp")
 
@@ -63,6 +68,8 @@ class PDCluster:
         if decode_workers < 1:
             raise EngineError(f"decode_workers must be >= 1, got {decode_workers}")
         self.block_tokens = block_tokens
+        self.tokenizer = tokenizer
+        self.on_finish: Callable[[LaneResult], None] | None = None  # every finished request (metrics)
         self.prefill = PrefillWorker(model, block_tokens=block_tokens, prefill_chunk=prefill_chunk,
                                      batch_prefill=batch_prefill, blas_chunks=blas_chunks,
                                      prefix_cache_blocks=prefix_cache_blocks, key=key)
@@ -84,7 +91,7 @@ class PDCluster:
                              prefill_chunk=prefill_chunk, prefill_budget=prefill_budget, kv_blocks=kv_blocks,
                              max_running=max_running, prefix_cache_blocks=prefix_cache_blocks,
                              batch_prefill=batch_prefill, blas_chunks=blas_chunks)
-            w.sched.on_finish = lambda result, name=name: self._finished(name)
+            w.sched.on_finish = lambda result, name=name: self._finished(name, result)
             self._senders[name], self.decoders[name] = tx, w
 
     # ------------------------------------------------------------------ caller side
@@ -114,7 +121,31 @@ class PDCluster:
         with self._lock:
             return dict(self._load)
 
-    def stats(self) -> dict[str, Any]:
+    def _first(self) -> DecodeWorker:
+        return next(iter(self.decoders.values()))
+
+    def call(self, fn: Callable[[], T]) -> Future[T]:
+        """Run fn() on a decode worker's scheduler thread (the gateway's embeddings use its copy of the model)."""
+        return self._first().sched.call(fn)
+
+    def grammar_compiler(self) -> Any:
+        return self._first().sched.grammar_compiler()
+
+    def warm_grammar(self) -> None:
+        self._first().sched.warm_grammar()
+
+    def stats(self) -> SchedStats:
+        """The decode workers' scheduler snapshots summed (what the serve panels and /metrics read)."""
+        return merge_stats([w.sched.stats() for w in self.decoders.values()], self.block_tokens)
+
+    def topology(self) -> Topology:
+        return Topology("pd", pd=self.pd_stats)
+
+    def collectors(self) -> list[object]:
+        """The fak_pd_* families over pd_stats()."""
+        return [PDCollector(self.pd_stats)]
+
+    def pd_stats(self) -> dict[str, Any]:
         """Per-worker figures (role, requests, imports, bytes moved, blocks skipped) and the router's counts."""
         out: dict[str, Any] = {"prefill": {"role": "prefill", **self.prefill.stats}, "router": dict(self.router.counts)}
         for name, w in self.decoders.items():
@@ -176,9 +207,14 @@ class PDCluster:
         job: _Job = handle._job  # type: ignore[attr-defined]
         job.cancelled = True
 
-    def _finished(self, name: str) -> None:
+    def _finished(self, name: str, result: LaneResult | None = None) -> None:
         with self._lock:
             self._load[name] -= 1
+        if result is not None and self.on_finish is not None:
+            try:
+                self.on_finish(result)
+            except Exception:  # an observer (metrics) must not fail the request
+                pass
 
     def _fail(self, job: _Job, reason: FinishReason, error: str | None = None) -> None:
         if job.handle.done:
@@ -186,7 +222,13 @@ class PDCluster:
         self._finished(job.route.worker)
         t = now()
         job.handle.state = LaneState.FINISHED
-        job.handle._set_result(LaneResult(
+        result = LaneResult(
             request_id=job.handle.request_id, token_ids=[], text=None, finish_reason=reason, error=error,
             prompt_tokens=len(job.ids), prefix_hit_tokens=0, preemptions=0, ttft_s=None,
-            latency_s=t - job.admitted_at), "")
+            latency_s=t - job.admitted_at)
+        job.handle._set_result(result, "")
+        if self.on_finish is not None:
+            try:
+                self.on_finish(result)
+            except Exception:
+                pass

@@ -18,14 +18,14 @@ from typing import Any
 
 import numpy as np
 
+from engine.model.kv import KVLost
+from engine.pd.workers import DecodeWorker, Delivery
+from engine.sched.lane import Handle
 from engine.wire.channel import Channel
-from engine.wire.datalink import DataReceiver, ShmDataReceiver
+from engine.wire.link import DataReceiver, ShmDataReceiver
 from engine.wire.node import Node
 from engine.wire.spec import logprob_to_json, request_from_json
 from engine.wire.transport import TransportClosed, TransportTimeout
-from engine.pd.workers import Delivery, DecodeWorker
-from engine.model.kv import KVLost
-from engine.sched.lane import Handle
 
 
 class DecodeNode(Node):

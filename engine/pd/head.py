@@ -25,16 +25,18 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from engine.errors import EngineError
+from engine.pd.metrics import PDCollector
+from engine.sched.api import Topology
+from engine.sched.calls import GrammarHost, run_calls
+from engine.sched.lane import FinishReason, Handle, LaneResult, LaneState, Request, TextTracker, now, validate_request
+from engine.sched.prefix_cache import chain_hashes, shareable_blocks
+from engine.sched.router import Router
+from engine.sched.stats import SchedStats, merge_stats
 from engine.wire.channel import Channel, ChannelClosed, parse_address
 from engine.wire.node import PROTOCOL
-from engine.sched.router import Router
 from engine.wire.spec import finish_reason, logprob_from_json, request_to_json
 from engine.wire.transport import TransportTimeout
-from engine.sched.prefix_cache import shareable_blocks
-from engine.errors import EngineError
-from engine.sched.lane import FinishReason, Handle, LaneResult, LaneState, Request, TextTracker, now, validate_request
-from engine.sched.prefix_cache import chain_hashes
-from engine.sched.stats import SchedStats, merge_stats
 
 T = TypeVar("T")
 MAX_ATTEMPTS = 4  # a request re-routed this many times (each decode node it lands on dying) gives up
@@ -75,7 +77,7 @@ class _Job:
     held: list[int] = field(default_factory=list)  # blocks the decode node reserved for the current attempt
 
 
-class PDHead:
+class PDHead(GrammarHost):
     def __init__(self, prefill: str, decoders: list[str], *, tokenizer: Any = None, identity: bytes | None = None,
                  vocab_size: int, context_length: int = 0, block_tokens: int = 16, transport: str = "tcp",
                  shm_bytes: int = 256 << 20, balance_abs: int = 4, balance_rel: float = 1.5,
@@ -279,23 +281,11 @@ class PDHead:
 
     def _run_calls(self) -> None:
         while (item := self._calls.get()) is not None:
-            fn, fut = item
-            if fut.set_running_or_notify_cancel():
-                try:
-                    fut.set_result(fn())
-                except BaseException as e:
-                    fut.set_exception(e)
+            run_calls([item])
 
-    def grammar_compiler(self) -> Any:
-        """The head checks a request's grammar (the decode nodes compile it again where it masks logits)."""
-        from engine.grammar.compile import compiler_for
-
-        if self.tokenizer is None:
-            raise EngineError("a grammar needs a tokenizer")
-        return compiler_for(self.tokenizer, self.vocab_size, tuple(sorted(self.eos_ids)))
-
-    def warm_grammar(self) -> None:
-        self.grammar_compiler().warm()
+    # grammar_compiler(): the head checks a request's grammar (the decode nodes compile it again where it masks logits)
+    def _grammar_vocab(self) -> int:
+        return self.vocab_size
 
     def _cancel(self, handle: Handle) -> None:
         job: _Job = handle._job  # type: ignore[attr-defined]
@@ -513,7 +503,7 @@ class PDHead:
         return merge_stats(snaps, self.block_tokens, waiting)
 
     def pd_stats(self) -> dict[str, Any]:
-        """Per-worker figures in PDCluster.stats()'s shape (the fak_pd_* collector and the P/D panel read it)."""
+        """Per-worker figures in PDCluster.pd_stats()'s shape (the fak_pd_* collector and the P/D panel read it)."""
         pf = self.prefill.beat.get("worker", {})
         out: dict[str, Any] = {"prefill": {"role": "prefill", "up": self.prefill.up, "address": self.prefill.address,
                                            "pid": self.prefill.hello.get("pid"), **pf},
@@ -526,6 +516,13 @@ class PDHead:
                              "transfer_s": p.beat.get("transfer_s", 0.0), "prefill_tokens": s.get("prefill_tokens", 0),
                              "imported": s.get("imported", 0), "load": self._load[name]}
         return out
+
+    def topology(self) -> Topology:
+        return Topology("pd", pd=self.pd_stats)
+
+    def collectors(self) -> list[object]:
+        """The fak_pd_* families over pd_stats()."""
+        return [PDCollector(self.pd_stats)]
 
     def close(self) -> None:
         if self._closed:

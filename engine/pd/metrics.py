@@ -15,7 +15,7 @@ def decode_workers(stats: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 class PDCollector:
-    """prometheus_client custom collector over a `() -> PDCluster.stats()` callable (register it yourself)."""
+    """prometheus_client custom collector over a `() -> PDCluster.pd_stats()` callable (register it yourself)."""
 
     def __init__(self, stats: Callable[[], dict[str, Any]], prefix: str = "fak_pd") -> None:
         self._stats = stats

@@ -12,13 +12,13 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from engine.wire.channel import Channel, parse_address
-from engine.wire.datalink import ChannelSender, DataSender, ShmDataSender
-from engine.wire.node import PROTOCOL, Node
-from engine.wire.frame import KVLayout
-from engine.wire.transport import TransportError
 from engine.pd.workers import PrefillWorker
 from engine.sched.trust import KVDescriptor
+from engine.wire.channel import Channel, parse_address
+from engine.wire.frame import KVLayout
+from engine.wire.link import ChannelSender, DataSender, ShmDataSender
+from engine.wire.node import PROTOCOL, Node
+from engine.wire.transport import TransportError
 
 
 class PrefillNode(Node):

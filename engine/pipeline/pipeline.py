@@ -25,21 +25,21 @@ import queue
 import threading
 import time
 import weakref
-from concurrent.futures import Future
 from collections.abc import Callable
+from concurrent.futures import Future
 from typing import Any, TypeVar
 
 import numpy as np
 
-from engine.wire.channel import Channel, parse_address
-from engine.wire.links import ChannelLink, QueueLink, RingReceiver, RingSender
-from engine.wire.node import PROTOCOL
-from engine.pipeline.partition import PartitionPlan
-from engine.pipeline.stage import Stage, serve
-from engine.wire.transport import TransportClosed, TransportTimeout
 from engine.errors import EngineError
 from engine.model.forward import LaneInput, Model
 from engine.model.kv import BlockPool, KVLost
+from engine.pipeline.partition import PartitionPlan
+from engine.pipeline.stage import Stage, serve
+from engine.wire.channel import Channel, parse_address
+from engine.wire.link import ChannelLink, QueueLink, RingReceiver, RingSender
+from engine.wire.node import PROTOCOL
+from engine.wire.transport import TransportClosed, TransportTimeout
 
 T = TypeVar("T")
 
@@ -433,7 +433,7 @@ class StagedPool(BlockPool):
     def write_blocks(self, blocks: list[int], data: bytes) -> None:
         def put() -> None:
             at = 0
-            for s, per in zip(self.pipeline.stages, self._sizes):
+            for s, per in zip(self.pipeline.stages, self._sizes, strict=False):
                 n = per * len(blocks)
                 s.write(self.pid, blocks, data[at : at + n])
                 at += n
@@ -505,7 +505,7 @@ def _wire(model: Model, stages: list[RemoteStage], transport: str, ring_bytes: i
     bands = [s.layers for s in stages]
     edges = [0] + [hi for _, hi in bands]
     if [lo for lo, _ in bands] != edges[:-1] or edges[-1] != model.config.n_layers:
-        raise EngineError(f"stage workers hold layers {['%d:%d' % b for b in bands]}: they must cover "
+        raise EngineError(f"stage workers hold layers {[f'{lo}:{hi}' for lo, hi in bands]}: they must cover "
                           f"0:{model.config.n_layers} in order, without gaps or overlaps")
     for s in stages:
         if s.hello.get("identity") != model.identity.hex():
@@ -516,7 +516,7 @@ def _wire(model: Model, stages: list[RemoteStage], transport: str, ring_bytes: i
         nexts: list[Any] = [i.get("ring") for i in ins[1:]] + [back.name]
     else:
         nexts = [s.address for s in stages[1:]] + [None]
-    for s, nxt in zip(stages, nexts):
+    for s, nxt in zip(stages, nexts, strict=False):
         s.call({"op": "outbound", "transport": transport, "next": nxt})
     if transport == "shm":
         return RingSender(str(ins[0]["ring"])), back

@@ -15,11 +15,12 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
-from engine.sched.router import Router
-from engine.sched.prefix_cache import shareable_blocks
 from engine.errors import EngineError
+from engine.pipeline.metrics import PipelineCollector, pipeline_stats
+from engine.sched.api import Topology
 from engine.sched.lane import Handle, LaneResult, Request
-from engine.sched.prefix_cache import chain_hashes
+from engine.sched.prefix_cache import chain_hashes, shareable_blocks
+from engine.sched.router import Router
 from engine.sched.scheduler import NativeScheduler
 from engine.sched.stats import SchedStats, merge_stats
 
@@ -94,6 +95,17 @@ class PipelinedScheduler:
     def loads(self) -> dict[str, int]:
         with self._lock:
             return dict(self._load)
+
+    def topology(self) -> Topology:
+        """Always "pipeline": the groups share one pipeline."""
+        return Topology("pipeline", pipeline=self._pipeline_stats)
+
+    def collectors(self) -> list[object]:
+        """The fak_pipeline_* families."""
+        return [PipelineCollector(self._pipeline_stats)]
+
+    def _pipeline_stats(self) -> dict[str, Any]:
+        return pipeline_stats(self.model.pipeline)
 
     def call(self, fn: Callable[[], T]) -> Future[T]:
         return self.groups[self.names[0]].call(fn)

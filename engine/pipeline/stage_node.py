@@ -13,12 +13,12 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from engine.errors import EngineError
+from engine.pipeline.stage import Stage, serve
 from engine.wire.channel import Channel, parse_address
 from engine.wire.frame import KVLayout
-from engine.wire.links import ChannelLink, RingReceiver, RingSender
+from engine.wire.link import ChannelLink, RingReceiver, RingSender
 from engine.wire.node import PROTOCOL, Node
-from engine.pipeline.stage import Stage, serve
-from engine.errors import EngineError
 
 
 class _Later:

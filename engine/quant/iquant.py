@@ -3,7 +3,7 @@
 Layouts follow ggml-quants.c (dequantize_row_iq*). The grids (the codebooks of 4 or 8 values an
 index selects) are ggml's tables as gguf-py ships them (`gguf.quants.<TYPE>.grid_hex`, each value
 packed in 2 or 3 bits and mapped through `grid_map`); decoding them and the blocks is ours, and
-tests/test_quant_dequant.py checks every type bit for bit against gguf.quants.dequantize.
+tests/engine/quant/test_quant_dequant.py checks every type bit for bit against gguf.quants.dequantize.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@
   34 bytes per 32 values instead of 18.
 
 `WIDEN[qtype] = (resident type, repack)`: numba loops, ~1 GB/s on one core (numpy's vectorized
-passes: 43 MB/s); tests/test_resident_types.py checks the widened blocks of random bytes dequantize
+passes: 43 MB/s); tests/engine/model/test_resident_types.py checks the widened blocks of random bytes dequantize
 (gguf-py's dequantizer) to the source's values bit for bit.
 """
 

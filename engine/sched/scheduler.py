@@ -28,12 +28,13 @@ from typing import Any, TypeVar
 import numpy as np
 
 from engine.errors import EngineError
-from engine.grammar import GrammarCompiler, compiler_for
 from engine.model.kv import KVExhausted, KVLost
+from engine.sched.api import Topology, model_pipeline
+from engine.sched.calls import GrammarHost, run_calls
 from engine.sched.lane import FinishReason, Handle, Lane, LaneState, Request, TextTracker, now, validate_request
-from engine.sched.prefix_cache import PrefixCache
 from engine.sched.output import OutputProcessor
 from engine.sched.plan import Planner, SchedulerConfig
+from engine.sched.prefix_cache import PrefixCache
 from engine.sched.profile import NO_PROFILE, IterationProfile
 from engine.sched.stats import SchedStats, snapshot
 
@@ -46,7 +47,7 @@ def _delegate(part: str, name: str) -> property:
                     lambda self, value: setattr(getattr(self, part), name, value))
 
 
-class NativeScheduler:
+class NativeScheduler(GrammarHost):
     def __init__(
         self,
         model: Any,
@@ -216,28 +217,17 @@ class NativeScheduler:
     def _run_calls(self) -> None:
         with self._cond:
             calls, self._calls = self._calls, []
-        for fn, fut in calls:
-            if fut.set_running_or_notify_cancel():
-                try:
-                    fut.set_result(fn())
-                except BaseException as e:  # the caller gets it; the loop goes on
-                    fut.set_exception(e)
+        run_calls(calls)  # the caller gets an exception; the loop goes on
 
     def _validate(self, r: Request) -> list[int]:
         return validate_request(r, tokenizer=self.tokenizer, vocab_size=int(self.model.config.vocab_size),
                                 context_length=int(getattr(self.model.config, "context_length", 0) or 0),
                                 kv_blocks=self.kv_blocks, block_tokens=self.pool.block_tokens)
 
-    def grammar_compiler(self) -> GrammarCompiler:
-        """The compiler of this scheduler's tokenizer (shared by schedulers over the same tokenizer)."""
-        if self.tokenizer is None:
-            raise EngineError("a grammar needs a tokenizer (pass tokenizer= to the scheduler)")
-        return compiler_for(self.tokenizer, int(self.model.config.vocab_size), tuple(sorted(self.eos_ids)))
+    _grammar_hint = " (pass tokenizer= to the scheduler)"
 
-    def warm_grammar(self) -> None:
-        """Build the tokenizer's grammar tables now (~3 s for a 262k vocabulary, holding the GIL), instead
-        of on the first constrained admit(). Idempotent."""
-        self.grammar_compiler().warm()
+    def _grammar_vocab(self) -> int:
+        return int(self.model.config.vocab_size)
 
     def _request_cancel(self, handle: Handle) -> None:
         with self._cond:
@@ -247,6 +237,14 @@ class NativeScheduler:
     def stats(self) -> SchedStats:
         """The latest snapshot (immutable; published by the loop thread every iteration)."""
         return self._snapshot
+
+    def topology(self) -> Topology:
+        """"single", or "pipeline" when the model is a pipeline's head (a P/D decode worker may be one)."""
+        return model_pipeline(self.model)[0]
+
+    def collectors(self) -> list[object]:
+        """The fak_pipeline_* collector over a pipelined model, else none (SchedStats is the gateway's)."""
+        return model_pipeline(self.model)[1]
 
     def close(self, timeout: float | None = 30.0) -> None:
         """Abort every request (finish reason cancelled), stop the loop and join it. Idempotent."""

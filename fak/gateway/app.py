@@ -56,15 +56,8 @@ def create_app(boot: Callable[[], Any], model_name: str, *, api_key: str | None 
         try:
             booted = boot()
             booted.scheduler.on_finish = st.metrics.finished
-            if hasattr(booted.scheduler, "pd_stats"):  # P/D across processes: the fak_pd_* families too
-                from engine.pd.metrics import PDCollector
-
-                st.metrics.registry.register(PDCollector(booted.scheduler.pd_stats))
-            pipe = getattr(getattr(booted.scheduler, "model", None), "pipeline", None)
-            if pipe is not None:  # pipeline stages: the fak_pipeline_* families
-                from engine.pipeline.metrics import PipelineCollector, pipeline_stats
-
-                st.metrics.registry.register(PipelineCollector(lambda: pipeline_stats(pipe)))
+            for collector in booted.scheduler.collectors():  # P/D: fak_pd_*; pipeline stages: fak_pipeline_*
+                st.metrics.registry.register(collector)
             st.tool_family = _tool_family(booted)
             if booted.scheduler.tokenizer is not None:
                 booted.scheduler.warm_grammar()  # ~3 s holding the GIL: now, not on the first constrained request
@@ -103,12 +96,13 @@ def create_app(boot: Callable[[], Any], model_name: str, *, api_key: str | None 
     @app.get("/fak/stats")
     async def fak_stats() -> JSONResponse:
         """The scheduler snapshot and request counts (what `fak top` draws)."""
+        from engine.sched.api import split_stats
+
         b = st.booted
         total, errors = st.metrics.request_counts()
         return JSONResponse({"model": model_name, "status": st.boot_status, "requests": total, "errors_5xx": errors,
                              "sched": b.scheduler.stats().to_json() if b is not None else None,
-                             "pd": b.scheduler.pd_stats() if b is not None and hasattr(b.scheduler, "pd_stats")
-                             else None, "pipeline": _pipeline(b)})
+                             **split_stats(b.scheduler if b is not None else None)})
 
     app.include_router(openai_router)
     app.include_router(embeddings_router)
@@ -120,13 +114,6 @@ def create_app(boot: Callable[[], Any], model_name: str, *, api_key: str | None 
 
         install(app)
     return app
-
-
-def _pipeline(b: Any) -> dict[str, Any] | None:
-    """A pipeline's figures for /fak/stats (None without stages)."""
-    from engine.pipeline.metrics import scheduler_pipeline_stats
-
-    return scheduler_pipeline_stats(getattr(b, "scheduler", None))
 
 
 def _tool_family(b: Any) -> type:

@@ -129,14 +129,13 @@ def histogram_quantiles(hist: Any, qs: tuple[float, ...] = QUANTILES) -> dict[st
 
 
 def _workers(b: Any) -> list[dict[str, Any]]:
-    """One row per worker when the engine is split: P/D (a scheduler with `pd_stats()`, in
-    PDCluster.stats()'s shape) and pipeline stages (what /fak/stats reports under "pipeline")."""
-    from engine.pipeline.metrics import scheduler_pipeline_stats
+    """One row per worker when the engine is split (its topology()): P/D workers (in PDCluster.pd_stats()'s
+    shape) and pipeline stages (what /fak/stats reports under "pipeline")."""
+    from engine.sched.api import split_stats
 
-    sched = getattr(b, "scheduler", None)
-    pd = getattr(sched, "pd_stats", None)
-    rows = [{"name": k, **v} for k, v in pd().items() if isinstance(v, dict) and "role" in v] if callable(pd) else []
-    pipe = scheduler_pipeline_stats(b.scheduler) if b is not None else None
+    split = split_stats(b.scheduler if b is not None else None)
+    pd, pipe = split["pd"], split["pipeline"]
+    rows = [{"name": k, **v} for k, v in pd.items() if isinstance(v, dict) and "role" in v] if pd is not None else []
     for i, stage in enumerate(pipe["stages"] if pipe else []):
         rows.append({"name": f"stage{i}", "role": "stage", **stage})
     return rows

@@ -7,7 +7,8 @@ node comes back listening and warmed; a stage keeps only the weights of its band
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from fak.errors import FakError
 
@@ -25,8 +26,6 @@ def build_node(role: str, booted: Any, *, name: str | None = None, host: str = "
     keyword arguments (max_running, kv_blocks, block_tokens, ...). prefill: `sched["block_tokens"]`."""
     if role not in ROLES:
         raise FakError(f"--role {role!r}: expected one of {', '.join(ROLES)}")
-    from engine.errors import EngineError
-
     try:
         if role == "stage":
             if layers is None:
@@ -74,8 +73,9 @@ def _prefill(model: Any, host: str, port: int, name: str | None, key: bytes, pre
     from engine.pd.prefill_node import PrefillNode
 
     try:
+        bt = {"block_tokens": sched["block_tokens"]} if sched.get("block_tokens") is not None else {}
         node = PrefillNode(model, name or f"prefill-{port}", host=host, port=port, key=key,
-                           block_tokens=sched.get("block_tokens") or 16, prefill_chunk=prefill_chunk)
+                           prefill_chunk=prefill_chunk, **bt)
         node.worker.submit(warmup).result()  # on the thread that runs them
     except EngineError as e:
         raise FakError(str(e)) from None
@@ -99,7 +99,7 @@ def _decode(booted: Any, host: str, port: int, name: str | None, key: bytes, pre
         extra = {} if shm_bytes is None else {"shm_bytes": shm_bytes}
         node = DecodeNode(served, name or f"decode-{port}", host=host, port=port, key=key, tokenizer=tok,
                           eos_ids=eos_ids(tok, model.config), prefill_chunk=prefill_chunk, warm=True,
-                          **extra, **{k: v for k, v in sched.items() if v is not None})
+                          **extra, **sched)
         node.worker.sched.warmed.wait()
     except EngineError as e:
         raise FakError(str(e)) from None

@@ -45,37 +45,20 @@ class _Host:
         import ray
 
         from fak.runtime.boot import boot
+        from fak.runtime.nodes import build_node
 
         b = boot(model, resident=resident, show=False, scheduler=False)
-        host = ray.util.get_node_ip_address()
+        self._model = b.model
         opts = dict(spec.options)
-        if spec.role == "stage":
-            from engine.pipeline.stage_node import StageNode
-
-            assert spec.layers is not None
-            self.node: Any = StageNode(b.model, spec.layers[0], spec.layers[1], spec.name, host=host)
-        elif spec.role == "prefill":
-            from engine.pd.prefill_node import PrefillNode
-
-            self.node = PrefillNode(b.model, spec.name, host=host, **opts)
-            from engine.model.session import warmup
-
-            self.node.worker.submit(warmup).result()
-        else:
-            from engine.pd.decode_node import DecodeNode
-            from fak.runtime.boot import eos_ids
-
-            stages = opts.pop("stage_actors", None)
-            model_: Any = b.model
-            if stages:  # a pipelined decode worker: its layers on stage actors, its scheduler and KV pool here
-                from engine.pipeline.pipeline import remote_pipeline
-
-                addrs = [str(a) for a in ray.get([s.address.remote() for s in stages])]
-                model_ = remote_pipeline(b.model, addrs, transport="tcp",
-                                         rejoin=lambda i, why: new_address(stages[i], addrs, i))
-            self.node = DecodeNode(model_, spec.name, host=host, tokenizer=b.tokenizer,
-                                   eos_ids=eos_ids(b.tokenizer, b.model.config), warm=True, **opts)
-            self.node.worker.sched.warmed.wait()
+        stages = opts.pop("stage_actors", None)
+        prefill_chunk = opts.pop("prefill_chunk", 64)
+        addrs: list[str] | None = None
+        if stages:  # a pipelined decode worker: its layers on stage actors, its scheduler and KV pool here
+            addrs = [str(a) for a in ray.get([s.address.remote() for s in stages])]
+        self.node: Any = build_node(spec.role, b, name=spec.name, host=ray.util.get_node_ip_address(),
+                                    layers=spec.layers, prefill_chunk=prefill_chunk, stage_addresses=addrs,
+                                    rejoin=(lambda i, why: new_address(stages[i], addrs, i)) if stages else None,
+                                    **opts)
         self._address = f"{self.node.address[0]}:{self.node.address[1]}"
 
     def address(self) -> str:
@@ -84,7 +67,10 @@ class _Host:
     def health(self) -> dict[str, Any]:
         import ray
 
-        return {"pid": os.getpid(), "node": ray.get_runtime_context().get_node_id(), "address": self._address}
+        from fak.runtime.nodes import held_layers
+
+        return {"pid": os.getpid(), "node": ray.get_runtime_context().get_node_id(), "address": self._address,
+                "layers": held_layers(self._model)}  # a stage: only its band
 
 
 class RayWorkers:
@@ -122,7 +108,7 @@ class RayWorkers:
         threads = str(max(1, round(num_cpus)))
         env = {"env_vars": {"NUMBA_NUM_THREADS": threads, "OMP_NUM_THREADS": threads, "OPENBLAS_NUM_THREADS": threads}}
         self.actors = [cls.options(name=None, runtime_env=env, **o).remote(spec, model, resident)
-                       for spec, o in zip(specs, opts)]
+                       for spec, o in zip(specs, opts, strict=False)]
         try:
             self.addresses = ray.get([a.address.remote() for a in self.actors], timeout=ready_timeout)
         except Exception as e:

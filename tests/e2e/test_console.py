@@ -125,6 +125,8 @@ def test_stats_has_one_row_per_worker_under_pd_and_stages() -> None:
 
     from fastapi.testclient import TestClient
 
+    from engine.pipeline.metrics import pipeline_stats
+    from engine.sched.api import Topology
     from engine.sched.stats import SchedStats
     from fak.gateway import create_app
 
@@ -133,8 +135,9 @@ def test_stats_has_one_row_per_worker_under_pd_and_stages() -> None:
     stages = [{"layers": [0, 9], "steps": 4, "utilisation": 0.5}, {"layers": [9, 18], "steps": 4, "utilisation": 0.25}]
     pipeline = SimpleNamespace(stats={"decode_forwards": 0, "decode_bytes": 0, "decode_header_bytes": 0},
                                micro_batches=2, transport="shm", stage_stats=lambda fresh=False: stages)
+    topo = Topology("pd", pd=lambda: pd, pipeline=lambda: pipeline_stats(pipeline))  # both splits: both kinds of rows
     sched = SimpleNamespace(stats=lambda: SchedStats(used_blocks=5, max_blocks=64, prefix_queries=4, prefix_hits=1),
-                            pd_stats=lambda: pd, tokenizer=None, on_finish=None, model=SimpleNamespace(pipeline=pipeline))
+                            topology=lambda: topo, collectors=lambda: [], tokenizer=None, on_finish=None)
     booted = SimpleNamespace(scheduler=sched, tokenizer=None, model=SimpleNamespace(config=SimpleNamespace(arch="x")))
     app = create_app(lambda: booted, "m", background=False, console=True)
     s = TestClient(app).get("/v1/fak/stats").json()

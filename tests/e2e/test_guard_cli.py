@@ -1,4 +1,4 @@
-"""`fak guard -- AGENT` as a user runs it: the stand-in SDK agents (tests/standins/agent.py) under the
+"""`fak guard -- AGENT` as a user runs it: the stand-in SDK agents (tests/support/standins/agent.py) under the
 guard against the scripted fake upstream, in a sandbox with a canary in its HOME: the allowed command
 runs, the destructive one never does, the journal records both and verifies. And the process
 contract: the agent's exit code, signals forwarded, the base URL in the child's environment only,

@@ -18,11 +18,11 @@ import pytest
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'fak[ray]'; the test command installs it)")
 
 from engine import load_model  # noqa: E402
+from engine.gguf.aliases import resolve_model  # noqa: E402
 from engine.pd.head import PDHead  # noqa: E402
 from engine.pipeline.partition import PartitionPlan  # noqa: E402
 from engine.pipeline.pipeline import remote_pipeline  # noqa: E402
 from engine.pipeline.scheduler import PipelinedScheduler  # noqa: E402
-from engine.gguf.aliases import resolve_model  # noqa: E402
 from engine.sched.lane import Request  # noqa: E402
 from engine.sched.scheduler import NativeScheduler  # noqa: E402
 from engine.tokenizer.tokenizer import load_tokenizer  # noqa: E402
@@ -73,11 +73,12 @@ def test_two_stage_actors_equal_single_process_and_survive_a_kill(cluster, gemma
     pm = remote_pipeline(model, workers.addresses, transport="tcp", rejoin=workers.rejoin)
     try:
         assert len(set(_nodes(workers))) == 2  # each stage on its own node
+        assert [h["layers"] for h in workers.health()] == [list(range(*b)) for b in plan.bands]  # only its band
         with PipelinedScheduler(pm, 2, tokenizer=tok) as s:
             res = [h.result(timeout=300) for h in [s.admit(Request(p, max_new_tokens=NEW)) for p in PROMPTS]]
             assert [r.token_ids for r in res] == want
             hs = [s.admit(Request(p, max_new_tokens=NEW)) for p in PROMPTS]
-            for _ in zip(range(3), hs[0].tokens(timeout=300)):
+            for _ in zip(range(3), hs[0].tokens(timeout=300), strict=False):
                 pass  # mid-run: tokens are flowing
             workers.kill(1)
             res = [h.result(timeout=600) for h in hs]
@@ -144,7 +145,7 @@ def test_pd_with_a_pipelined_decode_worker_equals_single_process_and_survives_a_
         pd = head.pd_stats()
         assert pd["decode-0"]["prefill_tokens"] == 0 and pd["decode-0"]["imported"] == len(PROMPTS)
         hs = [head.admit(Request(p, max_new_tokens=NEW)) for p in PROMPTS]
-        for _ in zip(range(3), hs[0].tokens(timeout=300)):
+        for _ in zip(range(3), hs[0].tokens(timeout=300), strict=False):
             pass
         stages.kill(0)  # the decode worker's first stage dies mid-run; Ray restarts it; the lanes recompute
         res = [h.result(timeout=600) for h in hs]

@@ -13,7 +13,7 @@ from engine.model.synthetic import SYNTHETIC_CONFIG, synthetic_weights
 
 # numba keeps its default thread count here (it was set to 1 at import, for every test of the session):
 # the parallel kernels must run on several threads for the batch-invariance claims to be about threads
-# (tests/numba_threads.py checks that they did).
+# (tests/support/numba_threads.py checks that they did).
 
 
 @lru_cache(maxsize=1)

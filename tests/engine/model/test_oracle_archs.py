@@ -5,7 +5,7 @@ olmo2 (post-norms only, q/k norm over the whole projection), qwen3moe and olmoe 
 renormalised or not),
 smollm3 (llama with no RoPE on every 4th layer).
 
-Each: a tiny random HF transformers model -> GGUF (tests/ggufgen.py, tensor names from the gguf package's
+Each: a tiny random HF transformers model -> GGUF (tests/support/ggufgen.py, tensor names from the gguf package's
 per-arch map) -> fak, against the HF model it was written from (float32 both sides): cosine >= 0.9999
 per layer, argmax at every position, 16 greedy tokens (tests/ggufgen.oracle_check). transformers has a
 GGUF reader for phi3 and gemma2 (and llama, for the Mistral file) but not granite/olmo2, so where it has one

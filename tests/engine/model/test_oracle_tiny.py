@@ -35,7 +35,7 @@ def pair(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
 
 
 def test_gguf_written_by_ggufgen_reads_back_as_the_original(pair) -> None:  # type: ignore[no-untyped-def]
-    """Pins tests/ggufgen.py: HF re-reading the GGUF it wrote gets the random model it started from,
+    """Pins tests/support/ggufgen.py: HF re-reading the GGUF it wrote gets the random model it started from,
     tensor for tensor (names, the llama q/k permutation, gemma's 1 + w norms), and the same logits
     (so the metadata too: RoPE bases, eps, window), so the oracle compares against the model we meant.
     Up to the writer's roundings: llama's matrices went through F16, gemma's norms through 1 + w."""

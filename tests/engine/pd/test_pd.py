@@ -9,19 +9,19 @@ import time
 
 import numpy as np
 import pytest
-from support.sched_helpers import model, model_blas, rand_prompt, solo
 
 from engine import Session
-from engine.pd.cluster import PDCluster
-from engine.wire.frame import FrameError
-from engine.sched.router import Router
-from engine.pd.workers import DecodeWorker, Delivery, PrefillWorker
 from engine.errors import EngineError
 from engine.model.session import forward_batch
+from engine.pd.cluster import PDCluster
+from engine.pd.workers import DecodeWorker, Delivery, PrefillWorker
 from engine.sched.lane import FinishReason, Request
 from engine.sched.prefix_cache import chain_hashes
+from engine.sched.router import Router
 from engine.sched.scheduler import NativeScheduler
 from engine.sched.trust import KVDescriptor
+from engine.wire.frame import FrameError
+from support.sched_helpers import model, model_blas, rand_prompt, solo
 
 pytestmark = pytest.mark.timeout(300)
 BT, CHUNK = 16, 64
@@ -89,7 +89,7 @@ def test_cluster_greedy_equals_single_scheduler(transport: str, workers: int, bl
         assert [r.error for r in got] == [None] * len(reqs)
         assert [r.token_ids for r in got] == want
         assert [r.request_id for r in got] == [r.request_id for r in reqs]
-        st = c.stats()
+        st = c.pd_stats()
         decode = [st[f"decode-{i}"] for i in range(workers)]
         assert all(d["prefill_tokens"] == 0 for d in decode)  # nothing re-prefilled on the decode side
         assert sum(d["imported"] for d in decode) == len(reqs) == st["prefill"]["requests"]
@@ -116,7 +116,7 @@ def test_shared_system_prompt_moves_only_suffix_blocks() -> None:
         assert 3 * block_bytes <= second["bytes"] < 3 * block_bytes + 4096 < first["bytes"]
         assert c.prefill.stats["prefill_tokens"] - p0 == 40  # the prefill worker's own prefix hit
         assert ra.token_ids == solo(a, 5, CHUNK) and rb.token_ids == solo(b, 5, CHUNK)
-        assert all(st["prefill_tokens"] == 0 for name, st in c.stats().items() if name.startswith("decode"))
+        assert all(st["prefill_tokens"] == 0 for name, st in c.pd_stats().items() if name.startswith("decode"))
 
 
 def test_scopes_never_share_resident_blocks() -> None:
@@ -235,7 +235,7 @@ def test_fixed_decode_budget_waits_for_room_and_stays_exact() -> None:
         got = [h.result(timeout=120) for h in [c.admit(r) for r in reqs]]
         assert [r.error for r in got] == [None] * len(reqs)
         assert [r.token_ids for r in got] == want
-        st = c.stats()
+        st = c.pd_stats()
         assert all(st[w]["refused"] == 0 for w in c.decoders)
         scheds = [w.sched.stats() for w in c.decoders.values()]
         assert all(s.prefill_tokens == 0 for s in scheds)  # swap preemption: nothing recomputed either

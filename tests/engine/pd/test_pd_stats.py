@@ -1,4 +1,4 @@
-"""P/D statistics: the `fak_pd_*` Prometheus metrics and the rich P/D panel show what `cluster.stats()` says,
+"""P/D statistics: the `fak_pd_*` Prometheus metrics and the rich P/D panel show what `cluster.pd_stats()` says,
 after a few requests through a 2-decode-worker cluster (a shared prefix: some blocks skipped, prefix routes)."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from rich.console import Console
-from support.sched_helpers import model, rand_prompt
 
 from engine.pd.cluster import PDCluster
 from engine.pd.metrics import PDCollector, decode_workers
 from engine.sched.lane import Request
+from support.sched_helpers import model, rand_prompt
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -31,7 +31,7 @@ def stats() -> dict[str, Any]:
         for h in hs:
             h.result(timeout=60)
         time.sleep(0.05)
-        return c.stats()
+        return c.pd_stats()
 
 
 def test_prometheus_matches_cluster_stats(stats: dict[str, Any]) -> None:

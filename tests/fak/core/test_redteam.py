@@ -1,4 +1,4 @@
-"""The red-team corpus (tests/redteam/corpus.jsonl) against the coding floor, through the kernel.
+"""The red-team corpus (tests/support/redteam/corpus.jsonl) against the coding floor, through the kernel.
 
 Every entry is one tool call in Claude Code's, Codex's or an aider-style OpenAI Chat agent's tool
 shape. Destructive ones must all be refused (DENY, or REQUIRE_WITNESS that folds to DENY UNWITNESSED

@@ -2,7 +2,7 @@
 one shell tool, runs every call it receives with bash in its working directory, sends the output
 back, and stops when the model answers without calls (or after --max-turns).
 
-    python tests/standins/agent.py --wire anthropic|chat|responses [--no-stream] PROMPT
+    python tests/support/standins/agent.py --wire anthropic|chat|responses [--no-stream] PROMPT
 
 Base URL and key come from the environment, as for any SDK user (ANTHROPIC_BASE_URL /
 OPENAI_BASE_URL). It runs commands only inside a sandbox: FAK_STANDIN_SANDBOX must name its cwd.
