@@ -206,7 +206,8 @@ def main() -> None:
         f = figs[k]
         print(f"{k:>5} | {pct(f.itl, 50) * 1e3:>6.1f}ms {pct(f.itl, 99) * 1e3:>6.1f}ms {max(f.itl) * 1e3:>6.0f}ms | "
               f"{pct(f.ttft_long, 50):>12.2f}s {max(f.ttft_long):>6.2f}s | {statistics.mean(f.short_rate):>11.1f} | "
-              f"{statistics.mean(f.wall):>5.1f}s {statistics.mean(f.wall_all):>5.1f}s | {pct(f.itl, 99) / pct(c.itl, 99):>13.2f} | "
+              f"{statistics.mean(f.wall):>5.1f}s {statistics.mean(f.wall_all):>5.1f}s | "
+              f"{pct(f.itl, 99) / pct(c.itl, 99):>13.2f} | "
               f"{pct(f.ttft_long, 50) / pct(c.ttft_long, 50):>14.2f}")
     for k, st in stats.items():
         print(f"\n{k}: cluster.pd_stats() (warm-up requests included)")

@@ -5,7 +5,8 @@
 Payloads: the KV frame of a 256- and a 2048-token prompt in the chosen model's pool shape (Gemma 3 270M:
 18 layers, 1 KV head of 256, float32, 16-token blocks: 36 KiB per token), and a raw 64 MiB frame.
 export = gather from the pool into a reused frame buffer + checksum; import = validate (checksum, identity,
-layout, seal) + allocate + scatter into a pool. Each transport is timed end to end as a decode worker would use it: the sender sends the frame, the
+layout, seal) + allocate + scatter into a pool. Each transport is timed end to end as a decode worker would use it:
+the sender sends the frame, the
 receiver receives it and copies it out of the transport's buffer into its own memory (the copy an
 import does anyway), repeated until --min-mb have moved. shm and tcp run the sender in a second process
 (spawn), the receiver here; tcp over 127.0.0.1. `memcpy` is numpy copyto of the same bytes.
@@ -23,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from engine.model.kv import BlockPool
 from engine.wire import (
     Descriptor,
     ShmReceiver,
@@ -32,7 +34,6 @@ from engine.wire import (
     inproc_pair,
 )
 from engine.wire.blocks import export_blocks, import_blocks
-from engine.model.kv import BlockPool
 
 SHAPES = {"gemma3-270m": (18, 1, 256), "synthetic": (3, 2, 16)}  # layers, kv heads, head dim
 BT = 16

@@ -61,8 +61,8 @@ def main() -> None:
     a = ap.parse_args()
 
     from engine import load_model
-    from engine.pipeline.metrics import pipeline_stats
     from engine.gguf.aliases import resolve_model
+    from engine.pipeline.metrics import pipeline_stats
 
     path = str(resolve_model(a.model))
     model = load_model(path, resident=True, progress=False)
@@ -85,7 +85,7 @@ def main() -> None:
     walls: dict[tuple[int, int], list[float]] = {k: [] for k in built}
     base: dict[tuple[int, int], dict[str, Any]] = {}
     try:
-        for k, (s, pm, _) in built.items():  # figures from here on (warm-up excluded)
+        for k, (_, pm, _) in built.items():  # figures from here on (warm-up excluded)
             base[k] = {"stats": dict(pm.pipeline.stats), "stages": pm.pipeline.stage_stats()}
         for r in range(a.rounds):
             rng = np.random.default_rng(100 + r)
@@ -101,12 +101,12 @@ def main() -> None:
         print(f"\nload avg at the end {os.getloadavg()[0]:.1f}\n")
         ref = a.lanes * a.new / statistics.mean(walls[arms[0]])
         print(f"{'arm':>5} | {'tok/s':>7} | {'vs ' + f'{arms[0][0]}x{arms[0][1]}':>7} | per stage: layers, utilisation, bubble")
-        for k, (s, pm, plan) in built.items():
+        for k, (_, pm, _) in built.items():
             rate = a.lanes * a.new / statistics.mean(walls[k])
             now = pm.pipeline.stage_stats()
             wall = sum(walls[k])
             parts = []
-            for i, (b0, b1) in enumerate(zip(base[k]["stages"], now)):
+            for b0, b1 in zip(base[k]["stages"], now, strict=False):
                 busy = b1["busy_s"] - b0["busy_s"]
                 lo, hi = b1["layers"]
                 parts.append(f"{lo}:{hi}{' +head' if hi == model.config.n_layers else ''} "

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Optional
 
 import typer
 
@@ -14,41 +13,41 @@ from commands import sched_flags
 def register(app: typer.Typer) -> None:
     @app.command("serve")
     def serve(
-        gguf: Optional[str] = typer.Option(None, "--gguf", help="GGUF path or alias (default $FAK_MODEL or gemma3-270m)."),
+        gguf: str | None = typer.Option(None, "--gguf", help="GGUF path or alias (default $FAK_MODEL or gemma3-270m)."),
         host: str = typer.Option("127.0.0.1", "--host", help="Address to bind."),
         port: int = typer.Option(8000, "--port", help="Port (0: the OS picks one)."),
         plain: bool = typer.Option(False, "--plain", help="float32 weights (default: quantized blocks resident)."),
-        api_key: Optional[str] = typer.Option(None, "--api-key", help="Require this key (Bearer or X-Api-Key) [FAK_API_KEY]."),
+        api_key: str | None = typer.Option(None, "--api-key", help="Require this key (Bearer or X-Api-Key) [FAK_API_KEY]."),
         cors_origin: list[str] = typer.Option([], "--cors-origin", help="Allow this browser origin (repeat)."),
-        served_name: Optional[str] = typer.Option(None, "--served-model-name", help="Model name clients use."),
+        served_name: str | None = typer.Option(None, "--served-model-name", help="Model name clients use."),
         max_queue: int = typer.Option(256, "--max-queue", help="Waiting requests before 429 (0: unbounded)."),
         max_model_len: int = typer.Option(0, "--max-model-len", help="Context a request may use, prompt + output "
                                           "(0: the model's)."),
-        max_running: Optional[int] = sched_flags.MAX_RUNNING,
-        kv_blocks: Optional[int] = sched_flags.KV_BLOCKS,
-        block_tokens: Optional[int] = sched_flags.BLOCK_TOKENS,
-        preempt: Optional[str] = sched_flags.PREEMPT,
-        victim: Optional[str] = sched_flags.VICTIM,
+        max_running: int | None = sched_flags.MAX_RUNNING,
+        kv_blocks: int | None = sched_flags.KV_BLOCKS,
+        block_tokens: int | None = sched_flags.BLOCK_TOKENS,
+        preempt: str | None = sched_flags.PREEMPT,
+        victim: str | None = sched_flags.VICTIM,
         live: bool = typer.Option(False, "--live", help="A live view of the engine in this terminal (stderr)."),
         json_logs: bool = typer.Option(False, "--json-logs", help="Log one JSON object per line (with an access log)."),
-        policy: Optional[str] = typer.Option(None, "--policy", help="Policy JSON for the tool calls the model proposes "
+        policy: str | None = typer.Option(None, "--policy", help="Policy JSON for the tool calls the model proposes "
                                              "(default: the coding floor, offered tools known)."),
-        journal: Optional[str] = typer.Option(None, "--journal", help="Append every decision to this hash-chained JSONL."),
-        pd: Optional[str] = typer.Option(None, "--pd", help="Prefill/decode disaggregation on this host: P:D worker "
+        journal: str | None = typer.Option(None, "--journal", help="Append every decision to this hash-chained JSONL."),
+        pd: str | None = typer.Option(None, "--pd", help="Prefill/decode disaggregation on this host: P:D worker "
                                          "processes, e.g. 1:2 (shm transport, cores split between them)."),
-        pd_workers: Optional[str] = typer.Option(None, "--pd-workers", help="Use running `fak worker` processes: "
+        pd_workers: str | None = typer.Option(None, "--pd-workers", help="Use running `fak worker` processes: "
                                                  "HOST:PORT,... (one prefill, any decode; tcp transport)."),
-        pd_transport: Optional[str] = typer.Option(None, "--pd-transport", help="P/D KV transport: shm | tcp "
+        pd_transport: str | None = typer.Option(None, "--pd-transport", help="P/D KV transport: shm | tcp "
                                                    "(default shm with --pd, tcp with --pd-workers)."),
         stages: int = typer.Option(0, "--stages", help="Pipeline the layers over N local stage processes (split by "
                                    "weight bytes; the scheduler, embedding and head stay here)."),
-        cuts: Optional[str] = typer.Option(None, "--cuts", help="Explicit pipeline cut points, e.g. 9,18 (with "
+        cuts: str | None = typer.Option(None, "--cuts", help="Explicit pipeline cut points, e.g. 9,18 (with "
                                            "--stages, or instead of it)."),
-        stage_workers: Optional[str] = typer.Option(None, "--stage-workers", help="Use running `fak worker --role "
+        stage_workers: str | None = typer.Option(None, "--stage-workers", help="Use running `fak worker --role "
                                                     "stage` processes: HOST:PORT,... in layer order (tcp)."),
-        stage_transport: Optional[str] = typer.Option(None, "--stage-transport", help="Stage links: inproc | shm | "
+        stage_transport: str | None = typer.Option(None, "--stage-transport", help="Stage links: inproc | shm | "
                                                       "tcp (default shm for --stages, tcp for --stage-workers)."),
-        ray: Optional[str] = typer.Option(None, "--ray", help="Run the --stages / --pd workers as Ray actors: auto "
+        ray: str | None = typer.Option(None, "--ray", help="Run the --stages / --pd workers as Ray actors: auto "
                                           "(the running cluster), HOST:PORT, or local (start Ray here); fak[ray]."),
         micro_batches: int = typer.Option(0, "--micro-batches", help="Pipeline: groups of lanes in flight at once, "
                                           "one scheduler each (0: one per stage)."),
@@ -56,9 +55,9 @@ def register(app: typer.Typer) -> None:
                                         "policy tester)."),
     ) -> None:
         """Serve the model over HTTP: OpenAI chat/completions, /v1/models, /tokenize, /health, /metrics."""
-        from fak.runtime.boot import SchedOptions, boot_for_text
         from fak.errors import FakError
         from fak.gateway import logs
+        from fak.runtime.boot import SchedOptions, boot_for_text
 
         logs.setup(json_logs)
 
@@ -164,9 +163,9 @@ def _pd_flags(pd: str | None, pd_workers: str | None, transport: str | None) -> 
 def _stage_flags(stages: int, cuts: str | None, workers: str | None, transport: str | None, micro_batches: int,
                  pd: bool) -> dict[str, object] | None:
     """boot_pipeline's arguments, or None without pipeline flags; bad combinations are one line."""
-    from engine.wire.channel import parse_address
-    from engine.pipeline.partition import PartitionPlan
     from engine.errors import EngineError
+    from engine.pipeline.partition import PartitionPlan
+    from engine.wire.channel import parse_address
     from fak.errors import FakError
 
     if not (stages or cuts or workers):

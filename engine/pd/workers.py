@@ -24,9 +24,6 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from engine.wire.blocks import export_blocks, import_blocks
-from engine.wire.frame import Descriptor, FrameError, KVLayout, decode_frame
-from engine.wire.transport import TransportClosed, TransportTimeout
 from engine.errors import EngineError
 from engine.model.kv import KVExhausted
 from engine.sched.lane import Handle, Request
@@ -34,6 +31,9 @@ from engine.sched.preemption import attach
 from engine.sched.prefix_cache import PrefixCache, chain_hashes, shareable_blocks
 from engine.sched.scheduler import NativeScheduler
 from engine.sched.trust import KVDescriptor
+from engine.wire.blocks import export_blocks, import_blocks
+from engine.wire.frame import Descriptor, FrameError, KVLayout, decode_frame
+from engine.wire.transport import TransportClosed, TransportTimeout
 
 T = TypeVar("T")
 

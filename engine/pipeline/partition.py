@@ -32,14 +32,14 @@ class PartitionPlan:
         c, n = self.cuts, self.n_layers
         if any(not 0 < x < n for x in c):
             raise EngineError(f"pipeline cuts {list(c)}: each must be in 1..{n - 1} (the model has {n} layers)")
-        if any(b <= a for a, b in zip(c, c[1:])):
+        if any(b <= a for a, b in zip(c, c[1:], strict=False)):
             raise EngineError(f"pipeline cuts {list(c)}: must increase (every stage needs at least one layer)")
 
     @property
     def bands(self) -> list[tuple[int, int]]:
         """[lo, hi) of each stage."""
         edges = [0, *self.cuts, self.n_layers]
-        return list(zip(edges, edges[1:]))
+        return list(zip(edges, edges[1:], strict=False))
 
     @property
     def stages(self) -> int:

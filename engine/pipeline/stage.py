@@ -20,10 +20,10 @@ from typing import Any
 
 import numpy as np
 
-from engine.wire.transport import TransportClosed, TransportTimeout
 from engine.errors import EngineError
 from engine.model.forward import LaneInput
 from engine.model.kv import BlockPool, PageTable
+from engine.wire.transport import TransportClosed, TransportTimeout
 
 
 class Stage:

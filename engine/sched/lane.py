@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 import numpy as np
@@ -21,7 +21,7 @@ from engine.model.sampling import SamplingParams
 from engine.sched.trust import KVDescriptor
 
 
-class LaneState(str, Enum):
+class LaneState(StrEnum):
     WAITING = "waiting"  # admitted, holds no KV
     PREFILLING = "prefilling"  # running: prompt (or a recompute replay) being prefilled in chunks
     DECODING = "decoding"  # running: one token per scheduler step
@@ -29,7 +29,7 @@ class LaneState(str, Enum):
     FINISHED = "finished"  # terminal; see FinishReason
 
 
-class FinishReason(str, Enum):
+class FinishReason(StrEnum):
     EOS = "eos"
     LENGTH = "length"
     STOP = "stop"
@@ -237,7 +237,7 @@ class Handle:
         i = 0
         while True:
             with self._cond:
-                if not self._cond.wait_for(lambda: i < len(self._events) or self._result is not None, timeout):
+                if not self._cond.wait_for(lambda i=i: i < len(self._events) or self._result is not None, timeout):
                     raise EngineError(f"request {self.request_id}: no token within {timeout} s")
                 batch = self._events[i:]
                 finished = self._result is not None
@@ -323,7 +323,7 @@ class Lane:
             ttft_s=None if self.first_token_at is None else self.first_token_at - self.admitted_at,
             latency_s=now - self.admitted_at,
             queue_s=None if self.started_at is None else self.started_at - self.admitted_at,
-            itl_s=tuple(b - a for a, b in zip(self.token_times, self.token_times[1:])),
+            itl_s=tuple(b - a for a, b in zip(self.token_times, self.token_times[1:], strict=False)),
             logprobs=tuple(self.handle.logprobs),
             stop_string=self.text.matched if self.text is not None else None,
         )

@@ -16,10 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from engine.sched.lane import FinishReason, Lane, LaneResult, LaneState, TokenLogprob, now
-from engine.sched.prefix_cache import PrefixCache
 from engine.model.sampling import sample
+from engine.sched.lane import FinishReason, Lane, LaneResult, LaneState, TokenLogprob, now
 from engine.sched.plan import Planner
+from engine.sched.prefix_cache import PrefixCache
 from engine.sched.profile import NO_PROFILE
 from engine.sched.stats import RateMeter
 

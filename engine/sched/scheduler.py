@@ -388,7 +388,7 @@ class NativeScheduler(GrammarHost):
             self._c["steps"] += 1
         for i, (lane, ids) in enumerate(prefills):
             self.output.after_prefill(lane, ids, logits[i])
-        for lane, row in zip(decoders, logits[len(prefills):]):
+        for lane, row in zip(decoders, logits[len(prefills):], strict=False):
             self.output.after_step(lane, row)
 
     def _prefill(self, lane: Lane, ids: list[int]) -> None:
@@ -414,7 +414,7 @@ class NativeScheduler(GrammarHost):
         except KVExhausted:
             return
         self._c["steps"] += 1
-        for lane, row in zip(lanes, logits):
+        for lane, row in zip(lanes, logits, strict=False):
             self.output.after_step(lane, row)
 
     def _shutdown(self) -> None:

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from engine.model.kv import BlockPool, KVExhausted
 from engine.wire.frame import (
     Descriptor,
     FrameError,
@@ -19,7 +20,6 @@ from engine.wire.frame import (
     decode_frame,
     seal_frame,
 )
-from engine.model.kv import BlockPool, KVExhausted
 
 
 def export_blocks(pool: BlockPool, block_ids: Sequence[int], hashes: Sequence[int], positions: Sequence[int],
@@ -79,4 +79,4 @@ def _runs(ids: np.ndarray) -> list[tuple[int, int, int]]:
     breaks = np.flatnonzero(np.diff(ids) != 1) + 1
     starts = np.concatenate(([0], breaks))
     ends = np.concatenate((breaks, [ids.size]))
-    return [(int(ids[a]), int(a), int(b - a)) for a, b in zip(starts, ends)]
+    return [(int(ids[a]), int(a), int(b - a)) for a, b in zip(starts, ends, strict=False)]

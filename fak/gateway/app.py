@@ -17,12 +17,12 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response
 
 from fak.gateway import errors, logs
-from fak.gateway.wires.anthropic import router as anthropic_router
 from fak.gateway.console import STATIC_PATHS
-from fak.gateway.wires.embeddings import router as embeddings_router
 from fak.gateway.errors import shaped
-from fak.gateway.wires.fak import router as fak_router
 from fak.gateway.metrics import Metrics
+from fak.gateway.wires.anthropic import router as anthropic_router
+from fak.gateway.wires.embeddings import router as embeddings_router
+from fak.gateway.wires.fak import router as fak_router
 from fak.gateway.wires.openai import router as openai_router
 from fak.gateway.wires.responses import router as responses_router
 

@@ -17,7 +17,7 @@ import threading
 import time
 from collections import deque
 from importlib.resources import files
-from typing import Any, Optional
+from typing import Any
 
 from fastapi import APIRouter, FastAPI, Query, Request
 from fastapi.responses import Response
@@ -162,8 +162,8 @@ async def stats(request: Request) -> dict[str, Any]:
 
 @router.get("/v1/fak/decisions")
 async def decisions(request: Request, limit: int = Query(100, ge=1, le=1000),
-                    verdict: Optional[VerdictKind] = None,
-                    tool: Optional[str] = Query(None, min_length=1, max_length=256)) -> dict[str, Any]:
+                    verdict: VerdictKind | None = None,
+                    tool: str | None = Query(None, min_length=1, max_length=256)) -> dict[str, Any]:
     """The newest decisions first (since the server started), filtered by verdict and/or tool name."""
     tap: DecisionTap = request.app.state.decisions
     rows, seen = tap.tail(limit, verdict.value if verdict is not None else None, tool)
@@ -175,8 +175,8 @@ async def decisions(request: Request, limit: int = Query(100, ge=1, le=1000),
                                                 503: {"description": "the journal cannot be read"}})
 async def verify(request: Request) -> dict[str, Any]:
     """`fak audit verify` on the journal this server writes: the hash chain from its first record."""
-    from fak.errors import FakError
     from fak.core.journal import verify as verify_journal
+    from fak.errors import FakError
 
     path = request.app.state.decisions.path
     if path is None:

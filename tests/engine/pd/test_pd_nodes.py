@@ -13,20 +13,20 @@ import time
 import numpy as np
 import pytest
 from rich.console import Console
-from support.sched_helpers import model, rand_prompt, solo
 
-from engine.wire.channel import Channel, ChannelClosed, parse_address
-from engine.pd.decode_node import DecodeNode
-from engine.pd.head import PDHead
-from engine.wire.node import probe
-from engine.pd.prefill_node import PrefillNode
-from engine.wire.spec import request_from_json, request_to_json
 from engine.errors import EngineError
 from engine.grammar.spec import GrammarSpec
 from engine.model.sampling import SamplingParams
+from engine.pd.decode_node import DecodeNode
+from engine.pd.head import PDHead
+from engine.pd.prefill_node import PrefillNode
 from engine.sched.lane import FinishReason, Request
 from engine.sched.scheduler import NativeScheduler
+from engine.wire.channel import Channel, ChannelClosed, parse_address
+from engine.wire.node import probe
+from engine.wire.spec import request_from_json, request_to_json
 from fak.runtime.views import stats_view
+from support.sched_helpers import model, rand_prompt, solo
 
 pytestmark = pytest.mark.timeout(300)
 BT, CHUNK = 16, 64

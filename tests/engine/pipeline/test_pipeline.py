@@ -10,14 +10,14 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from support.sched_helpers import model, rand_prompt, solo
 
+from engine.errors import EngineError
 from engine.pipeline.partition import PartitionPlan, layer_bytes
 from engine.pipeline.pipeline import local_pipeline, remote_pipeline
 from engine.pipeline.stage_node import StageNode
-from engine.errors import EngineError
 from engine.sched.lane import FinishReason, Request
 from engine.sched.scheduler import NativeScheduler
+from support.sched_helpers import model, rand_prompt, solo
 
 pytestmark = pytest.mark.timeout(300)
 BT, CHUNK = 4, 16

@@ -5,17 +5,17 @@ concurrent lanes, also under a tight KV budget with swap and with recompute pree
 from __future__ import annotations
 
 import pytest
-from support.sched_helpers import GEMMA_PROMPTS
 
 from engine import load_model
+from engine.gguf.aliases import resolve_model
 from engine.pipeline.partition import PartitionPlan
 from engine.pipeline.pipeline import local_pipeline, remote_pipeline
 from engine.pipeline.scheduler import PipelinedScheduler
 from engine.pipeline.stage_node import StageNode
-from engine.gguf.aliases import resolve_model
 from engine.sched.lane import Request
 from engine.sched.scheduler import NativeScheduler
 from engine.tokenizer.tokenizer import load_tokenizer
+from support.sched_helpers import GEMMA_PROMPTS
 
 pytestmark = [pytest.mark.gemma, pytest.mark.timeout(600)]
 

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from support.sched_helpers import model, rand_prompt
 
 from engine import Session
+from engine.errors import EngineError
+from engine.model.kv import BlockPool
+from engine.model.synthetic import synthetic_model
+from engine.sched.prefix_cache import chain_hashes
 from engine.wire import (
     Descriptor,
     FrameError,
@@ -17,10 +20,7 @@ from engine.wire import (
     import_blocks,
 )
 from engine.wire.frame import CHECKSUM_BYTES, HEADER_BYTES, seal_frame
-from engine.errors import EngineError
-from engine.model.kv import BlockPool
-from engine.model.synthetic import synthetic_model
-from engine.sched.prefix_cache import chain_hashes
+from support.sched_helpers import model, rand_prompt
 
 BT = 16
 DESC = Descriptor(scope="tenant-a", taint=False, verdict="allow")
@@ -58,7 +58,7 @@ def test_round_trip_bit_identical_and_decodes_the_same() -> None:
     taken = [dst_pool.allocate() for _ in range(5)]  # the receiver's ids differ from the sender's
     blocks = import_blocks(dst_pool, frame, model().identity)
     assert len(blocks) == 3 and not set(blocks) & set(taken)
-    for a, b in zip(src.kv.blocks, blocks):
+    for a, b in zip(src.kv.blocks, blocks, strict=False):
         assert np.array_equal(src.pool.k[:, a], dst_pool.k[:, b]) and np.array_equal(src.pool.v[:, a], dst_pool.v[:, b])
         assert dst_pool.refcount[b] == 1
     f = decode_frame(frame, model().identity, KVLayout.of(dst_pool))
@@ -155,5 +155,5 @@ def test_scattered_blocks_and_a_reused_out_buffer() -> None:
         dst.release(held[b])
     got = import_blocks(dst, frame, m.identity)
     assert got[:3] == [6, 4, 1]  # LIFO free list
-    for a, b in zip(ids, got):
+    for a, b in zip(ids, got, strict=False):
         assert np.array_equal(src.k[:, a], dst.k[:, b]) and np.array_equal(src.v[:, a], dst.v[:, b])

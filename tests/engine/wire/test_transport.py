@@ -9,8 +9,8 @@ import threading
 import numpy as np
 import pytest
 import xxhash
-from support.dist_peers import payload, shm_send, tcp_recv, tcp_send_partial
 
+from engine.model.synthetic import synthetic_model
 from engine.wire import (
     Descriptor,
     ShmReceiver,
@@ -24,7 +24,7 @@ from engine.wire import (
     import_blocks,
     inproc_pair,
 )
-from engine.model.synthetic import synthetic_model
+from support.dist_peers import payload, shm_send, tcp_recv, tcp_send_partial
 
 pytestmark = pytest.mark.timeout(120)
 SIZES = [1, 100, 4096, 70_001, 8 << 20, 3]  # includes an 8 MB frame

@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from support.ggufgen import tiny_llama_gguf
 from support import paths
+from support.ggufgen import tiny_llama_gguf
 
 REPO = paths.REPO
 TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
