@@ -66,12 +66,14 @@ def make_arm(kind: str, model: Any, path: str | None = None, plain: bool = False
     if kind == "colo":
         return NativeScheduler(model, block_tokens=BT, prefill_chunk=CHUNK, prefill_budget=BUDGET, warm=True)
     if kind.startswith("proc"):  # fak serve --pd 1:N's engine: worker processes with the cores split, shm
+        from commands.worker import WORKER_ARGV
         from engine.pd.head import PDHead
         from fak.runtime.local import LocalWorkers
 
         if path is None:
             raise SystemExit("process arms need a GGUF model (not synthetic)")
-        lw = LocalWorkers(path, int(kind[4:]), plain=plain, sched_args=[f"--block-tokens={BT}"], prefill_chunk=CHUNK)
+        lw = LocalWorkers(path, int(kind[4:]), worker_argv=WORKER_ARGV, plain=plain, sched_args=[f"--block-tokens={BT}"],
+                          prefill_chunk=CHUNK)
         head = PDHead(lw.prefill.address, [w.address for w in lw.decoders], identity=model.identity,
                       vocab_size=model.config.vocab_size, block_tokens=BT, transport="shm")
         head.owned.append(lw)

@@ -25,13 +25,14 @@ import numpy as np
 
 
 def build(model: Any, path: str, stages: int, groups: int, transport: str, cpus: list[int]) -> Any:
+    from commands.worker import WORKER_ARGV
     from engine.pipeline.partition import PartitionPlan
     from engine.pipeline.pipeline import remote_pipeline
     from engine.pipeline.scheduler import PipelinedScheduler
     from fak.runtime.local import LocalStages
 
     plan = PartitionPlan.by_bytes(model, stages)
-    workers = LocalStages(path, plan.bands, cpus=cpus[:stages])
+    workers = LocalStages(path, plan.bands, worker_argv=WORKER_ARGV, cpus=cpus[:stages])
     pm = remote_pipeline(model, [w.address for w in workers.workers], transport=transport)
     pm.pipeline.owned.append(workers)
     s = PipelinedScheduler(pm, groups, block_tokens=16, prefill_chunk=64)

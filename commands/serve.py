@@ -8,6 +8,7 @@ import sys
 import typer
 
 from commands import sched_flags
+from commands.worker import WORKER_ARGV
 
 
 def register(app: typer.Typer) -> None:
@@ -58,6 +59,7 @@ def register(app: typer.Typer) -> None:
         from fak.errors import FakError
         from fak.gateway import logs
         from fak.runtime.boot import SchedOptions, boot_for_text
+        from fak.runtime.topology import pd_flags, stage_flags
 
         logs.setup(json_logs)
 
@@ -78,8 +80,8 @@ def register(app: typer.Typer) -> None:
         if host not in ("127.0.0.1", "localhost", "::1") and not key:
             logs.SERVER.warning(f"fak serve: warning: listening on {host} without an API key (--api-key)")
         served = served_name or os.path.basename(name)
-        local, workers = _pd_flags(pd, pd_workers, pd_transport)
-        pipe = _stage_flags(stages, cuts, stage_workers, stage_transport, micro_batches,
+        local, workers = pd_flags(pd, pd_workers, pd_transport)
+        pipe = stage_flags(stages, cuts, stage_workers, stage_transport, micro_batches,
                             bool(local or workers) and ray is None)
         pd_pipe = pipe if (pipe is not None and local) else None  # --ray --pd 1:N --stages S: pipelined decoders
         if pd_pipe is not None:
@@ -104,7 +106,7 @@ def register(app: typer.Typer) -> None:
             if pipe is not None:
                 from fak.runtime.topology import boot_pipeline
 
-                b = boot_pipeline(name, resident=not plain, sched=sched, **pipe)
+                b = boot_pipeline(name, resident=not plain, sched=sched, worker_argv=WORKER_ARGV, **pipe)
                 logs.SERVER.info(b.boot_line(), extra={"model": name})
                 p = b.scheduler.model.pipeline  # type: ignore[attr-defined]
                 bands = [f"{s['layers'][0]}:{s['layers'][1]}" for s in p.stage_stats()]
@@ -114,7 +116,7 @@ def register(app: typer.Typer) -> None:
             if local or workers:
                 from fak.runtime.topology import boot_pd
 
-                b = boot_pd(name, resident=not plain, sched=sched, local=local, workers=workers,
+                b = boot_pd(name, resident=not plain, sched=sched, local=local, workers=workers, worker_argv=WORKER_ARGV,
                             transport=pd_transport, ray=ray, stages=int((pd_pipe or {}).get("stages") or 0),
                             cuts=(pd_pipe or {}).get("cuts"))  # type: ignore[arg-type]
                 logs.SERVER.info(b.boot_line(), extra={"model": name})
@@ -131,73 +133,6 @@ def register(app: typer.Typer) -> None:
             live = False
         run_server(_boot, served, host, port, key, cors_origin, max_queue, live, kernel, max_model_len,
                    console=not no_console)
-
-
-def _pd_flags(pd: str | None, pd_workers: str | None, transport: str | None) -> tuple[int, list[str]]:
-    """(local decode workers to start, remote worker addresses); bad combinations are one line."""
-    from engine.wire.channel import parse_address
-    from fak.errors import FakError
-    from fak.runtime.local import parse_pd
-
-    if pd and pd_workers:
-        raise FakError("--pd and --pd-workers: give one (local workers, or running ones)")
-    if transport is not None and transport not in ("shm", "tcp"):
-        raise FakError(f"--pd-transport {transport!r}: expected shm or tcp")
-    if transport is not None and not (pd or pd_workers):
-        raise FakError("--pd-transport needs --pd or --pd-workers")
-    if pd:
-        return parse_pd(pd)[1], []
-    if pd_workers:
-        urls = [u.strip() for u in pd_workers.split(",") if u.strip()]
-        for u in urls:
-            try:
-                parse_address(u, "--pd-workers entry")
-            except ValueError as e:
-                raise FakError(str(e)) from None
-        if len(urls) < 2:
-            raise FakError("--pd-workers: need a prefill and at least one decode worker (HOST:PORT,HOST:PORT,...)")
-        return 0, urls
-    return 0, []
-
-
-def _stage_flags(stages: int, cuts: str | None, workers: str | None, transport: str | None, micro_batches: int,
-                 pd: bool) -> dict[str, object] | None:
-    """boot_pipeline's arguments, or None without pipeline flags; bad combinations are one line."""
-    from engine.errors import EngineError
-    from engine.pipeline.partition import PartitionPlan
-    from engine.wire.channel import parse_address
-    from fak.errors import FakError
-
-    if not (stages or cuts or workers):
-        if transport is not None or micro_batches:
-            raise FakError("--stage-transport / --micro-batches need --stages, --cuts or --stage-workers")
-        return None
-    if pd:
-        raise FakError("--stages with --pd: pipelined decode workers need --ray (they run as Ray actors)")
-    if stages < 0 or micro_batches < 0:
-        raise FakError("--stages / --micro-batches: expected a non-negative integer")
-    if transport is not None and transport not in ("inproc", "shm", "tcp"):
-        raise FakError(f"--stage-transport {transport!r}: expected inproc, shm or tcp")
-    if workers and (stages or cuts):
-        raise FakError("--stage-workers: the workers' --layers say where the cuts are (drop --stages / --cuts)")
-    if workers:
-        if transport == "inproc":
-            raise FakError("--stage-workers run in other processes: --stage-transport tcp or shm")
-        urls = [u.strip() for u in workers.split(",") if u.strip()]
-        for u in urls:
-            try:
-                parse_address(u, "--stage-workers entry")
-            except ValueError as e:
-                raise FakError(str(e)) from None
-        return {"workers": urls, "transport": transport, "micro_batches": micro_batches}
-    try:
-        cut_list = PartitionPlan.parse_cuts(cuts) if cuts else None
-    except EngineError as e:
-        raise FakError(str(e)) from None
-    if cut_list is not None and stages and len(cut_list) != stages - 1:
-        raise FakError(f"--cuts {cuts} makes {len(cut_list) + 1} stages, --stages says {stages}")
-    return {"stages": stages or (len(cut_list) + 1 if cut_list else 0), "cuts": cut_list, "transport": transport,
-            "micro_batches": micro_batches}
 
 
 def _kernel(policy: str | None, journal: str | None) -> object:

@@ -17,6 +17,9 @@ import typer
 
 from commands import sched_flags
 
+# how this process's own CLI runs `fak worker` (fak/runtime/local.py spawns what it is given)
+WORKER_ARGV = [sys.executable, "-m", f"{__package__}.main", "worker"]
+
 
 def register(app: typer.Typer) -> None:
     @app.command("worker")

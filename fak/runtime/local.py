@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import threading
 import time
 from collections import deque
@@ -20,19 +19,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fak.errors import FakError
-
-
-def parse_pd(text: str) -> tuple[int, int]:
-    """'1:2' -> (1 prefill, 2 decode); one line of error otherwise."""
-    p, sep, d = text.partition(":")
-    if not sep or not p.strip().isdigit() or not d.strip().isdigit():
-        raise FakError(f"--pd {text!r}: expected PREFILL:DECODE worker counts, e.g. 1:2")
-    n_p, n_d = int(p), int(d)
-    if n_p != 1:
-        raise FakError(f"--pd {text!r}: one prefill worker is supported (got {n_p})")
-    if not 1 <= n_d <= 16:
-        raise FakError(f"--pd {text!r}: expected 1..16 decode workers (got {n_d})")
-    return n_p, n_d
 
 
 def split_cores(cpus: list[int], n_decode: int) -> tuple[list[int], list[list[int]], bool]:
@@ -68,22 +54,24 @@ def _cpus() -> list[int]:
 class LocalWorkers:
     """`fak serve --pd 1:N`'s workers: one prefill, N decode."""
 
-    def __init__(self, model: str, n_decode: int, *, plain: bool = False, sched_args: list[str] | None = None,
+    def __init__(self, model: str, n_decode: int, *, worker_argv: list[str], plain: bool = False,
+                 sched_args: list[str] | None = None,
                  prefill_chunk: int = 64, ready_timeout: float = 300.0, cpus: list[int] | None = None,
                  env: dict[str, str] | None = None) -> None:
         pre, dec, background = split_cores(cpus if cpus is not None else _cpus(), n_decode)
         extra = [*(sched_args or []), "--prefill-chunk", str(prefill_chunk)]
         self.nice = {"prefill-0": 10} if background else {}
         self._launch([("prefill", "prefill-0", pre, extra)] +
-                     [("decode", f"decode-{i}", c, extra) for i, c in enumerate(dec)], model, plain, ready_timeout, env)
+                     [("decode", f"decode-{i}", c, extra) for i, c in enumerate(dec)], worker_argv, model, plain,
+                     ready_timeout, env)
 
-    def _launch(self, plan: list[tuple[str, str, list[int], list[str]]], model: str, plain: bool,
+    def _launch(self, plan: list[tuple[str, str, list[int], list[str]]], argv: list[str], model: str, plain: bool,
                 ready_timeout: float, env: dict[str, str] | None) -> None:
         self.workers: list[Worker] = []
         procs: list[subprocess.Popen[str]] = []
         try:
             for role, name, c, args in plan:
-                procs.append(self._spawn(role, name, model, plain, args, c, env, getattr(self, "nice", {}).get(name, 0)))
+                procs.append(self._spawn(argv, role, name, model, plain, args, c, env, getattr(self, "nice", {}).get(name, 0)))
             for (role, name, c, _), proc in zip(plan, procs, strict=False):
                 self.workers.append(Worker(role, name, self._ready(proc, name, ready_timeout), proc, c))
         except BaseException:
@@ -93,12 +81,13 @@ class LocalWorkers:
             raise
 
     @staticmethod
-    def _spawn(role: str, name: str, model: str, plain: bool, args: list[str], cpus: list[int],
+    def _spawn(argv: list[str], role: str, name: str, model: str, plain: bool, args: list[str], cpus: list[int],
                env: dict[str, str] | None, nice: int = 0) -> subprocess.Popen[str]:
         n = str(max(1, len(cpus)))
         child_env = {**os.environ, **(env or {}), "NUMBA_NUM_THREADS": n, "OMP_NUM_THREADS": n,
                      "OPENBLAS_NUM_THREADS": n, "MKL_NUM_THREADS": n}
-        cmd = [sys.executable, "-m", "commands.main", "worker", "--role", role, "--name", name, "--listen",
+        # argv: the caller's command for `fak worker` (commands/ knows how it is run; this layer does not)
+        cmd = [*argv, "--role", role, "--name", name, "--listen",
                "127.0.0.1:0", "--gguf", model, "--exit-with-parent", *(["--plain"] if plain else []), *args]
         proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True, env=child_env)
@@ -174,14 +163,15 @@ class LocalWorkers:
 class LocalStages(LocalWorkers):
     """`fak serve --stages N`'s workers: one `fak worker --role stage` per band, the cores split evenly."""
 
-    def __init__(self, model: str, bands: list[tuple[int, int]], *, plain: bool = False, ready_timeout: float = 300.0,
+    def __init__(self, model: str, bands: list[tuple[int, int]], *, worker_argv: list[str], plain: bool = False,
+                 ready_timeout: float = 300.0,
                  cpus: list[int] | None = None, env: dict[str, str] | None = None) -> None:
         cpus = cpus if cpus is not None else _cpus()
         n = len(bands)
         per = max(1, len(cpus) // n)
         shares = [cpus[i * per : (i + 1) * per] if len(cpus) >= n else cpus for i in range(n)]
         self._launch([("stage", f"stage-{i}", shares[i], ["--layers", f"{lo}:{hi}"])
-                      for i, (lo, hi) in enumerate(bands)], model, plain, ready_timeout, env)
+                      for i, (lo, hi) in enumerate(bands)], worker_argv, model, plain, ready_timeout, env)
 
     @property
     def addresses(self) -> list[str]:

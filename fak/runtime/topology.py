@@ -1,4 +1,5 @@
-"""The boot of a server whose engine is spread over processes: P/D workers (`--pd`, `--pd-workers`) or
+"""A serving topology from its flags (pd_flags, stage_flags, parse_pd) and its boot when the engine is spread over
+processes: P/D workers (`--pd`, `--pd-workers`) or
 pipeline stages (`--stages`, `--stage-workers`), local, remote or as Ray actors (`--ray`). The model,
 tokenizer and options come from fak.runtime.boot's one boot; what differs is where the workers run.
 """
@@ -9,6 +10,91 @@ from typing import Any
 
 from fak.errors import FakError
 from fak.runtime.boot import Booted, SchedOptions, boot, eos_ids
+
+
+# -- the flag rules: bad combinations are one line before anything starts
+def parse_pd(text: str) -> tuple[int, int]:
+    """'1:2' -> (1 prefill, 2 decode); one line of error otherwise."""
+    p, sep, d = text.partition(":")
+    if not sep or not p.strip().isdigit() or not d.strip().isdigit():
+        raise FakError(f"--pd {text!r}: expected PREFILL:DECODE worker counts, e.g. 1:2")
+    n_p, n_d = int(p), int(d)
+    if n_p != 1:
+        raise FakError(f"--pd {text!r}: one prefill worker is supported (got {n_p})")
+    if not 1 <= n_d <= 16:
+        raise FakError(f"--pd {text!r}: expected 1..16 decode workers (got {n_d})")
+    return n_p, n_d
+
+
+def pd_flags(pd: str | None, pd_workers: str | None, transport: str | None) -> tuple[int, list[str]]:
+    """(local decode workers to start, remote worker addresses); bad combinations are one line."""
+    from engine.wire.channel import parse_address
+
+    if pd and pd_workers:
+        raise FakError("--pd and --pd-workers: give one (local workers, or running ones)")
+    if transport is not None and transport not in ("shm", "tcp"):
+        raise FakError(f"--pd-transport {transport!r}: expected shm or tcp")
+    if transport is not None and not (pd or pd_workers):
+        raise FakError("--pd-transport needs --pd or --pd-workers")
+    if pd:
+        return parse_pd(pd)[1], []
+    if pd_workers:
+        urls = [u.strip() for u in pd_workers.split(",") if u.strip()]
+        for u in urls:
+            try:
+                parse_address(u, "--pd-workers entry")
+            except ValueError as e:
+                raise FakError(str(e)) from None
+        if len(urls) < 2:
+            raise FakError("--pd-workers: need a prefill and at least one decode worker (HOST:PORT,HOST:PORT,...)")
+        return 0, urls
+    return 0, []
+
+
+def stage_flags(stages: int, cuts: str | None, workers: str | None, transport: str | None, micro_batches: int,
+                 pd: bool) -> dict[str, object] | None:
+    """boot_pipeline's arguments, or None without pipeline flags; bad combinations are one line."""
+    from engine.errors import EngineError
+    from engine.pipeline.partition import PartitionPlan
+    from engine.wire.channel import parse_address
+
+    if not (stages or cuts or workers):
+        if transport is not None or micro_batches:
+            raise FakError("--stage-transport / --micro-batches need --stages, --cuts or --stage-workers")
+        return None
+    if pd:
+        raise FakError("--stages with --pd: pipelined decode workers need --ray (they run as Ray actors)")
+    if stages < 0 or micro_batches < 0:
+        raise FakError("--stages / --micro-batches: expected a non-negative integer")
+    if transport is not None and transport not in ("inproc", "shm", "tcp"):
+        raise FakError(f"--stage-transport {transport!r}: expected inproc, shm or tcp")
+    if workers and (stages or cuts):
+        raise FakError("--stage-workers: the workers' --layers say where the cuts are (drop --stages / --cuts)")
+    if workers:
+        if transport == "inproc":
+            raise FakError("--stage-workers run in other processes: --stage-transport tcp or shm")
+        urls = [u.strip() for u in workers.split(",") if u.strip()]
+        for u in urls:
+            try:
+                parse_address(u, "--stage-workers entry")
+            except ValueError as e:
+                raise FakError(str(e)) from None
+        return {"workers": urls, "transport": transport, "micro_batches": micro_batches}
+    try:
+        cut_list = PartitionPlan.parse_cuts(cuts) if cuts else None
+    except EngineError as e:
+        raise FakError(str(e)) from None
+    if cut_list is not None and stages and len(cut_list) != stages - 1:
+        raise FakError(f"--cuts {cuts} makes {len(cut_list) + 1} stages, --stages says {stages}")
+    return {"stages": stages or (len(cut_list) + 1 if cut_list else 0), "cuts": cut_list, "transport": transport,
+            "micro_batches": micro_batches}
+
+
+def _argv(worker_argv: list[str] | None) -> list[str]:
+    """The command that runs `fak worker` here, as the caller (commands/serve.py) gave it."""
+    if not worker_argv:
+        raise FakError("local workers need the command that starts `fak worker` (worker_argv)")
+    return worker_argv
 
 
 def _boot_head(model: str, resident: bool, opts: SchedOptions) -> Booted:
@@ -33,7 +119,7 @@ def _close_on_error(started: Any, e: BaseException) -> None:
 def boot_pd(model: str, *, resident: bool = True, sched: SchedOptions | None = None, local: int = 0,
             workers: list[str] | None = None, transport: str | None = None, down_after: float = 5.0,
             ray: str | None = None, ray_resources: list[dict[str, float]] | None = None, stages: int = 0,
-            cuts: list[int] | None = None) -> Booted:
+            cuts: list[int] | None = None, worker_argv: list[str] | None = None) -> Booted:
     """`boot_for_text` for P/D across processes: this process keeps the tokenizer (and a copy of the model
     for embeddings), the engine is a PDHead over `fak worker` processes: `local` decode workers (and one
     prefill worker) started here, or the running workers at `workers` (HOST:PORT each; their roles are
@@ -66,7 +152,7 @@ def boot_pd(model: str, *, resident: bool = True, sched: SchedOptions | None = N
 
             args = [f"--{k.replace('_', '-')}={v}" for k, v in opts.as_kwargs().items() if v is not None]
             started = LocalWorkers(str(b.path) if b.path is not None else model, local, plain=not resident,
-                                   sched_args=args)
+                                   sched_args=args, worker_argv=_argv(worker_argv))
             prefill, decoders = started.prefill.address, [w.address for w in started.decoders]
         else:
             roles: dict[str, list[str]] = {"prefill": [], "decode": []}
@@ -101,7 +187,7 @@ def boot_pd(model: str, *, resident: bool = True, sched: SchedOptions | None = N
 def boot_pipeline(model: str, *, resident: bool = True, sched: SchedOptions | None = None, stages: int = 0,
                   cuts: list[int] | None = None, workers: list[str] | None = None, transport: str | None = None,
                   micro_batches: int = 0, ray: str | None = None,
-                  ray_resources: list[dict[str, float]] | None = None) -> Booted:
+                  ray_resources: list[dict[str, float]] | None = None, worker_argv: list[str] | None = None) -> Booted:
     """`boot_for_text` with the layers on pipeline stages: `stages` bands split by bytes (or at `cuts`), run
     by `fak worker --role stage` processes started here (shm), by threads (transport "inproc"), or the
     running stage workers at `workers` (tcp). The scheduler, the embedding and the LM head stay here;
@@ -131,7 +217,8 @@ def boot_pipeline(model: str, *, resident: bool = True, sched: SchedOptions | No
             else:
                 from fak.runtime.local import LocalStages
 
-                started = LocalStages(str(b.path) if b.path is not None else model, plan.bands, plain=not resident)
+                started = LocalStages(str(b.path) if b.path is not None else model, plan.bands, plain=not resident,
+                                      worker_argv=_argv(worker_argv))
                 pm = remote_pipeline(b.model, [w.address for w in started.workers], transport=transport or "shm")
                 pm.pipeline.owned.append(started)
         eos = eos_ids(b.tokenizer, b.model.config)
