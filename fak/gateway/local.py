@@ -15,15 +15,13 @@ from fak.gateway.listen import listen_socket
 
 class LocalServer:
     def __init__(self, app: Any, health: str = "/health") -> None:
-        import uvicorn
+        from fak.gateway.server import uvicorn_server
 
         self.sock = listen_socket("127.0.0.1", 0)
         self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
         self.health = health
         # no access log: request lines are the agent's business, and headers carry its credentials
-        config = uvicorn.Config(app, log_level="error", access_log=False, lifespan="off", log_config=None,
-                                timeout_graceful_shutdown=3)
-        self.server = uvicorn.Server(config)
+        self.server = uvicorn_server(app, log_level="error", access_log=False, graceful=3)
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, name="fak-local-server",
                                        daemon=True)
 
