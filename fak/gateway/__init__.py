@@ -4,5 +4,6 @@ Exports: create_app (FastAPI app: OpenAI chat/completions, models, tokenize, hea
 """
 
 from fak.gateway.app import create_app
+from fak.gateway.config import ServeConfig
 
-__all__ = ["create_app"]
+__all__ = ["ServeConfig", "create_app"]

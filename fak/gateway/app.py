@@ -17,6 +17,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response
 
 from fak.gateway import errors, logs
+from fak.gateway.config import ServeConfig
 from fak.gateway.console import STATIC_PATHS
 from fak.gateway.errors import shaped
 from fak.gateway.metrics import Metrics
@@ -29,19 +30,21 @@ from fak.gateway.wires.responses import router as responses_router
 PUBLIC = ("/health", "/v1/models", *STATIC_PATHS)  # the console page asks for the key itself
 
 
-def create_app(boot: Callable[[], Any], model_name: str, *, api_key: str | None = None,
-               cors_origins: list[str] | None = None, max_queue: int = 0, background: bool = True,
-               kernel: Any = None, on_boot_error: Callable[[str], None] | None = None,
-               max_model_len: int = 0, console: bool = False) -> FastAPI:
-    """`kernel`: the fak.core.kernel.Kernel that adjudicates tool calls (default: the coding floor policy).
-    `on_boot_error(message)`: called from the boot thread when the model fails to load (serve exits).
-    `console`: the web console at / and its JSON routes (fak/gateway/console.py)."""
+def create_app(boot: Callable[[], Any], config: ServeConfig, *, background: bool = True, kernel: Any = None,
+               on_boot_error: Callable[[str], None] | None = None) -> FastAPI:
+    """`config`: how to serve (fak/gateway/config.py). `kernel`: the fak.core.kernel.Kernel that adjudicates
+    tool calls (default: the coding floor policy). `on_boot_error(message)`: called from the boot thread when
+    the model fails to load (serve exits)."""
     app = FastAPI(title="fak serve", version="1", docs_url=None, redoc_url=None)
     errors.install(app)
     st = app.state
+    st.config = config
+    model_name, api_key, console = config.model_name, config.api_key, config.console
+    cors_origins = list(config.cors_origins)
     st.booted, st.boot_status, st.boot_error = None, "loading the model", None
-    st.model_name, st.created, st.max_queue = model_name, int(time.time()), max_queue
-    st.max_model_len = max_model_len  # 0: the model's context
+    st.model_name, st.created, st.max_queue = model_name, int(time.time()), config.max_queue
+    st.max_model_len = config.max_model_len  # 0: the model's context
+    st.kv_verdicts = {}  # (tool, sha256 of a result) -> the admitters' verdict (generation.result_verdict)
     if kernel is None:
         from fak.core.kernel import Kernel
         from fak.core.policy import serving_floor

@@ -47,7 +47,7 @@ def served(request: Request) -> Any:
 
 def check_model(request: Request, model: str | None) -> str:
     name = request.app.state.model_name
-    if model is not None and model != name and not getattr(request.app.state, "any_model", False):
+    if model is not None and model != name and not request.app.state.config.any_model:
         raise APIError(404, f"model {model!r} is not served here (this server serves {name!r})",
                        type="not_found_error", param="model", code="model_not_found")
     return name
@@ -88,7 +88,7 @@ def limits(request: Request, b: Any, n_prompt: int, asked: int | None, param: st
     if n_prompt == 0:
         raise APIError(400, "the prompt encodes to no tokens", param="prompt")
     new = asked if asked is not None else ctx - n_prompt
-    if getattr(request.app.state, "clamp_max_tokens", False):
+    if request.app.state.config.clamp_max_tokens:
         # fak guard --gguf: agents ask for their provider's output limit (Claude Code: 128000); the
         # local model gives what its context has left
         new = max(1, min(new, ctx - n_prompt))
@@ -179,9 +179,7 @@ def result_verdict(request: Request, tool: str, text: str, call_id: str = "") ->
     from fak.core.abi import Result, Status, ToolCall
 
     st = request.app.state
-    memo: dict[tuple[str, str], str] | None = getattr(st, "kv_verdicts", None)
-    if memo is None:
-        memo = st.kv_verdicts = {}
+    memo: dict[tuple[str, str], str] = st.kv_verdicts
     key = (tool, hashlib.sha256(text.encode()).hexdigest())
     v = memo.get(key)
     if v is None:
@@ -348,6 +346,6 @@ def gates_for(request: Request, n: int, tools: list[str] | None, parser: Callabl
         return None
     kernel = request.app.state.kernel
     trace = uuid.uuid4().hex[:16]
-    hook = getattr(request.app.state, "on_decision", None)
+    hook = request.app.state.config.on_decision
     return [ToolGate(parser(), kernel, frozenset(tools), trace_id=f"{trace}-{i}", id_prefix=id_prefix, on_decision=hook)
             for i in range(n)]

@@ -64,6 +64,7 @@ class InKernelServer:
         from fak.core.abi import Verdict
         from fak.core.kernel import Kernel
         from fak.gateway import create_app
+        from fak.gateway.config import ServeConfig
         from fak.runtime.boot import boot_for_text
 
         def _boot() -> Any:
@@ -74,8 +75,8 @@ class InKernelServer:
 
         self.model = os.path.basename(model)
         self._failed: list[str] = []
-        self.app = create_app(_boot, self.model, kernel=Kernel([let_through]), on_boot_error=self._failed.append)
-        self.app.state.any_model = True
+        self.app = create_app(_boot, ServeConfig(self.model, any_model=True), kernel=Kernel([let_through]),
+                              on_boot_error=self._failed.append)
         self.local = LocalServer(self.app)
         self.url = self.local.url
 

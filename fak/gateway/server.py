@@ -57,6 +57,7 @@ def run_server(boot: object, served: str, host: str, port: int, key: str | None,
 
     from fak.errors import FakError
     from fak.gateway import create_app
+    from fak.gateway.config import ServeConfig
     from fak.gateway.listen import listen_socket
     from fak.gateway.logs import SERVER
 
@@ -66,8 +67,9 @@ def run_server(boot: object, served: str, host: str, port: int, key: str | None,
         if holder:
             holder[0].should_exit = True
 
-    app = create_app(boot, served, api_key=key, cors_origins=cors, max_queue=max_queue,  # type: ignore[arg-type]
-                     on_boot_error=boot_failed, kernel=kernel, max_model_len=max_model_len, console=console)
+    config = ServeConfig(served, api_key=key, cors_origins=tuple(cors), max_queue=max_queue, max_model_len=max_model_len,
+                         console=console)
+    app = create_app(boot, config, on_boot_error=boot_failed, kernel=kernel)  # type: ignore[arg-type]
     sock = listen_socket(host, port)
     bound = sock.getsockname()[1]
     shown = f"[{host}]" if ":" in host else host

@@ -169,12 +169,12 @@ async def _stream(wire: ModuleType, resp: httpx.Response, guard: Guard, offered:
 def inkernel_app(boot: Callable[[], Any], model_name: str, guard: Guard,
                  on_boot_error: Callable[[str], None] | None = None) -> Any:
     from fak.gateway import create_app
+    from fak.gateway.config import ServeConfig
 
-    app = create_app(boot, model_name, kernel=guard.kernel, on_boot_error=on_boot_error)
-    app.state.any_model = True  # Claude Code asks for claude-*, Codex for gpt-*: the in-kernel model answers
-    app.state.on_decision = guard.record
-    app.state.clamp_max_tokens = True  # and their provider's output limits
-    app.state.lenient_tools = True  # and tools only their provider runs (web_search) or freeform ones
+    # Claude Code asks for claude-*, Codex for gpt-*: the in-kernel model answers, within their provider's
+    # output limits, with tools only their provider runs (web_search) or freeform ones dropped
+    config = ServeConfig(model_name, any_model=True, clamp_max_tokens=True, lenient_tools=True, on_decision=guard.record)
+    app = create_app(boot, config, kernel=guard.kernel, on_boot_error=on_boot_error)
 
     @app.get(HEALTH)
     async def health() -> JSONResponse:

@@ -41,11 +41,12 @@ def _app(tmp_path: Path | None = None, key: str | None = KEY, console: bool = Tr
     from fak.core.kernel import Kernel
     from fak.core.policy import serving_floor
     from fak.gateway import create_app
+    from fak.gateway.config import ServeConfig
 
     kernel = Kernel.with_policy(serving_floor())
     if tmp_path is not None:
         kernel.journal = Journal(tmp_path / "j.jsonl", fsync=False)
-    app = create_app(lambda: None, "m", api_key=key, background=False, kernel=kernel, console=console)
+    app = create_app(lambda: None, ServeConfig("m", api_key=key, console=console), background=False, kernel=kernel)
     return TestClient(app), kernel
 
 
@@ -129,6 +130,7 @@ def test_stats_has_one_row_per_worker_under_pd_and_stages() -> None:
     from engine.sched.api import Topology
     from engine.sched.stats import SchedStats
     from fak.gateway import create_app
+    from fak.gateway.config import ServeConfig
 
     pd = {"prefill": {"role": "prefill", "up": True, "requests": 3}, "router": {"prefix": 1},
           "decode0": {"role": "decode", "up": True, "imports": 2}, "decode1": {"role": "decode", "up": False}}
@@ -139,7 +141,7 @@ def test_stats_has_one_row_per_worker_under_pd_and_stages() -> None:
     sched = SimpleNamespace(stats=lambda: SchedStats(used_blocks=5, max_blocks=64, prefix_queries=4, prefix_hits=1),
                             topology=lambda: topo, collectors=lambda: [], tokenizer=None, on_finish=None)
     booted = SimpleNamespace(scheduler=sched, tokenizer=None, model=SimpleNamespace(config=SimpleNamespace(arch="x")))
-    app = create_app(lambda: booted, "m", background=False, console=True)
+    app = create_app(lambda: booted, ServeConfig("m", console=True), background=False)
     s = TestClient(app).get("/v1/fak/stats").json()
     assert [(w["name"], w["role"], w.get("up")) for w in s["workers"]] == [
         ("prefill", "prefill", True), ("decode0", "decode", True), ("decode1", "decode", False),

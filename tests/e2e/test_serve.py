@@ -319,9 +319,10 @@ def test_kernel_counters_on_metrics() -> None:
     from fak.core.kernel import Kernel
     from fak.core.policy import coding_floor
     from fak.gateway import create_app
+    from fak.gateway.config import ServeConfig
 
     kernel = Kernel.with_policy(coding_floor())
-    app = create_app(lambda: None, MODEL, background=False, kernel=kernel)
+    app = create_app(lambda: None, ServeConfig(MODEL), background=False, kernel=kernel)
     kernel.submit(ToolCall("tool", "Bash", args=b'{"command": "rm -rf ~"}'))
     kernel.submit(ToolCall("tool", "Read", args=b'{"file_path": "README.md"}'))
     text = TestClient(app).get("/metrics").text

@@ -14,6 +14,7 @@ from fak.core.journal import Journal, verify
 from fak.core.kernel import Kernel
 from fak.core.policy import serving_floor
 from fak.gateway import create_app
+from fak.gateway.config import ServeConfig
 from support import paths
 
 REPO = paths.REPO
@@ -23,7 +24,7 @@ REPO = paths.REPO
 def app_and_journal(tmp_path: Path):  # type: ignore[no-untyped-def]
     kernel = Kernel.with_policy(serving_floor())
     kernel.journal = Journal(tmp_path / "j.jsonl", fsync=False)
-    yield TestClient(create_app(lambda: None, "m", background=False, kernel=kernel)), kernel, tmp_path / "j.jsonl"
+    yield TestClient(create_app(lambda: None, ServeConfig("m"), background=False, kernel=kernel)), kernel, tmp_path / "j.jsonl"
     kernel.journal.close()
 
 

@@ -145,7 +145,7 @@ def to_chat(body: ResponsesRequest) -> list[dict[str, Any]]:
 
 def _tools(request: Request, body: ResponsesRequest) -> tuple[list[dict[str, Any]] | None, list[str], Any]:
     """The tools for the template, their names, and the grammar of a forced call."""
-    if body.tools and getattr(request.app.state, "lenient_tools", False):
+    if body.tools and request.app.state.config.lenient_tools:
         # fak guard --gguf: an agent's built-in and freeform tools (web_search, tool_search, Codex's
         # custom apply_patch) are left out of the prompt; the local model calls its function tools
         body.tools = [t for t in body.tools if t.type == "function" and t.name]

@@ -397,6 +397,7 @@ def test_the_in_kernel_wires_take_the_real_clis_requests() -> None:
     stay out of the prompt, Codex's built-in and freeform tools are left to the model it was written for."""
     from types import SimpleNamespace
 
+    from fak.gateway.config import ServeConfig
     from fak.gateway.wires import anthropic as anthropic_wire
     from fak.gateway.wires import responses as responses_wire
 
@@ -405,7 +406,8 @@ def test_the_in_kernel_wires_take_the_real_clis_requests() -> None:
     chat = anthropic_wire.to_chat(cc)
     assert [m["role"] for m in chat] == ["system", "user"]
     assert "# Environment" in chat[0]["content"] and chat[0]["content"].startswith("x-anthropic-billing-header")
-    request = SimpleNamespace(app=SimpleNamespace(state=SimpleNamespace(tool_family=None, lenient_tools=True)))
+    config = ServeConfig("m", lenient_tools=True)
+    request = SimpleNamespace(app=SimpleNamespace(state=SimpleNamespace(tool_family=None, config=config)))
     tools, names, grammar = anthropic_wire._tools(request, cc)  # type: ignore[arg-type]
     assert "DeferredToolPlaceholder" in names and "DeferredToolPlaceholder" not in [t["function"]["name"] for t in tools]
     cx = responses_wire.ResponsesRequest.model_validate(json.loads((here / "codex-0.171.0.json").read_text()))
