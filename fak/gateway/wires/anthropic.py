@@ -18,11 +18,10 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import AsyncIterator
-from typing import Any, Literal
+from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field
 
 from fak.gateway.bridge import cancel_all
 from fak.gateway.errors import APIError
@@ -44,71 +43,10 @@ from fak.gateway.generation import (
     usage_counts,
 )
 from fak.gateway.structured import forced_call, json_format
+from fak.gateway.wires.protocol import CountTokensRequest, MessagesRequest
 
 router = APIRouter()
 STOP = {"eos": "end_turn", "stop": "end_turn", "length": "max_tokens", "cancelled": "end_turn"}
-
-
-class _Body(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class AnthropicTool(_Body):
-    name: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:-]+$")
-    description: str | None = None
-    input_schema: dict[str, Any]
-    type: Literal["custom"] | None = None
-    cache_control: dict[str, Any] | None = None
-    defer_loading: bool | None = None  # offered, but not in the prompt until the client loads it (tool search)
-
-
-class AnthropicToolChoice(_Body):
-    type: Literal["auto", "any", "tool", "none"]
-    name: str | None = None
-    disable_parallel_tool_use: bool | None = None
-
-
-class AnthropicMessage(_Body):
-    role: Literal["user", "assistant", "system"]  # Claude Code puts system reminders among the messages
-    content: str | list[dict[str, Any]]
-    output_config: dict[str, Any] | None = None  # per-message effort (Claude Code): no reasoning budget here
-
-
-class MessagesRequest(_Body):
-    model: str
-    max_tokens: int = Field(ge=1)
-    messages: list[AnthropicMessage] = Field(min_length=1)
-    system: str | list[dict[str, Any]] | None = None
-    stop_sequences: list[str] | None = None
-    stream: bool = False
-    temperature: float = Field(1.0, ge=0.0, le=1.0)
-    top_p: float | None = Field(None, gt=0.0, le=1.0)
-    top_k: int | None = Field(None, ge=0)
-    tools: list[AnthropicTool] | None = None
-    tool_choice: AnthropicToolChoice | None = None
-    thinking: dict[str, Any] | None = None
-    output_config: dict[str, Any] | None = None
-    container: Any | None = None
-    # accepted, no effect on the output here
-    context_management: dict[str, Any] | None = None  # server-side context edits: a short context needs none
-    metadata: dict[str, Any] | None = None
-    service_tier: str | None = None
-    cache_control: dict[str, Any] | None = None
-    diagnostics: dict[str, Any] | None = None
-    inference_geo: str | None = None
-    speed: str | None = None
-    user_profile_id: str | None = None
-    workspace_id: str | None = None
-    cache_salt: str | None = Field(None, min_length=1)  # not Anthropic's: vLLM's prefix-cache scope, as on the other wires
-
-
-class CountTokensRequest(_Body):
-    model: str
-    messages: list[AnthropicMessage] = Field(min_length=1)
-    system: str | list[dict[str, Any]] | None = None
-    tools: list[AnthropicTool] | None = None
-    tool_choice: AnthropicToolChoice | None = None
-    thinking: dict[str, Any] | None = None
 
 
 def to_chat(body: MessagesRequest | CountTokensRequest) -> list[dict[str, Any]]:

@@ -9,18 +9,11 @@ import json
 from typing import Any
 
 from fastapi import APIRouter, Request
-from pydantic import BaseModel, ConfigDict, Field
 
 from fak.gateway.errors import APIError
+from fak.gateway.wires.protocol import SyscallRequest
 
 router = APIRouter()
-
-
-class SyscallRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    tool: str = Field(min_length=1, max_length=256)
-    arguments: dict[str, Any] | str = Field(default_factory=dict)  # an object, or its JSON text
-    trace_id: str | None = None
 
 
 def _call(body: SyscallRequest) -> Any:

@@ -1,4 +1,5 @@
-"""Request bodies of the OpenAI wire as pydantic models: the 400s come from validation.
+"""Request bodies of every wire (OpenAI, Anthropic Messages, Responses, fak) as pydantic models: the 400s
+come from validation.
 
 Unknown fields are refused (extra="forbid"), so nothing a client sends is silently ignored. Fields
 the SDKs send that fak does not implement yet are accepted only at their no-op value
@@ -125,3 +126,121 @@ class TokenizeRequest(_Body):
 class DetokenizeRequest(_Body):
     model: str | None = None
     tokens: list[int]
+
+
+# -- the Anthropic Messages wire (wires/anthropic.py)
+class AnthropicTool(_Body):
+    name: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:-]+$")
+    description: str | None = None
+    input_schema: dict[str, Any]
+    type: Literal["custom"] | None = None
+    cache_control: dict[str, Any] | None = None
+    defer_loading: bool | None = None  # offered, but not in the prompt until the client loads it (tool search)
+
+
+class AnthropicToolChoice(_Body):
+    type: Literal["auto", "any", "tool", "none"]
+    name: str | None = None
+    disable_parallel_tool_use: bool | None = None
+
+
+class AnthropicMessage(_Body):
+    role: Literal["user", "assistant", "system"]  # Claude Code puts system reminders among the messages
+    content: str | list[dict[str, Any]]
+    output_config: dict[str, Any] | None = None  # per-message effort (Claude Code): no reasoning budget here
+
+
+class MessagesRequest(_Body):
+    model: str
+    max_tokens: int = Field(ge=1)
+    messages: list[AnthropicMessage] = Field(min_length=1)
+    system: str | list[dict[str, Any]] | None = None
+    stop_sequences: list[str] | None = None
+    stream: bool = False
+    temperature: float = Field(1.0, ge=0.0, le=1.0)
+    top_p: float | None = Field(None, gt=0.0, le=1.0)
+    top_k: int | None = Field(None, ge=0)
+    tools: list[AnthropicTool] | None = None
+    tool_choice: AnthropicToolChoice | None = None
+    thinking: dict[str, Any] | None = None
+    output_config: dict[str, Any] | None = None
+    container: Any | None = None
+    # accepted, no effect on the output here
+    context_management: dict[str, Any] | None = None  # server-side context edits: a short context needs none
+    metadata: dict[str, Any] | None = None
+    service_tier: str | None = None
+    cache_control: dict[str, Any] | None = None
+    diagnostics: dict[str, Any] | None = None
+    inference_geo: str | None = None
+    speed: str | None = None
+    user_profile_id: str | None = None
+    workspace_id: str | None = None
+    cache_salt: str | None = Field(None, min_length=1)  # not Anthropic's: vLLM's prefix-cache scope, as on the other wires
+
+
+class CountTokensRequest(_Body):
+    model: str
+    messages: list[AnthropicMessage] = Field(min_length=1)
+    system: str | list[dict[str, Any]] | None = None
+    tools: list[AnthropicTool] | None = None
+    tool_choice: AnthropicToolChoice | None = None
+    thinking: dict[str, Any] | None = None
+
+
+# -- the OpenAI Responses wire (wires/responses.py)
+class ResponsesTool(BaseModel):
+    model_config = ConfigDict(extra="allow")  # `strict` and the like ride along
+    type: str
+    name: str | None = None
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+
+
+class ResponsesRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    model: str | None = None
+    input: str | list[dict[str, Any]]
+    instructions: str | None = None
+    max_output_tokens: int | None = Field(None, ge=1)
+    temperature: float = Field(1.0, ge=0.0, le=2.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    stream: bool = False
+    tools: list[ResponsesTool] | None = None
+    tool_choice: Literal["none", "auto", "required"] | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    text: dict[str, Any] | None = None
+    max_tool_calls: int | None = Field(None, ge=1)
+    top_logprobs: int | None = Field(None, ge=0, le=20)
+    # refused when set: they need server-side state or features not here
+    previous_response_id: str | None = None
+    conversation: Any | None = None
+    background: bool | None = None
+    prompt: dict[str, Any] | None = None
+    # accepted, no effect on the output here
+    store: bool | None = None
+    include: list[str] | None = None
+    metadata: dict[str, Any] | None = None
+    user: str | None = None
+    safety_identifier: str | None = None
+    service_tier: str | None = None
+    prompt_cache_key: str | None = None
+    prompt_cache_retention: str | None = None
+    prompt_cache_options: dict[str, Any] | None = None
+    reasoning: dict[str, Any] | None = None
+    truncation: Literal["disabled", "auto"] | None = None
+    stream_options: dict[str, Any] | None = None
+    background_options: dict[str, Any] | None = None
+    context_management: Any | None = None
+    moderation: Any | None = None
+    access_programs: Any | None = None
+    image: Any | None = None
+    client_metadata: dict[str, Any] | None = None  # Codex's session and turn ids
+    cache_salt: str | None = Field(None, min_length=1)  # vLLM's: prefix-cache blocks shared only within one salt
+
+
+# -- fak's own routes (wires/fak.py)
+class SyscallRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    tool: str = Field(min_length=1, max_length=256)
+    arguments: dict[str, Any] | str = Field(default_factory=dict)  # an object, or its JSON text
+    trace_id: str | None = None

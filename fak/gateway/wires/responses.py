@@ -15,11 +15,10 @@ import json
 import time
 import uuid
 from collections.abc import AsyncIterator
-from typing import Any, Literal
+from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field
 
 from fak.gateway.bridge import cancel_all
 from fak.gateway.errors import APIError
@@ -42,58 +41,9 @@ from fak.gateway.generation import (
 )
 from fak.gateway.structured import forced_call, json_format
 from fak.gateway.toolgate import EmittedCall
+from fak.gateway.wires.protocol import ResponsesRequest
 
 router = APIRouter()
-
-
-class ResponsesTool(BaseModel):
-    model_config = ConfigDict(extra="allow")  # `strict` and the like ride along
-    type: str
-    name: str | None = None
-    description: str | None = None
-    parameters: dict[str, Any] | None = None
-
-
-class ResponsesRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    model: str | None = None
-    input: str | list[dict[str, Any]]
-    instructions: str | None = None
-    max_output_tokens: int | None = Field(None, ge=1)
-    temperature: float = Field(1.0, ge=0.0, le=2.0)
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
-    stream: bool = False
-    tools: list[ResponsesTool] | None = None
-    tool_choice: Literal["none", "auto", "required"] | dict[str, Any] | None = None
-    parallel_tool_calls: bool | None = None
-    text: dict[str, Any] | None = None
-    max_tool_calls: int | None = Field(None, ge=1)
-    top_logprobs: int | None = Field(None, ge=0, le=20)
-    # refused when set: they need server-side state or features not here
-    previous_response_id: str | None = None
-    conversation: Any | None = None
-    background: bool | None = None
-    prompt: dict[str, Any] | None = None
-    # accepted, no effect on the output here
-    store: bool | None = None
-    include: list[str] | None = None
-    metadata: dict[str, Any] | None = None
-    user: str | None = None
-    safety_identifier: str | None = None
-    service_tier: str | None = None
-    prompt_cache_key: str | None = None
-    prompt_cache_retention: str | None = None
-    prompt_cache_options: dict[str, Any] | None = None
-    reasoning: dict[str, Any] | None = None
-    truncation: Literal["disabled", "auto"] | None = None
-    stream_options: dict[str, Any] | None = None
-    background_options: dict[str, Any] | None = None
-    context_management: Any | None = None
-    moderation: Any | None = None
-    access_programs: Any | None = None
-    image: Any | None = None
-    client_metadata: dict[str, Any] | None = None  # Codex's session and turn ids
-    cache_salt: str | None = Field(None, min_length=1)  # vLLM's: prefix-cache blocks shared only within one salt
 
 
 _REFUSED = {"previous_response_id": "this server is stateless: send the whole input",
