@@ -259,7 +259,9 @@ def test_matches_hf(hf, plain, chat_ids: list[list[int]], prompt: int) -> None: 
     from engine.tokenizer import load_tokenizer
     from support.ggufgen import oracle_check
 
-    figures = oracle_check(hf, plain, chat_ids[prompt])
+    # 2e-4, not the default 1e-4: with transformers 5.24 HF's float32 logits differ from ours by 1.06e-4 at one
+    # prompt position (the base commit measures the same); cosine, argmax and the greedy tokens hold unchanged
+    figures = oracle_check(hf, plain, chat_ids[prompt], logit_tol=2e-4)
     text = load_tokenizer(INSTRUCT_ALIAS).decode(figures["greedy"])  # type: ignore[arg-type]
     print(f"qwen prompt {prompt} ({len(chat_ids[prompt])} tokens): {figures} -> {text!r}")
     if prompt == 1:  # HF says the same: this 0.5B model answers a tool prompt in a ```json fence, not <tool_call>
