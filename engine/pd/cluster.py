@@ -99,7 +99,7 @@ class PDCluster:
         """Queue a request and return its handle (streams from the decode worker it lands on)."""
         if self._closed:
             raise EngineError("cluster is closed: admit() after close()")
-        first = next(iter(self.decoders.values()))
+        first = self._first()
         ids = first.sched._validate(request)
         if request.grammar is not None:
             first.sched.grammar_compiler()  # a grammar needs a tokenizer: say so now, not after the prefill
@@ -149,8 +149,9 @@ class PDCluster:
         """Per-worker figures (role, requests, imports, bytes moved, blocks skipped) and the router's counts."""
         out: dict[str, Any] = {"prefill": {"role": "prefill", **self.prefill.stats}, "router": dict(self.router.counts)}
         for name, w in self.decoders.items():
+            s = w.sched.stats()
             out[name] = {"role": "decode", **w.stats, **self.moved[name], "transfer_s": w.transfer_s,
-                         "prefill_tokens": w.sched.stats().prefill_tokens, "imported": w.sched.stats().imported}
+                         "prefill_tokens": s.prefill_tokens, "imported": s.imported}
         return out
 
     def close(self) -> None:
@@ -210,7 +211,11 @@ class PDCluster:
     def _finished(self, name: str, result: LaneResult | None = None) -> None:
         with self._lock:
             self._load[name] -= 1
-        if result is not None and self.on_finish is not None:
+        if result is not None:
+            self._notify(result)
+
+    def _notify(self, result: LaneResult) -> None:
+        if self.on_finish is not None:
             try:
                 self.on_finish(result)
             except Exception:  # an observer (metrics) must not fail the request
@@ -227,8 +232,4 @@ class PDCluster:
             prompt_tokens=len(job.ids), prefix_hit_tokens=0, preemptions=0, ttft_s=None,
             latency_s=t - job.admitted_at)
         job.handle._set_result(result, "")
-        if self.on_finish is not None:
-            try:
-                self.on_finish(result)
-            except Exception:
-                pass
+        self._notify(result)

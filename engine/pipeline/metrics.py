@@ -21,12 +21,6 @@ def pipeline_stats(pipeline: Any, fresh: bool = False) -> dict[str, Any]:
     return {"head": st, "stages": pipeline.stage_stats(fresh)}
 
 
-def scheduler_pipeline_stats(scheduler: Any) -> dict[str, Any] | None:
-    """pipeline_stats of the pipeline behind a scheduler's model, or None when it runs no pipeline."""
-    pipe = getattr(getattr(scheduler, "model", None), "pipeline", None)
-    return None if pipe is None else pipeline_stats(pipe)
-
-
 class PipelineCollector:
     """prometheus_client custom collector over a `() -> pipeline_stats(...)` callable."""
 

@@ -85,6 +85,7 @@ class NativeScheduler(GrammarHost):
         self.blas_chunks = batch_prefill and blas_chunks and prefill_chunk % block_tokens == 0
         hit_align = prefill_chunk // block_tokens if self.blas_chunks else 1  # prefix hits: whole chunks
         self.model = model
+        self._view = model_pipeline(model)  # (topology, collectors): fixed by the model it runs
         self.numba_threads = numba_threads  # numba's thread count is per thread: applied in the loop thread
         self.tokenizer = tokenizer
         if eos_ids is None:
@@ -240,11 +241,11 @@ class NativeScheduler(GrammarHost):
 
     def topology(self) -> Topology:
         """"single", or "pipeline" when the model is a pipeline's head (a P/D decode worker may be one)."""
-        return model_pipeline(self.model)[0]
+        return self._view[0]
 
     def collectors(self) -> list[object]:
         """The fak_pipeline_* collector over a pipelined model, else none (SchedStats is the gateway's)."""
-        return model_pipeline(self.model)[1]
+        return self._view[1]
 
     def close(self, timeout: float | None = 30.0) -> None:
         """Abort every request (finish reason cancelled), stop the loop and join it. Idempotent."""

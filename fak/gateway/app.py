@@ -39,11 +39,9 @@ def create_app(boot: Callable[[], Any], config: ServeConfig, *, background: bool
     errors.install(app)
     st = app.state
     st.config = config
-    model_name, api_key, console = config.model_name, config.api_key, config.console
-    cors_origins = list(config.cors_origins)
+    model_name = config.model_name
     st.booted, st.boot_status, st.boot_error = None, "loading the model", None
-    st.model_name, st.created, st.max_queue = model_name, int(time.time()), config.max_queue
-    st.max_model_len = config.max_model_len  # 0: the model's context
+    st.created = int(time.time())
     st.kv_verdicts = {}  # (tool, sha256 of a result) -> the admitters' verdict (generation.result_verdict)
     if kernel is None:
         from fak.core.kernel import Kernel
@@ -78,10 +76,10 @@ def create_app(boot: Callable[[], Any], config: ServeConfig, *, background: bool
 
     # a plain ASGI middleware, not @app.middleware: BaseHTTPMiddleware wraps `receive`, and the
     # handlers then never see a client's disconnect (non-streaming cancel relies on it)
-    app.add_middleware(_AuthAndCount, api_key=api_key, metrics=st.metrics)
+    app.add_middleware(_AuthAndCount, api_key=config.api_key, metrics=st.metrics)
 
-    if cors_origins:
-        app.add_middleware(CORSMiddleware, allow_origins=cors_origins, allow_methods=["*"], allow_headers=["*"])
+    if config.cors_origins:
+        app.add_middleware(CORSMiddleware, allow_origins=list(config.cors_origins), allow_methods=["*"], allow_headers=["*"])
 
     @app.get("/health")
     async def health() -> JSONResponse:
@@ -112,7 +110,7 @@ def create_app(boot: Callable[[], Any], config: ServeConfig, *, background: bool
     app.include_router(anthropic_router)
     app.include_router(responses_router)
     app.include_router(fak_router)
-    if console:
+    if config.console:
         from fak.gateway.console import install
 
         install(app)

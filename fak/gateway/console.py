@@ -148,7 +148,7 @@ async def stats(request: Request) -> dict[str, Any]:
     b = st.booted
     s = b.scheduler.stats().to_json() if b is not None and b.scheduler is not None else None
     total, errors_5xx = st.metrics.request_counts()
-    out: dict[str, Any] = {"model": st.model_name, "status": st.boot_status, "time": time.time(),
+    out: dict[str, Any] = {"model": st.config.model_name, "status": st.boot_status, "time": time.time(),
                            "requests": total, "errors_5xx": errors_5xx, "sched": s,
                            "kernel": st.kernel.stats(), "workers": _workers(b),
                            "ttft_s": histogram_quantiles(st.metrics.ttft), "itl_s": histogram_quantiles(st.metrics.itl)}

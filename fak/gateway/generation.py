@@ -46,7 +46,7 @@ def served(request: Request) -> Any:
 
 
 def check_model(request: Request, model: str | None) -> str:
-    name = request.app.state.model_name
+    name = request.app.state.config.model_name
     if model is not None and model != name and not request.app.state.config.any_model:
         raise APIError(404, f"model {model!r} is not served here (this server serves {name!r})",
                        type="not_found_error", param="model", code="model_not_found")
@@ -56,7 +56,7 @@ def check_model(request: Request, model: str | None) -> str:
 def context_len(request: Request, b: Any) -> int:
     """The context a request may use: the model's, or less with `fak serve --max-model-len`."""
     ctx = int(b.model.config.context_length)
-    cap = request.app.state.max_model_len
+    cap = request.app.state.config.max_model_len  # 0: the model's context
     return min(ctx, cap) if cap else ctx
 
 
@@ -127,7 +127,7 @@ def admit(request: Request, b: Any, ids: list[int], spec: GenSpec) -> list[Any]:
     from engine.model.sampling import SamplingParams
     from engine.sched.lane import Request as LaneRequest
 
-    limit = request.app.state.max_queue
+    limit = request.app.state.config.max_queue
     if limit and b.scheduler.stats().waiting + spec.n > limit:
         raise APIError(429, f"the request queue is full ({limit} waiting); retry shortly", type="rate_limit_error",
                        code="queue_full", headers={"Retry-After": "1"})

@@ -40,7 +40,7 @@ def live_view(app: object, url: str, stop: object) -> None:
 
         split = split_stats(b.scheduler if b is not None else None)  # topology(): P/D workers, pipeline stages
         pd, pipe = split["pd"], split["pipeline"]
-        return serve_view(b.scheduler.stats() if b is not None else None, url, total, errors, st.model_name,
+        return serve_view(b.scheduler.stats() if b is not None else None, url, total, errors, st.config.model_name,
                           st.boot_status, pd, pipe)
 
     with Live(view(), console=Console(stderr=True), refresh_per_second=4, transient=False) as lv:

@@ -289,7 +289,7 @@ async def completions(body: CompletionRequest, request: Request) -> Any:
 @router.get("/v1/models")
 async def models(request: Request) -> dict[str, Any]:
     b = request.app.state.booted
-    entry = {"id": request.app.state.model_name, "object": "model", "created": request.app.state.created,
+    entry = {"id": request.app.state.config.model_name, "object": "model", "created": request.app.state.created,
              "owned_by": "fak"}
     if b is not None:
         entry["max_model_len"] = context_len(request, b)
