@@ -212,7 +212,9 @@ def test_tests_mirror_the_code() -> None:
     for side in ("engine", "fak"):
         for d in sorted(p for p in (tests / side).iterdir() if p.is_dir() and p.name != "__pycache__"):
             assert (ROOT / side / d.name).is_dir(), f"tests/{side}/{d.name}: no {side}/{d.name} package"
-    top = sorted(p.name for p in tests.iterdir() if p.is_dir() and p.name not in ("__pycache__", ".pytest_cache"))
+    # artifacts/: what the browser tests save (screenshots), ignored by git; not code to mirror
+    skip = ("__pycache__", ".pytest_cache", "artifacts")
+    top = sorted(p.name for p in tests.iterdir() if p.is_dir() and p.name not in skip)
     assert top == ["agents", "e2e", "engine", "fak", "support"], top
     loose = sorted(p.name for p in tests.glob("*.py") if p.name not in ("conftest.py", "test_layout.py",
                                                                       "test_suite_setup.py"))
