@@ -1,0 +1,1590 @@
+"""Simple commands -> effects: what each command does to which target.
+
+One table of command families (deleters, writers, readers, network clients, interpreters, wrappers,
+schedulers, cloud CLIs, git, ...) reading argv the way the command does (options skipped, `--` honoured,
+the destination of cp/mv, find's paths before its expression, xargs' targets from the pipe). Wrappers
+(sudo, env, nohup, timeout, nice, xargs, find -exec, busybox, ...) are unwrapped, and `sh -c`, `eval`,
+a heredoc or an `echo ... |` fed to a shell are parsed again, recursively. Interpreter one-liners go to
+fak.core.shell.code. A command this table does not know has no effect beyond its redirects: the floor
+is about known ways to do damage, and the sandbox is behind it for the rest.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+from fak.core.shell.effect import SENSITIVE, Effect
+from fak.core.shell.parse import SECRET, Cmd, ShellParseError, Word, Walker, literal, parse
+from fak.core.shell.targets import UNKNOWN, Where, classify, covers_all, display, is_history, is_persist, resolve
+
+MAX_DEPTH = 6  # sh -c "sh -c '...'" nesting followed this deep; deeper is opaque
+
+SHELLS = frozenset({"sh", "bash", "zsh", "dash", "ksh", "mksh", "fish", "ash", "busybox-sh", "tcsh", "csh", "rbash"})
+INTERPRETERS = frozenset({"python", "python2", "python3", "pypy", "pypy3", "perl", "ruby", "node", "nodejs", "deno",
+                          "bun", "php", "lua", "Rscript", "osascript", "tclsh", "pwsh", "powershell", "jshell", "groovy"})
+NET_CLIENTS = frozenset({"curl", "wget", "nc", "ncat", "netcat", "socat", "telnet", "ssh", "scp", "sftp", "ftp",
+                         "http", "https", "xh", "aria2c", "lftp", "tftp", "rsync", "openssl", "wget2", "curlie",
+                         "axel", "httpie", "gh", "s3cmd", "rclone", "mosh", "sshpass", "ncat.exe"})
+DOWNLOADERS = frozenset({"curl", "wget", "fetch", "http", "https", "xh", "aria2c", "wget2", "curlie", "axel"})
+DECODERS = frozenset({"base64", "base32", "basenc", "xxd", "uudecode", "rev", "openssl", "gunzip", "zcat", "tr",
+                      "gzip", "bzip2", "xz", "unxz", "bunzip2", "zstd", "unzstd", "gpg"})
+ENV_DUMPS = frozenset({"env", "printenv", "set", "export", "declare", "compgen"})
+DELETERS = frozenset({"rm", "unlink", "rmdir", "shred", "srm", "wipe", "trash", "trash-put", "gio", "del"})
+READERS = frozenset({"cat", "tac", "less", "more", "head", "tail", "nl", "strings", "xxd", "od", "hexdump", "base64",
+                     "base32", "sort", "uniq", "cut", "jq", "yq", "diff", "cmp", "file", "stat", "wc", "md5sum",
+                     "sha1sum", "sha256sum", "sha512sum", "bat", "view", "vim", "vi", "nano", "emacs", "code",
+                     "paste", "fold", "fmt", "iconv", "column", "tr", "pr", "expand", "look", "zcat", "zless",
+                     "bzcat", "xzcat", "ls", "tree", "du", "realpath", "readlink", "source", ".", "dos2unix",
+                     "openssl", "ssh-keygen", "gpg", "zip", "7z", "pbcopy", "xclip", "xsel", "wl-copy"})
+SEARCHERS = frozenset({"grep", "egrep", "fgrep", "rg", "ag", "ack", "zgrep", "git-grep"})
+SECRET_PATTERN = re.compile(r"PRIVATE|BEGIN\b|AKIA|ASIA|password|passwd|secret|api[_-]?key|token|credential|"
+                            r"aws_access|ghp_|sk-|xox[bp]", re.I)
+METADATA_HOSTS = ("169.254.169.254", "metadata.google.internal", "100.100.100.200", "fd00:ec2::254",
+                  "169.254.170.2", "metadata.azure.com", "[fd00:ec2::254]")
+MAIN_BRANCHES = frozenset({"main", "master", "trunk", "production", "prod", "release", "develop"})
+SQL_DESTROY = re.compile(r"\bDROP\s+(?:TABLE|DATABASE|SCHEMA|USER|ROLE|INDEX|VIEW|COLLECTION)\b|\bTRUNCATE\b"
+                         r"|\bDELETE\s+FROM\s+[\w.\"`]+\s*(?:;|$)|\bFLUSH(?:ALL|DB)\b|\bdropDatabase\s*\("
+                         r"|\.drop\s*\(\s*\)|\bdeleteMany\s*\(\s*\{\s*\}\s*\)|\bALTER\s+TABLE\b[^;]*\bDROP\b", re.I | re.M)
+FIREWALLS = frozenset({"firewalld", "ufw", "iptables", "nftables", "apparmor", "auditd", "selinux", "fail2ban",
+                       "falcon-sensor", "osqueryd", "clamav-daemon", "clamd", "crowdstrike", "wazuh-agent",
+                       "sysmon", "aide", "rkhunter", "sshguard", "csf", "lfd"})
+
+
+def _first(w: Word) -> str:
+    return w[0] if w else ""
+
+
+def _alts(w: Word) -> tuple[str, ...]:
+    return w or ("",)
+
+
+def _opts_and_args(argv: list[Word], with_value: frozenset[str] = frozenset()) -> tuple[set[str], list[Word]]:
+    """Short/long options (each letter of a cluster separately) and the positional words."""
+    opts: set[str] = set()
+    args: list[Word] = []
+    it = iter(argv)
+    end = False
+    for w in it:
+        a = _first(w)
+        if end or not a.startswith("-") or a == "-":
+            args.append(w)
+            continue
+        if a == "--":
+            end = True
+            continue
+        if a.startswith("--"):
+            name = a.split("=", 1)[0]
+            opts.add(name)
+            if name in with_value and "=" not in a:
+                next(it, None)
+            continue
+        for i, ch in enumerate(a[1:]):
+            opts.add("-" + ch)
+            if "-" + ch in with_value:
+                if i == len(a) - 2:
+                    next(it, None)
+                break
+    return opts, args
+
+
+class Judge:
+    """Effects of the commands of one script (and of the scripts it runs, recursively)."""
+
+    def __init__(self, depth: int = 0) -> None:
+        self.depth = depth
+        self.out: list[Effect] = []
+        self.downloaded: set[str] = set()  # files written by a downloader in this script
+
+    # -- entry points -------------------------------------------------------------------------
+    def script(self, text: str, where: Where, how: str = "") -> None:
+        if self.depth > MAX_DEPTH:
+            self.add("opaque", "nested shell", "unknown", how or "sh -c")
+            return
+        try:
+            w = parse(text, where, depth=self.depth)
+        except ShellParseError as exc:
+            raise exc
+        self.walker(w)
+
+    def argv(self, argv: list[str], where: Where) -> None:
+        self.walker(literal(argv, where))
+
+    def walker(self, w: Walker) -> None:
+        for o in w.opaque:
+            self.add("opaque", o, "unknown", "indirect expansion")
+        for c in w.cmds:
+            self.command(c)
+
+    # -- helpers ------------------------------------------------------------------------------
+    def add(self, kind: str, target: str, cls: str, how: str) -> None:
+        self.out.append(Effect(kind, target, cls, how))
+
+    def path(self, kind: str, raw: str, where: Where, how: str) -> None:
+        """An effect on a path: classified, and a write to a persistence file is `persist`."""
+        if SECRET in raw:
+            self.add(kind, raw.split(SECRET, 1)[1].split(UNKNOWN, 1)[0], "credential", how)
+            return
+        p = resolve(raw, where)
+        cls = classify(p, where)
+        shown = display(p, where)
+        if kind in ("write", "delete") and cls not in ("null",):
+            if is_persist(p, where) and kind == "write":
+                self.add("persist", shown, cls, how)
+                return
+            if is_history(p, where):
+                self.add("tamper", shown, cls, how)
+                return
+        if kind == "read":
+            if cls == "credential":
+                self.add("read-secret", shown, cls, how)
+            return
+        self.add(kind, shown, cls, how)
+
+    def paths(self, kind: str, words: list[Word], where: Where, how: str) -> None:
+        for w in words:
+            for a in _alts(w):
+                if a:
+                    self.path(kind, a, where, how)
+
+    def redirects(self, c: Cmd) -> None:
+        for r in c.redirects:
+            for t in _alts(r.target):
+                if r.op in (">", ">>", ">|", "&>", "&>>", ">&") and not t.isdigit() and t != "-":
+                    if t.startswith("/dev/tcp/") or t.startswith("/dev/udp/"):
+                        host = t.split("/")[3] if t.count("/") >= 3 else t
+                        self.add("send", host, "network", "redirect to " + t)
+                        if _name(c) in SHELLS or "-i" in [_first(w) for w in c.argv]:
+                            self.add("run-remote", host, "network", "a shell on a socket (reverse shell)")
+                        continue
+                    self.path("write", t, c.where, _name(c) + " " + r.op)
+                elif r.op == "<":
+                    if t.startswith("/dev/tcp/") or t.startswith("/dev/udp/"):
+                        host = t.split("/")[3] if t.count("/") >= 3 else t
+                        self.add("run-remote" if _name(c) in SHELLS else "send", host, "network", "read from " + t)
+                        continue
+                    self.path("read", t, c.where, "< " + _name(c))
+
+    # -- one command ---------------------------------------------------------------------------
+    def command(self, c: Cmd) -> None:
+        self.redirects(c)
+        if not c.argv:
+            return
+        if c.dynamic_name:
+            self.dynamic(c)
+            return
+        argv = list(c.argv)
+        self.run(argv, c)
+
+    def dynamic(self, c: Cmd) -> None:
+        name = _first(c.argv[0]).replace(UNKNOWN, "$?")
+        targets = [a for w in c.argv[1:] for a in _alts(w)]
+        worst = "unknown"
+        for t in targets:
+            if t and not t.startswith("-"):
+                cls = classify(resolve(t, c.where), c.where) if UNKNOWN not in t[:1] else "unknown"
+                if cls in SENSITIVE:
+                    worst = cls
+                    self.add("opaque", display(resolve(t, c.where), c.where), cls, f"a command hidden in {name}")
+                    return
+        self.add("opaque", name, worst, "a command hidden in a variable")
+
+    def run(self, argv: list[Word], c: Cmd) -> None:
+        """Dispatch on the command word; wrappers unwrap and call run() again on what they run."""
+        while argv:
+            name = _first(argv[0]).rsplit("/", 1)[-1]
+            if name.startswith("\\"):
+                name = name[1:]
+            args = argv[1:]
+            if name in ("sudo", "doas", "pkexec", "run0", "su", "sg", "gosu", "su-exec", "chroot", "runuser"):
+                self.add("escalate", name, "system", name)
+                if name in ("su", "runuser"):
+                    words = [_first(w) for w in args]
+                    if "-c" in words and words.index("-c") + 1 < len(words):
+                        self.shell_text(args[words.index("-c") + 1], c, name + " -c")
+                    return
+                argv = _skip_opts(args, {"-u", "-g", "-p", "-C", "-h", "-U", "-r", "-t", "-D", "-R", "--user",
+                                         "--group"})
+                if name == "chroot" and argv:
+                    argv = argv[1:]
+                continue
+            if name == "env":
+                rest = []
+                skip = False
+                for i, w in enumerate(args):
+                    a = _first(w)
+                    if skip:
+                        skip = False
+                        continue
+                    if a in ("-u", "--unset", "-C", "--chdir"):
+                        skip = True
+                        continue
+                    if a in ("-S", "--split-string") and i + 1 < len(args):
+                        self.shell_text(args[i + 1], c, "env -S")
+                        return
+                    if a.startswith("-") or re.match(r"^[A-Za-z_]\w*=", a):
+                        continue
+                    rest = args[i:]
+                    break
+                if not rest:
+                    self.env_dump(c)
+                    return
+                argv = rest
+                continue
+            if name in ("nohup", "time", "builtin", "exec", "setsid", "caffeinate", "unbuffer", "command", "then",
+                        "do", "else", "stdbuf", "nice", "ionice", "chrt", "taskset", "timeout", "gtimeout",
+                        "flock", "numactl", "cpulimit", "systemd-run", "faketime", "proxychains", "proxychains4",
+                        "torsocks", "firejail", "strace", "ltrace", "catchsegv", "xvfb-run", "dbus-run-session"):
+                if name == "command" and args and _first(args[0]) in ("-v", "-V"):
+                    return
+                argv = _skip_wrapper(name, args)
+                continue
+            if name in ("busybox", "toybox"):
+                argv = args
+                continue
+            if name == "xargs":
+                self.xargs(args, c)
+                return
+            if name == "watch":
+                rest = _skip_opts(args, {"-n", "--interval", "-d"})
+                self.shell_text(tuple(" ".join(_first(w) for w in rest) for _ in (0,)), c, "watch")
+                return
+            if name == "eval":
+                self.shell_text((" ".join(_first(w) for w in args),), c, "eval")
+                return
+            break
+        if not argv:
+            return
+        name = _first(argv[0]).rsplit("/", 1)[-1].lstrip("\\")
+        args = argv[1:]
+        h = getattr(self, "c_" + name.replace("-", "_").replace(".", "_"), None)
+        if name in SHELLS:
+            self.shell(name, args, c)
+        elif name in INTERPRETERS or re.fullmatch(r"python\d(?:\.\d+)?|perl\d*|ruby\d*(?:\.\d+)?|php\d*|node\d*", name):
+            self.interpreter(name, args, c)
+        elif h is not None:
+            h(args, c)
+        elif name in DELETERS:
+            self.delete(name, args, c)
+        elif name in SEARCHERS:
+            self.search(name, args, c)
+        elif name in READERS:
+            _, pos = _opts_and_args(args, frozenset({"-n", "-c", "-o", "-w", "-t", "-k", "-f", "-d", "-s", "-e"}))
+            self.paths("read", pos, c.where, name)
+        elif name.startswith("mkfs") or name in ("mke2fs", "mkswap", "wipefs", "fdisk", "sfdisk", "cfdisk", "gdisk",
+                                                 "sgdisk", "parted", "blkdiscard", "mkntfs", "mkdosfs", "zpool",
+                                                 "cryptsetup", "hdparm", "badblocks", "mdadm", "lvremove",
+                                                 "vgremove", "pvremove", "nvme", "sg_format", "diskutil", "dmsetup"):
+            self.device_tool(name, args, c)
+        if c.stdin is not None and name in SHELLS | INTERPRETERS:
+            return
+
+    # -- families -----------------------------------------------------------------------------
+    def shell_text(self, text: Word, c: Cmd, how: str) -> None:
+        for t in _alts(text):
+            if UNKNOWN in t or SECRET in t:
+                self.add("opaque", t.replace(UNKNOWN, "$?").replace(SECRET, "$")[:60] or "$?", "unknown",
+                         how + " of text known only at run time")
+                continue
+            sub = Judge(self.depth + 1)
+            sub.downloaded = self.downloaded
+            sub.script(t, c.where, how)
+            self.out += sub.out
+
+    def shell(self, name: str, args: list[Word], c: Cmd) -> None:
+        words = [_first(w) for w in args]
+        for i, a in enumerate(words):
+            if a.startswith("-") and not a.startswith("--") and "c" in a[1:] and i + 1 < len(words):
+                self.shell_text(args[i + 1], c, f"{name} {a}")
+                return
+            if a.startswith("-") or a.startswith("+"):
+                continue
+            # sh FILE: runs a file; a downloaded one is remote code
+            p = resolve(a, c.where)
+            if p in self.downloaded or a in self.downloaded or a.startswith("/dev/fd/"):
+                self.add("run-remote", display(p, c.where), "network", f"{name} of a downloaded file")
+            elif a.startswith("/dev/tcp/"):
+                self.add("run-remote", a, "network", name)
+            return
+        interactive = "-i" in words or any(w.startswith("-") and "i" in w[1:] and not w.startswith("--") for w in words)
+        self.stdin_code(name, c, interactive)
+
+    def stdin_code(self, name: str, c: Cmd, interactive: bool = False) -> None:
+        """A shell or interpreter reading its program from stdin: judge what it is fed."""
+        if c.heredoc is not None and name in SHELLS:
+            self.shell_text((c.heredoc,), c, f"{name} <<")
+            return
+        if c.heredoc is not None:
+            self.code(name, c.heredoc, c)
+            return
+        if any(_name(m) in NET_CLIENTS for m in c.pipeline if m is not c) or any(
+                r.target and _first(r.target).startswith(("/dev/tcp/", "/dev/udp/")) for m in c.pipeline for r in m.redirects):
+            peer = next((m for m in c.pipeline if m is not c and _name(m) in NET_CLIENTS), None)
+            host = _host_of(peer) if peer is not None else "network"
+            if interactive or c.stdin is None or _name(c.stdin) not in DOWNLOADERS:
+                self.add("run-remote", host, "network", f"{name} wired to {_name(peer) if peer else 'a socket'} (reverse shell)")
+            else:
+                self.add("run-remote", host, "network", f"{_name(c.stdin)} piped into {name}")
+            return
+        src = c.stdin
+        if src is None:
+            return
+        sname = _name(src)
+        if sname in DOWNLOADERS:
+            self.add("run-remote", _host_of(src), "network", f"{sname} piped into {name}")
+        elif sname in DECODERS or sname in ("python", "python3", "perl"):
+            self.add("run-remote", "decoded text", "unknown", f"{sname} output run by {name}")
+        elif sname in ("echo", "printf"):
+            words = [_first(w) for w in src.argv[1:]]
+            if sname == "echo":
+                while words and re.fullmatch(r"-[neE]+", words[0]):
+                    words.pop(0)
+                text = " ".join(words)
+            else:
+                text = "".join(words[1:]) if words and "%s" in words[0] else (words[0] if words else "")
+            if name in SHELLS:
+                self.shell_text((text,), src, f"{sname} | {name}")
+            else:
+                self.code(name, text, c)
+        elif sname == "cat" and src.heredoc is not None:
+            if name in SHELLS:
+                self.shell_text((src.heredoc,), src, f"cat << | {name}")
+            else:
+                self.code(name, src.heredoc, c)
+        elif name in SHELLS and sname not in ("cat",):
+            self.add("opaque", f"{sname} output", "unknown", f"{sname} output run by {name}")
+
+    def interpreter(self, name: str, args: list[Word], c: Cmd) -> None:
+        from fak.core.shell.code import scan
+
+        words = [_first(w) for w in args]
+        flag = {"node": ("-e", "--eval", "-p", "--print"), "nodejs": ("-e", "--eval", "-p"), "deno": ("eval",),
+                "bun": ("-e", "--eval", "-p"), "php": ("-r",), "osascript": ("-e",), "pwsh": ("-c", "-Command"),
+                "powershell": ("-c", "-Command")}.get(re.sub(r"\d.*$", "", name), ("-c", "-e", "-E"))
+        for i, a in enumerate(words):
+            hit = a in flag or (a.startswith("-") and not a.startswith("--") and any(a.endswith(f[1:]) for f in flag
+                                                                                   if f.startswith("-") and len(f) == 2))
+            if hit and i + 1 < len(words):
+                for code in _alts(args[i + 1]):
+                    if UNKNOWN in code or SECRET in code:
+                        self.add("opaque", f"{name} {a} $?", "unknown", f"{name} code known only at run time")
+                    else:
+                        self.out += scan(name, code, c.where, self.depth)
+                if name.startswith("perl") and ("-i" in words or any(w.startswith("-") and "i" in w[1:] and "e" in w for w in words)):
+                    self.paths("write", [w for w in args[i + 2:] if not _first(w).startswith("-")], c.where, "perl -i")
+                return
+            if a == "-m" and i + 1 < len(words):
+                return  # python -m module: a program, not a one-liner
+            if a.startswith("-") and a != "-":
+                continue
+            if a == "-":
+                break
+            p = resolve(a, c.where)
+            if p in self.downloaded:
+                self.add("run-remote", display(p, c.where), "network", f"{name} of a downloaded file")
+            return  # a script file: not judged here (the sandbox contains it)
+        self.stdin_code(name, c)
+
+    def code(self, name: str, text: str, c: Cmd) -> None:
+        from fak.core.shell.code import scan
+
+        self.out += scan(name, text, c.where, self.depth)
+
+    def delete(self, name: str, args: list[Word], c: Cmd) -> None:
+        if name == "gio" and (not args or _first(args[0]) not in ("trash", "remove")):
+            return
+        opts, pos = _opts_and_args(args[1:] if name == "gio" else args, frozenset({"-n", "-s", "-u"}))
+        if name == "shred" and not ({"-u", "--remove", "-z"} & opts) and not pos:
+            return
+        self.paths("delete", pos, c.where, name + (" -r" if opts & {"-r", "-R", "--recursive"} else ""))
+
+    def search(self, name: str, args: list[Word], c: Cmd) -> None:
+        words = [_first(w) for w in args]
+        _, pos = _opts_and_args(args, frozenset({"-e", "-f", "-m", "-A", "-B", "-C", "-g", "--glob", "-t", "--type",
+                                                 "--include", "--exclude", "-d", "-D", "--max-count", "--regexp"}))
+        pattern = ""
+        if "-e" in words and words.index("-e") + 1 < len(words):
+            pattern = words[words.index("-e") + 1]
+        elif pos:
+            pattern, pos = _first(pos[0]), pos[1:]
+        recursive = name in ("rg", "ag", "ack") or any(w in ("-r", "-R", "--recursive") or (
+            w.startswith("-") and not w.startswith("--") and ("r" in w or "R" in w)) for w in words)
+        for w in pos:
+            for a in _alts(w):
+                p = resolve(a, c.where)
+                cls = classify(p, c.where)
+                if cls == "credential":
+                    self.add("read-secret", display(p, c.where), cls, name)
+                elif recursive and SECRET_PATTERN.search(pattern) and cls in ("home", "root", "system"):
+                    self.add("read-secret", display(p, c.where), "credential", f"{name} -r for secrets across {cls}")
+
+    def xargs(self, args: list[Word], c: Cmd) -> None:
+        rest = _skip_opts(args, {"-I", "-i", "-n", "-P", "-L", "-d", "-E", "-s", "-a", "--max-args", "--max-procs",
+                                 "--delimiter", "--replace", "--arg-file"})
+        if not rest:
+            rest = [("echo",)]
+        fed = _fed(c)
+        ph = None
+        words = [_first(w) for w in args]
+        if "-I" in words and words.index("-I") + 1 < len(words):
+            ph = words[words.index("-I") + 1]
+        elif any(w.startswith("-I") and len(w) > 2 for w in words):
+            ph = next(w[2:] for w in words if w.startswith("-I") and len(w) > 2)
+        if ph is not None:
+            argv = [tuple(x.replace(ph, f) for f in fed for x in _alts(w)) if any(ph in x for x in _alts(w)) else w
+                    for w in rest]
+        else:
+            argv = [*rest, tuple(fed)]
+        self.run(argv, Cmd(argv, c.where, stdin=None))
+
+    def env_dump(self, c: Cmd) -> None:
+        if any(_name(m) in NET_CLIENTS for m in _downstream(c)):
+            peer = next(m for m in _downstream(c) if _name(m) in NET_CLIENTS)
+            self.add("send", "the environment", "credential", f"{_name(c)} | {_name(peer)} {_host_of(peer)}")
+
+    def device_tool(self, name: str, args: list[Word], c: Cmd) -> None:
+        _, pos = _opts_and_args(args, frozenset({"-t", "-L", "-b", "-n", "-c"}))
+        if name in ("zpool", "cryptsetup", "mdadm", "nvme", "diskutil", "dmsetup", "hdparm"):
+            words = [_first(w) for w in args]
+            if not any(x in words for x in ("destroy", "labelclear", "luksFormat", "erase", "--zero-superblock",
+                                            "format", "eraseDisk", "remove", "--security-erase", "zeroDisk")):
+                return
+        devs = [w for w in pos if any(a.startswith("/dev/") for a in _alts(w))] or [("/dev/" + UNKNOWN,)]
+        for w in devs:
+            for a in _alts(w):
+                self.add("write", a.replace(UNKNOWN, "*"), "device", name)
+
+    # -- named commands (c_<name>) -------------------------------------------------------------
+    def c_find(self, args: list[Word], c: Cmd) -> None:
+        roots, under, expr = _find_parts(args)
+        words = [_first(w) for w in expr]
+        for j, a in enumerate(words):
+            if a == "-delete":
+                self.paths("delete", under, c.where, "find -delete")
+            elif a in ("-exec", "-execdir", "-ok", "-okdir"):
+                end = next((k for k in range(j + 1, len(words)) if words[k] in (";", "\\;", "+")), len(words))
+                sub = expr[j + 1:end]
+                found = tuple(x for u in under for x in _alts(u))
+                argv = [tuple(x.replace("{}", f) for x in _alts(w) for f in found) if "{}" in _first(w) else w for w in sub]
+                if argv:
+                    self.run(argv, Cmd(argv, c.where))
+            elif a in ("-fprint", "-fprintf", "-fls") and j + 1 < len(words):
+                self.paths("write", [expr[j + 1]], c.where, "find " + a)
+
+    def c_mv(self, args: list[Word], c: Cmd) -> None:
+        opts, pos = _opts_and_args(args, frozenset({"-t", "--target-directory", "-S", "--suffix"}))
+        words = [_first(w) for w in args]
+        if "-t" in words:
+            dest = [args[words.index("-t") + 1]] if words.index("-t") + 1 < len(args) else []
+            src = pos
+        else:
+            src, dest = pos[:-1], pos[-1:]
+        self.paths("delete", src, c.where, "mv")
+        self.paths("write", dest, c.where, "mv")
+
+    def c_cp(self, args: list[Word], c: Cmd, how: str = "cp") -> None:
+        opts, pos = _opts_and_args(args, frozenset({"-t", "--target-directory", "-S", "--suffix", "-m", "--mode",
+                                                    "-o", "-g", "--owner", "--group"}))
+        words = [_first(w) for w in args]
+        if "-t" in words:
+            dest = [args[words.index("-t") + 1]] if words.index("-t") + 1 < len(args) else []
+            src = pos
+        else:
+            src, dest = pos[:-1], pos[-1:]
+        self.paths("read", src, c.where, how)
+        self.paths("write", dest, c.where, how)
+
+    def c_install(self, args: list[Word], c: Cmd) -> None:
+        self.c_cp(args, c, "install")
+
+    def c_ln(self, args: list[Word], c: Cmd) -> None:
+        _, pos = _opts_and_args(args, frozenset({"-t", "-S"}))
+        if len(pos) >= 2:
+            self.paths("write", pos[-1:], c.where, "ln")
+
+    def c_rsync(self, args: list[Word], c: Cmd) -> None:
+        opts, pos = _opts_and_args(args, frozenset({"-e", "--rsh", "--exclude", "--include", "--filter", "-f",
+                                                    "--password-file", "--port"}))
+        remote = [w for w in pos if re.match(r"^[^/]*[\w\]]:", _first(w)) and not _first(w).startswith("/")]
+        local = [w for w in pos if w not in remote]
+        if any(o.startswith("--delete") or o in ("--remove-source-files",) for o in opts) and pos:
+            self.paths("delete", [pos[-1]] if pos[-1] in local else [], c.where, "rsync --delete")
+        if remote:
+            host = _first(remote[0]).split(":", 1)[0].split("@")[-1]
+            srcs = local if pos and pos[-1] in remote else []
+            self.send(host, srcs, c, "rsync")
+            if pos and pos[-1] in local:
+                self.paths("write", [pos[-1]], c.where, "rsync")
+        elif len(pos) >= 2:
+            self.paths("read", pos[:-1], c.where, "rsync")
+            self.paths("write", pos[-1:], c.where, "rsync")
+
+    def c_scp(self, args: list[Word], c: Cmd) -> None:
+        _, pos = _opts_and_args(args, frozenset({"-P", "-i", "-o", "-F", "-c", "-l", "-S", "-J"}))
+        remote = [w for w in pos if ":" in _first(w) and not _first(w).startswith("/")]
+        if remote:
+            host = _first(remote[0]).split(":", 1)[0].split("@")[-1]
+            srcs = [w for w in pos[:-1] if w not in remote] if pos and pos[-1] in remote else []
+            self.send(host, srcs, c, "scp")
+            if pos and pos[-1] not in remote:
+                self.paths("write", [pos[-1]], c.where, "scp")
+
+    c_sftp = c_scp
+
+    def c_tee(self, args: list[Word], c: Cmd) -> None:
+        _, pos = _opts_and_args(args)
+        self.paths("write", pos, c.where, "tee")
+
+    def c_touch(self, args: list[Word], c: Cmd) -> None:
+        _, pos = _opts_and_args(args, frozenset({"-d", "-r", "-t", "--date", "--reference"}))
+        self.paths("write", pos, c.where, "touch")
+
+    def c_mkdir(self, args: list[Word], c: Cmd) -> None:
+        _, pos = _opts_and_args(args, frozenset({"-m", "--mode"}))
+        self.paths("write", pos, c.where, "mkdir")
+
+    def c_truncate(self, args: list[Word], c: Cmd) -> None:
+        _, pos = _opts_and_args(args, frozenset({"-s", "--size", "-r", "--reference"}))
+        self.paths("write", pos, c.where, "truncate")
+
+    def c_dd(self, args: list[Word], c: Cmd) -> None:
+        for w in args:
+            for a in _alts(w):
+                if a.startswith("of="):
+                    self.path("write", a[3:], c.where, "dd")
+                elif a.startswith("if="):
+                    self.path("read", a[3:], c.where, "dd")
+
+    def c_sed(self, args: list[Word], c: Cmd) -> None:
+        words = [_first(w) for w in args]
+        inplace = any(w == "-i" or w.startswith("-i") or w == "--in-place" or w.startswith("--in-place=")
+                      or (w.startswith("-") and not w.startswith("--") and "i" in w[1:]) for w in words)
+        opts, pos = _opts_and_args(args, frozenset({"-e", "-f", "--expression", "--file", "-l"}))
+        has_e = "-e" in words or "--expression" in opts or "-f" in words
+        files = pos if has_e else pos[1:]
+        self.paths("write" if inplace else "read", files, c.where, "sed -i" if inplace else "sed")
+        script = " ".join(words)
+        if re.search(r"(?:^|[;\s'\"])(?:\d+|/[^/]*/)?\s*e\b|\bw\s+/", script) and not inplace:
+            pass
+
+    def c_perl(self, args: list[Word], c: Cmd) -> None:
+        self.interpreter("perl", args, c)
+
+    def c_awk(self, args: list[Word], c: Cmd) -> None:
+        from fak.core.shell.code import scan
+
+        _, pos = _opts_and_args(args, frozenset({"-F", "-v", "-f"}))
+        if pos:
+            for prog in _alts(pos[0]):
+                self.out += scan("awk", prog, c.where, self.depth)
+            self.paths("read", pos[1:], c.where, "awk")
+
+    c_gawk = c_mawk = c_nawk = c_awk
+
+    def c_tar(self, args: list[Word], c: Cmd) -> None:
+        words = [_first(w) for w in args]
+        first = words[0] if words else ""
+        mode = first if not first.startswith("-") else ""
+        flags = "".join(w[1:] for w in words if w.startswith("-") and not w.startswith("--")) + mode
+        opts, pos = _opts_and_args(args[1:] if mode else args, frozenset({"-f", "-C", "--directory", "--file", "-T",
+                                                                          "-X", "--exclude"}))
+        fi = next((i for i, w in enumerate(words) if w in ("-f", "--file") or (w.startswith("-") and w.endswith("f")
+                                                                               and not w.startswith("--"))), None)
+        archive = words[fi + 1] if fi is not None and fi + 1 < len(words) else ("" if "f" not in mode else
+                                                                                 (pos[0][0] if pos else ""))
+        members = [w for w in pos if _first(w) != archive]
+        if "x" in flags or "--extract" in opts or "--get" in opts:
+            dest = words[words.index("-C") + 1] if "-C" in words and words.index("-C") + 1 < len(words) else "."
+            self.path("write", dest, c.where, "tar -x")
+        elif "c" in flags or "--create" in opts or "r" in flags:
+            self.paths("read", members, c.where, "tar -c")
+            if archive and archive != "-":
+                self.path("write", archive, c.where, "tar -c")
+            if archive in ("-", "") and _downstream_net(c):
+                peer = _downstream_net(c)[0]
+                secret = any(classify(resolve(a, c.where), c.where) in ("credential", "home")
+                             for w in members for a in _alts(w))
+                self.add("send", _host_of(peer), "credential" if secret else "network", f"tar | {_name(peer)}")
+
+    def c_zip(self, args: list[Word], c: Cmd) -> None:
+        _, pos = _opts_and_args(args, frozenset({"-P", "-x", "-i"}))
+        self.paths("read", pos[1:], c.where, "zip")
+        self.paths("write", pos[:1], c.where, "zip")
+
+    def c_unzip(self, args: list[Word], c: Cmd) -> None:
+        words = [_first(w) for w in args]
+        if "-d" in words and words.index("-d") + 1 < len(words):
+            self.path("write", words[words.index("-d") + 1], c.where, "unzip -d")
+
+    def c_chmod(self, args: list[Word], c: Cmd, how: str = "chmod") -> None:
+        opts, pos = _opts_and_args([w for w in args if not re.fullmatch(r"[-+=][rwxXstugo]+", _first(w))],
+                                   frozenset({"--reference"}))
+        if how == "chmod":
+            mode = next((a for w in args for a in _alts(w) if re.fullmatch(r"[0-7]{3,4}|[ugoa]*[-+=][rwxXst,ugoa+=-]*", a)), "")
+            pos = [w for w in pos if _first(w) != mode]
+            if re.fullmatch(r"[0-7]*[4-7][0-7]{3}", mode) and len(mode) == 4 or re.search(r"[ug]*\+[rwx]*s", mode):
+                for w in pos:
+                    for a in _alts(w):
+                        self.add("escalate", display(resolve(a, c.where), c.where), "system", "chmod setuid/setgid")
+                return
+        elif pos:
+            pos = pos[1:]  # chown OWNER FILE...
+        recursive = bool(opts & {"-R", "--recursive"})
+        self.paths("chmod", pos, c.where, how + (" -R" if recursive else ""))
+
+    def c_chown(self, args: list[Word], c: Cmd) -> None:
+        self.c_chmod(args, c, "chown")
+
+    def c_chgrp(self, args: list[Word], c: Cmd) -> None:
+        self.c_chmod(args, c, "chgrp")
+
+    def c_chattr(self, args: list[Word], c: Cmd) -> None:
+        _, pos = _opts_and_args([w for w in args if not re.fullmatch(r"[-+=][aAcCdDeijPsStTu]+", _first(w))])
+        self.paths("chmod", pos, c.where, "chattr")
+
+    def c_setfacl(self, args: list[Word], c: Cmd) -> None:
+        _, pos = _opts_and_args(args, frozenset({"-m", "-x", "-M", "-X", "--modify", "--remove", "--set"}))
+        self.paths("chmod", pos, c.where, "setfacl")
+
+    def c_setcap(self, args: list[Word], c: Cmd) -> None:
+        self.add("escalate", " ".join(_first(w) for w in args)[:60], "system", "setcap")
+
+    def c_curl(self, args: list[Word], c: Cmd) -> None:
+        self.net_client("curl", args, c)
+
+    def c_wget(self, args: list[Word], c: Cmd) -> None:
+        self.net_client("wget", args, c)
+
+    c_http = c_https = c_xh = c_wget2 = c_aria2c = c_curlie = c_curl
+
+    def net_client(self, name: str, args: list[Word], c: Cmd) -> None:
+        words = [_first(w) for w in args]
+        urls = [a for w in args for a in _alts(w) if re.match(r"^(?:[a-z][\w+.-]*://|[\w.-]+\.\w+(?::\d+)?/|\d+\.\d+\.\d+\.\d+)", a)]
+        host = _url_host(urls[0]) if urls else "network"
+        for u in urls:
+            h = _url_host(u)
+            if h in METADATA_HOSTS or h.startswith("169.254."):
+                self.add("read-secret", h, "metadata", f"{name} of the cloud metadata endpoint")
+        sent: list[str] = []
+        for i, a in enumerate(words):
+            val = words[i + 1] if i + 1 < len(words) else ""
+            vals = _alts(args[i + 1]) if i + 1 < len(args) else ("",)
+            if a in ("-d", "--data", "--data-binary", "--data-raw", "--data-urlencode", "-F", "--form", "--json",
+                     "-T", "--upload-file", "--post-file", "--body-file", "-H", "--header", "-u", "--user",
+                     "--post-data", "--body-data", "--header=", "-b", "--cookie"):
+                for v in vals:
+                    sent.append(v)
+            elif a.startswith(("--data=", "--post-file=", "--post-data=", "--header=", "--body-file=")):
+                sent.append(a.split("=", 1)[1])
+            elif "=@" in a or (name in ("http", "https", "xh", "httpie") and re.match(r"^[\w-]+(?::=@|=@|@)", a)):
+                sent.append(a[a.index("@"):])
+            elif SECRET in a:
+                sent.append(a)
+            del val
+        for s in sent:
+            if SECRET in s:
+                self.add("send", host, "credential", f"{name} with ${s.split(SECRET, 1)[1].split(UNKNOWN, 1)[0]}")
+                return
+            m = re.search(r"@([^\s;]+)", s)
+            if m and m.group(1) != "-":
+                p = resolve(m.group(1), c.where)
+                cls = classify(p, c.where)
+                if cls in ("credential", "home", "system") or p.endswith("/.env"):
+                    self.add("send", host, "credential", f"{name} uploading {display(p, c.where)}")
+                    return
+            elif s in ("@-", "-") or "@-" in s:
+                self.stdin_secret(name, host, c)
+        if any(a in ("-d", "--data", "--data-binary", "-T", "--upload-file", "-F") for a in words) or name in ("nc",):
+            self.stdin_secret(name, host, c)
+        else:
+            self.stdin_secret(name, host, c)
+        # downloads to a file, remembered for a later `sh FILE` / `chmod +x FILE && ./FILE`
+        for i, a in enumerate(words):
+            if a in ("-o", "--output", "-O", "--output-document") and i + 1 < len(words) and not (name == "curl" and a == "-O"):
+                p = resolve(words[i + 1], c.where)
+                self.downloaded.add(p)
+                self.path("write", words[i + 1], c.where, f"{name} {a}")
+            elif a.startswith("--output-document=") or a.startswith("--output="):
+                p = resolve(a.split("=", 1)[1], c.where)
+                self.downloaded.add(p)
+                self.path("write", a.split("=", 1)[1], c.where, name)
+            elif (name == "curl" and (a == "-O" or (a.startswith("-") and not a.startswith("--") and "O" in a))) or (
+                    name == "wget" and not any(w in ("-O", "-qO-", "-O-") or w.startswith("-O") for w in words)):
+                for u in urls:
+                    fn = u.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1]
+                    if fn:
+                        self.downloaded.add(resolve(fn, c.where))
+        if host != "network":
+            self.add("send", host, "network", name)
+
+    def stdin_secret(self, name: str, host: str, c: Cmd) -> None:
+        """What is piped into a network client: the environment or a secret file means exfiltration."""
+        for m in _upstream(c):
+            mname = _name(m)
+            if mname in ENV_DUMPS and not any(_first(w).startswith(("-", "$")) is False and mname == "export"
+                                              for w in m.argv[1:]):
+                if mname == "env" and len(m.argv) > 1 and not _first(m.argv[1]).startswith("-"):
+                    continue
+                self.add("send", host, "credential", f"{mname} | {name}")
+                return
+            for w in m.argv[1:]:
+                for a in _alts(w):
+                    if SECRET in a:
+                        self.add("send", host, "credential", f"${a.split(SECRET, 1)[1].split(UNKNOWN, 1)[0]} | {name}")
+                        return
+                    if a.startswith("-"):
+                        continue
+                    if mname in READERS or mname in SEARCHERS or mname in ("tar", "zip", "gpg", "aws", "gh", "gcloud"):
+                        p = resolve(a, m.where)
+                        if classify(p, m.where) == "credential":
+                            self.add("send", host, "credential", f"{mname} {display(p, m.where)} | {name}")
+                            return
+            if mname in ("aws", "gh", "gcloud", "security", "az") and self._secret_cli(m):
+                self.add("send", host, "credential", f"{mname} credentials | {name}")
+                return
+        for r in c.redirects:
+            if r.op == "<":
+                for t in _alts(r.target):
+                    p = resolve(t, c.where)
+                    if classify(p, c.where) == "credential":
+                        self.add("send", host, "credential", f"{name} < {display(p, c.where)}")
+                        return
+
+    def _secret_cli(self, m: Cmd) -> bool:
+        words = " ".join(_first(w) for w in m.argv[1:])
+        return bool(re.search(r"export-credentials|get\s+\S*secret|auth\s+token|print-access-token|"
+                              r"find-(?:generic|internet)-password|get-access-token|get-login-password", words))
+
+    def send(self, host: str, srcs: list[Word], c: Cmd, how: str) -> None:
+        for w in srcs:
+            for a in _alts(w):
+                p = resolve(a, c.where)
+                cls = classify(p, c.where)
+                if cls in ("credential", "home", "root"):
+                    self.add("send", host, "credential", f"{how} {display(p, c.where)}")
+                    return
+        self.add("send", host, "network", how)
+
+    def c_nc(self, args: list[Word], c: Cmd, name: str = "nc") -> None:
+        words = [_first(w) for w in args]
+        host = next((w for w in words if not w.startswith("-") and not w.isdigit()), "network")
+        if any(w in ("-e", "-c", "--exec", "--sh-exec", "--lua-exec") or (w.startswith("-") and not w.startswith("--")
+                                                                          and ("e" in w or "c" in w)) for w in words):
+            self.add("run-remote", host, "network", f"{name} -e (a shell on a socket)")
+            return
+        self.stdin_secret(name, host, c)
+        self.add("send", host, "network", name)
+
+    def c_ncat(self, args: list[Word], c: Cmd) -> None:
+        self.c_nc(args, c, "ncat")
+
+    def c_netcat(self, args: list[Word], c: Cmd) -> None:
+        self.c_nc(args, c, "netcat")
+
+    def c_socat(self, args: list[Word], c: Cmd) -> None:
+        words = " ".join(_first(w) for w in args)
+        m = re.search(r"(?:TCP|UDP|SSL|OPENSSL)[46]?(?:-CONNECT|-LISTEN)?:([^:,\s]+)", words, re.I)
+        host = m.group(1) if m else "network"
+        if re.search(r"\b(?:exec|system):", words, re.I):
+            self.add("run-remote", host, "network", "socat exec (a shell on a socket)")
+            return
+        self.stdin_secret("socat", host, c)
+        self.add("send", host, "network", "socat")
+
+    def c_telnet(self, args: list[Word], c: Cmd) -> None:
+        self.c_nc(args, c, "telnet")
+
+    def c_ssh(self, args: list[Word], c: Cmd) -> None:
+        _, pos = _opts_and_args(args, frozenset({"-i", "-p", "-o", "-F", "-l", "-L", "-R", "-D", "-J", "-W", "-c",
+                                                 "-b", "-E", "-e", "-m", "-O", "-Q", "-S", "-w", "-B"}))
+        host = _first(pos[0]).split("@")[-1] if pos else "network"
+        words = [_first(w) for w in args]
+        if "-R" in words:
+            self.add("send", host, "network", "ssh -R (a tunnel into this machine)")
+        self.stdin_secret("ssh", host, c)
+        self.add("send", host, "network", "ssh")
+
+    def c_openssl(self, args: list[Word], c: Cmd) -> None:
+        words = [_first(w) for w in args]
+        if words and words[0] == "s_client":
+            host = words[words.index("-connect") + 1] if "-connect" in words and words.index("-connect") + 1 < len(words) else "network"
+            self.stdin_secret("openssl", host, c)
+            self.add("send", host, "network", "openssl s_client")
+            return
+        for i, a in enumerate(words):
+            if a == "-in" and i + 1 < len(words):
+                self.path("read", words[i + 1], c.where, "openssl")
+            if a == "-out" and i + 1 < len(words):
+                self.path("write", words[i + 1], c.where, "openssl")
+
+    def c_mkfifo(self, args: list[Word], c: Cmd) -> None:
+        pass
+
+    def c_crontab(self, args: list[Word], c: Cmd) -> None:
+        words = [_first(w) for w in args]
+        if any(w in ("-l", "-h", "--help", "-V") for w in words) and "-" not in words:
+            return
+        if "-r" in words:
+            self.add("delete", "crontab", "system", "crontab -r")
+            return
+        if "-e" in words:
+            return  # interactive: needs a terminal
+        self.add("persist", "crontab", "system", "crontab " + " ".join(words)[:40])
+
+    def c_at(self, args: list[Word], c: Cmd) -> None:
+        words = [_first(w) for w in args]
+        if any(w in ("-l", "-r", "-d", "-c") for w in words):
+            return
+        self.add("persist", "at job", "system", "at")
+
+    c_batch = c_at
+
+    def c_systemctl(self, args: list[Word], c: Cmd) -> None:
+        words = [_first(w) for w in args if not _first(w).startswith("-")]
+        if not words:
+            return
+        verb, units = words[0], words[1:]
+        if verb in ("poweroff", "reboot", "halt", "kexec", "suspend", "hibernate", "emergency", "rescue",
+                    "isolate", "soft-reboot"):
+            self.add("kill", "the machine", "system", "systemctl " + verb)
+        elif verb in ("stop", "disable", "mask", "kill") and any(u.split(".")[0] in FIREWALLS for u in units):
+            self.add("tamper", " ".join(units), "system", "systemctl " + verb)
+        elif verb in ("enable", "link", "add-wants", "preset", "reenable", "edit", "set-property"):
+            self.add("persist", " ".join(units) or "unit", "system", "systemctl " + verb)
+        elif verb in ("stop", "kill", "mask") and any(u.split(".")[0] in ("sshd", "ssh", "systemd-journald",
+                                                                       "rsyslog", "docker", "containerd") for u in units):
+            self.add("kill", " ".join(units), "process", "systemctl " + verb)
+
+    c_service = c_systemctl
+
+    def c_launchctl(self, args: list[Word], c: Cmd) -> None:
+        words = [_first(w) for w in args]
+        if words and words[0] in ("load", "bootstrap", "enable", "submit", "kickstart"):
+            self.add("persist", " ".join(words[1:])[:60] or "agent", "home", "launchctl " + words[0])
+
+    def c_kill(self, args: list[Word], c: Cmd) -> None:
+        words = [_first(w) for w in args]
+        _, pos = _opts_and_args(args, frozenset({"-s", "-n"}))
+        targets = [_first(w) for w in pos]
+        sig_as_target = [w for w in words if re.fullmatch(r"-\d+", w)]
+        # `kill -9 -1`: -1 after a signal is every process; `kill -1 PID` is SIGHUP to PID
+        every = "-1" in words[1:] and (words[0].startswith("-") and words[0] != "-1" or words.count("-1") > 1) or \
+            (words and words[-1] == "-1" and len(sig_as_target) >= 2)
+        if every or any(t in ("1", "0", "-1") for t in targets) or (words == ["-1"]):
+            self.add("kill", "every process" if every or "-1" in targets else "init", "process", "kill " + " ".join(words))
+
+    def c_pkill(self, args: list[Word], c: Cmd, name: str = "pkill") -> None:
+        words = [_first(w) for w in args]
+        _, pos = _opts_and_args(args, frozenset({"-u", "-U", "-g", "-G", "-P", "-s", "-t", "--signal", "-n"}))
+        pats = [_first(w) for w in pos]
+        broad = any(w in ("-u", "-U", "--user", "-g", "-t") for w in words) or any(p in (".", ".*", "", "-1") for p in pats)
+        vital = {"init", "systemd", "sshd", "Xorg", "gnome-shell", "loginwindow", "explorer", "launchd", "dockerd",
+                 "containerd", "bash", "zsh", "sh", "login", "kernel_task", "WindowServer", "Finder"}
+        if broad or any(p in vital for p in pats) or (name == "killall" and "-a" in words):
+            self.add("kill", " ".join(pats) or "processes", "process", name + " " + " ".join(words))
+
+    def c_killall(self, args: list[Word], c: Cmd) -> None:
+        self.c_pkill(args, c, "killall")
+
+    def c_killall5(self, args: list[Word], c: Cmd) -> None:
+        self.add("kill", "every process", "process", "killall5")
+
+    def c_shutdown(self, args: list[Word], c: Cmd) -> None:
+        if any(_first(w) == "-c" for w in args):
+            return
+        self.add("kill", "the machine", "system", "shutdown")
+
+    c_reboot = c_poweroff = c_halt = c_shutdown
+
+    def c_init(self, args: list[Word], c: Cmd) -> None:
+        if args and _first(args[0]) in ("0", "6", "1", "S"):
+            self.add("kill", "the machine", "system", "init " + _first(args[0]))
+
+    c_telinit = c_init
+
+    def c_ufw(self, args: list[Word], c: Cmd) -> None:
+        words = [_first(w) for w in args]
+        if any(w in ("disable", "reset") for w in words) or ("default" in words and "allow" in words):
+            self.add("tamper", "firewall", "system", "ufw " + " ".join(words))
+
+    def c_iptables(self, args: list[Word], c: Cmd, name: str = "iptables") -> None:
+        words = [_first(w) for w in args]
+        if any(w in ("-F", "--flush", "-X", "--delete-chain", "-Z") for w in words) or (
+                ("-P" in words or "--policy" in words) and "ACCEPT" in words):
+            self.add("tamper", "firewall", "system", name + " " + " ".join(words))
+
+    def c_ip6tables(self, args: list[Word], c: Cmd) -> None:
+        self.c_iptables(args, c, "ip6tables")
+
+    def c_nft(self, args: list[Word], c: Cmd) -> None:
+        words = [_first(w) for w in args]
+        if "flush" in words or ("delete" in words and "table" in words):
+            self.add("tamper", "firewall", "system", "nft " + " ".join(words))
+
+    def c_setenforce(self, args: list[Word], c: Cmd) -> None:
+        if args and _first(args[0]) in ("0", "Permissive", "permissive"):
+            self.add("tamper", "SELinux", "system", "setenforce 0")
+
+    def c_auditctl(self, args: list[Word], c: Cmd) -> None:
+        words = [_first(w) for w in args]
+        if "-D" in words or ("-e" in words and "0" in words):
+            self.add("tamper", "audit rules", "system", "auditctl")
+
+    def c_journalctl(self, args: list[Word], c: Cmd) -> None:
+        if any(_first(w).startswith(("--vacuum", "--rotate", "--flush")) for w in args):
+            self.add("tamper", "the journal", "system", "journalctl " + " ".join(_first(w) for w in args))
+
+    def c_history(self, args: list[Word], c: Cmd) -> None:
+        words = [_first(w) for w in args]
+        if any(w in ("-c", "-d", "-w", "-r", "-p") or w.startswith("-c") for w in words) and not words == ["-p"]:
+            self.add("tamper", "shell history", "home", "history " + " ".join(words))
+
+    def c_unset(self, args: list[Word], c: Cmd) -> None:
+        if any(_first(w) in ("HISTFILE", "HISTSIZE", "HISTFILESIZE") for w in args):
+            self.add("tamper", "shell history", "home", "unset HISTFILE")
+
+    def c_export(self, args: list[Word], c: Cmd) -> None:
+        for w in args:
+            a = _first(w)
+            if re.match(r"^(?:HISTFILE=(?:/dev/null|$)|HISTSIZE=0|HISTFILESIZE=0)", a):
+                self.add("tamper", "shell history", "home", "export " + a)
+            if re.match(r"^(?:LD_PRELOAD|LD_LIBRARY_PATH|PROMPT_COMMAND|BASH_ENV|ENV)=", a):
+                pass
+        if not args or (len(args) == 1 and _first(args[0]) == "-p"):
+            self.env_dump(c)
+
+    def c_printenv(self, args: list[Word], c: Cmd) -> None:
+        if not args:
+            self.env_dump(c)
+        elif any(SECRET in a for w in args for a in _alts(w)) or any(re.search(r"KEY|TOKEN|SECRET|PASS", _first(w))
+                                                                      for w in args):
+            if _downstream_net(c):
+                self.add("send", _host_of(_downstream_net(c)[0]), "credential", "printenv " + _first(args[0]))
+
+    def c_set(self, args: list[Word], c: Cmd) -> None:
+        if not args:
+            self.env_dump(c)
+
+    c_declare = c_set
+
+    def c_git(self, args: list[Word], c: Cmd) -> None:
+        i = 0
+        words = [_first(w) for w in args]
+        where = c.where
+        cfg: list[str] = []
+        while i < len(words) and words[i].startswith("-"):
+            if words[i] in ("-C", "-c", "--git-dir", "--work-tree", "--namespace", "--exec-path") and i + 1 < len(words):
+                if words[i] == "-C":
+                    where = where.at(resolve(words[i + 1], where))
+                if words[i] == "-c":
+                    cfg.append(words[i + 1])
+                i += 2
+                continue
+            i += 1
+        if i >= len(words):
+            return
+        sub, rest = words[i], words[i + 1:]
+        for kv in cfg:
+            key = kv.split("=", 1)[0].lower()
+            if key in ("core.sshcommand", "core.fsmonitor", "core.pager", "core.editor", "core.hookspath") or \
+                    key.startswith(("alias.", "credential.helper", "filter.", "diff.external")):
+                self.add("opaque", f"git -c {kv}"[:60], "unknown", "a git setting that runs a command")
+        if sub == "push":
+            self.git_push(rest)
+        elif sub == "config":
+            self.git_config(rest, where)
+        elif sub in ("filter-branch", "filter-repo"):
+            self.add("history", "the repository's history", "remote", "git " + sub)
+        elif sub == "reflog" and rest[:1] and rest[0] in ("expire", "delete"):
+            self.add("history", "the reflog", "project-git", "git reflog " + rest[0])
+        elif sub == "gc" and any(w.startswith("--prune=now") or w == "--prune=all" for w in rest):
+            self.add("history", "unreachable objects", "project-git", "git gc --prune=now")
+        elif sub == "update-ref" and "-d" in rest and any(_branch(w) in MAIN_BRANCHES for w in rest):
+            self.add("history", next(w for w in rest if _branch(w) in MAIN_BRANCHES), "remote", "git update-ref -d")
+        elif sub == "branch" and any(w in ("-D", "-d", "--delete") or (w.startswith("-") and "D" in w) for w in rest) and \
+                any(w in MAIN_BRANCHES for w in rest):
+            self.add("history", next(w for w in rest if w in MAIN_BRANCHES), "remote", "git branch -D")
+        elif sub == "clean":
+            flags = "".join(w[1:] for w in rest if w.startswith("-") and not w.startswith("--"))
+            if "f" in flags and "n" not in flags:
+                self.add("delete", "untracked files", "project", "git clean")
+        elif sub == "init" and "--template" in " ".join(rest):
+            self.add("persist", "git template", "project-git", "git init --template")
+        elif sub == "remote" and rest[:1] == ["add"]:
+            pass
+
+    def git_push(self, rest: list[str]) -> None:
+        force = any(w in ("-f", "--force", "--force-with-lease", "--force-if-includes") or w.startswith("--force")
+                    or (w.startswith("-") and not w.startswith("--") and "f" in w[1:]) for w in rest)
+        pos = [w for w in rest if not w.startswith("-")]
+        refspecs = pos[1:] if pos else []
+        if "--mirror" in rest:
+            self.add("history", "every ref of " + (pos[0] if pos else "the remote"), "remote", "git push --mirror")
+            return
+        if ("--all" in rest or "--tags" in rest) and force:
+            self.add("history", "every branch of " + (pos[0] if pos else "the remote"), "remote", "git push --force --all")
+            return
+        deleting = "--delete" in rest or "-d" in rest
+        for r in refspecs:
+            plus = r.startswith("+")
+            src, _, dst = r.lstrip("+").partition(":")
+            b = _branch(dst or src)
+            if b in MAIN_BRANCHES and (force or plus):
+                self.add("history", b, "remote", "git push --force" if force else f"git push +{r.lstrip('+')}")
+                return
+            if b in MAIN_BRANCHES and (deleting or (r.startswith(":"))):
+                self.add("history", b, "remote", "git push --delete")
+                return
+
+    def git_config(self, rest: list[str], where: Where) -> None:
+        pos = [w for w in rest if not w.startswith("-")]
+        if not pos or any(w in ("--get", "--list", "-l", "--get-all", "--get-regexp", "--show-origin") for w in rest):
+            return
+        key = pos[0].lower()
+        if len(pos) < 2 and "--unset" not in rest:
+            return
+        if key in ("core.hookspath", "core.sshcommand", "core.fsmonitor", "core.pager", "core.editor",
+                   "core.askpass", "sequence.editor", "gpg.program", "core.gitproxy", "include.path",
+                   "init.templatedir") or key.startswith(("credential.", "alias.", "filter.", "diff.",
+                                                          "url.", "includeif.", "uploadpack.", "receive.")):
+            self.add("persist", f"git config {pos[0]}", "project-git" if "--global" not in rest else "home",
+                     "git config " + pos[0])
+
+    def c_terraform(self, args: list[Word], c: Cmd, name: str = "terraform") -> None:
+        words = [_first(w) for w in args]
+        pos = [w for w in words if not w.startswith("-")]
+        if "destroy" in pos or ("apply" in pos and ("-destroy" in words or "--destroy" in words)) or \
+                (pos[:2] == ["state", "rm"]) or (pos[:1] == ["workspace"] and "delete" in pos):
+            self.add("teardown", "infrastructure", "remote", name + " " + " ".join(pos[:2]))
+
+    def c_tofu(self, args: list[Word], c: Cmd) -> None:
+        self.c_terraform(args, c, "tofu")
+
+    def c_terragrunt(self, args: list[Word], c: Cmd) -> None:
+        self.c_terraform(args, c, "terragrunt")
+
+    def c_pulumi(self, args: list[Word], c: Cmd, name: str = "pulumi") -> None:
+        words = [_first(w) for w in args if not _first(w).startswith("-")]
+        if any(w in ("destroy", "remove", "rm") for w in words) and not (name == "pulumi" and words[:1] == ["config"]):
+            self.add("teardown", "stack", "remote", name + " " + " ".join(words[:2]))
+
+    def c_cdk(self, args: list[Word], c: Cmd) -> None:
+        self.c_pulumi(args, c, "cdk")
+
+    def c_cdktf(self, args: list[Word], c: Cmd) -> None:
+        self.c_pulumi(args, c, "cdktf")
+
+    def c_serverless(self, args: list[Word], c: Cmd) -> None:
+        self.c_pulumi(args, c, "serverless")
+
+    c_sls = c_serverless
+
+    def c_aws(self, args: list[Word], c: Cmd) -> None:
+        pos = _cli_positionals(args, frozenset({"--region", "--profile", "--output", "--endpoint-url", "--query",
+                                                "--cli-read-timeout", "--ca-bundle", "--color"}))
+        if len(pos) < 2:
+            return
+        svc, verb = pos[0], pos[1]
+        words = [_first(w) for w in args]
+        if (svc == "s3" and verb == "rb") or (svc == "s3" and verb == "rm" and "--recursive" in words) or \
+                verb.startswith(("delete-", "terminate-", "remove-", "deregister-", "purge-", "disable-")) or \
+                verb in ("schedule-key-deletion", "delete", "empty") or (svc == "s3api" and verb.startswith("delete")):
+            self.add("teardown", f"aws {svc} {' '.join(pos[2:3])}".strip(), "remote", f"aws {svc} {verb}")
+        elif svc == "configure" and verb in ("export-credentials", "get") and (verb == "export-credentials" or any(
+                "secret" in p or "key" in p or "token" in p for p in pos[2:])):
+            self.add("read-secret", "aws credentials", "credential", f"aws configure {verb}")
+        elif svc in ("sts", "ecr", "codeartifact") and verb.startswith(("get-session-token", "get-login-password",
+                                                                        "get-authorization-token", "assume-role")):
+            if _downstream_net(c):
+                self.add("send", _host_of(_downstream_net(c)[0]), "credential", f"aws {svc} {verb}")
+        elif svc == "secretsmanager" and verb == "get-secret-value" or svc == "ssm" and verb == "get-parameter" and \
+                "--with-decryption" in words:
+            self.add("read-secret", f"aws {svc}", "credential", f"aws {svc} {verb}")
+        elif svc == "s3" and verb in ("cp", "sync", "mv") and len(pos) >= 4:
+            dst = pos[-1]
+            if dst.startswith("s3://"):
+                self.send(dst[5:].split("/")[0], [(p,) for p in pos[2:-1]], c, f"aws s3 {verb}")
+
+    def c_gcloud(self, args: list[Word], c: Cmd) -> None:
+        pos = _cli_positionals(args, frozenset({"--project", "--zone", "--region", "--format", "--account",
+                                                "--configuration", "--filter"}))
+        if "delete" in pos or "destroy" in pos or ("projects" in pos and "delete" in pos):
+            self.add("teardown", "gcloud " + " ".join(pos[:3]), "remote", "gcloud delete")
+        elif "print-access-token" in pos or "print-identity-token" in pos:
+            self.add("read-secret", "gcloud token", "credential", "gcloud auth print-access-token")
+
+    def c_az(self, args: list[Word], c: Cmd) -> None:
+        pos = _cli_positionals(args, frozenset({"-n", "--name", "-g", "--resource-group", "--subscription", "-o",
+                                                "--output", "--query"}))
+        if "delete" in pos or "purge" in pos:
+            self.add("teardown", "az " + " ".join(pos[:2]), "remote", "az delete")
+        elif "get-access-token" in pos:
+            self.add("read-secret", "az token", "credential", "az account get-access-token")
+
+    def c_doctl(self, args: list[Word], c: Cmd) -> None:
+        pos = _cli_positionals(args, frozenset({"--context", "-o", "--output"}))
+        if "delete" in pos or "rm" in pos:
+            self.add("teardown", "doctl " + " ".join(pos[:2]), "remote", "doctl delete")
+
+    def c_kubectl(self, args: list[Word], c: Cmd, name: str = "kubectl") -> None:
+        pos = _cli_positionals(args, frozenset({"--context", "-n", "--namespace", "--kubeconfig", "-o", "--output",
+                                                "-l", "--selector", "--cluster", "--user", "-f", "--filename",
+                                                "-c", "--container"}))
+        words = [_first(w) for w in args]
+        if pos[:1] == ["delete"] or pos[:1] == ["drain"] or (pos[:1] == ["scale"] and "--replicas=0" in words):
+            self.add("teardown", f"{name} {' '.join(pos[:3])}", "remote", f"{name} {pos[0]}")
+        elif pos[:2] in (["get", "secret"], ["get", "secrets"]) and any(w in ("-o", "--output") or w.startswith(("-o", "--output="))
+                                                                         for w in words):
+            self.add("read-secret", "kubernetes secrets", "credential", f"{name} get secrets -o")
+        elif pos[:1] == ["apply"] or pos[:1] == ["replace"] or pos[:1] == ["patch"]:
+            if "--dry-run" not in " ".join(words):
+                self.add("publish", f"{name} {pos[0]}", "remote", f"{name} {pos[0]}")
+
+    def c_oc(self, args: list[Word], c: Cmd) -> None:
+        self.c_kubectl(args, c, "oc")
+
+    def c_helm(self, args: list[Word], c: Cmd) -> None:
+        pos = _cli_positionals(args, frozenset({"-n", "--namespace", "--kube-context", "--kubeconfig"}))
+        if pos[:1] and pos[0] in ("uninstall", "delete", "del", "un"):
+            self.add("teardown", "helm release " + " ".join(pos[1:2]), "remote", "helm " + pos[0])
+        elif pos[:1] == ["push"]:
+            self.add("publish", "helm chart", "remote", "helm push")
+
+    def c_eksctl(self, args: list[Word], c: Cmd) -> None:
+        pos = _cli_positionals(args, frozenset())
+        if pos[:1] == ["delete"]:
+            self.add("teardown", "eks " + " ".join(pos[1:3]), "remote", "eksctl delete")
+
+    def c_heroku(self, args: list[Word], c: Cmd) -> None:
+        pos = _cli_positionals(args, frozenset({"-a", "--app"}))
+        if pos[:1] and pos[0] in ("apps:destroy", "pg:reset", "destroy", "addons:destroy"):
+            self.add("teardown", "heroku " + pos[0], "remote", "heroku " + pos[0])
+
+    def c_fly(self, args: list[Word], c: Cmd) -> None:
+        pos = _cli_positionals(args, frozenset({"-a", "--app"}))
+        if "destroy" in pos:
+            self.add("teardown", "fly app", "remote", "fly destroy")
+
+    c_flyctl = c_fly
+
+    def c_gh(self, args: list[Word], c: Cmd) -> None:
+        pos = _cli_positionals(args, frozenset({"-R", "--repo", "-H", "--hostname"}))
+        if pos[:2] == ["repo", "delete"]:
+            self.add("teardown", "github repository", "remote", "gh repo delete")
+        elif pos[:2] == ["auth", "token"] or (pos[:2] == ["auth", "status"] and "--show-token" in [_first(w) for w in args]):
+            self.add("read-secret", "github token", "credential", "gh auth token")
+        elif pos[:1] == ["release"] and pos[1:2] and pos[1] in ("create", "upload", "edit", "delete"):
+            self.add("publish", "github release", "remote", "gh release " + pos[1])
+        elif pos[:1] == ["api"] and any(_first(w) in ("-X", "--method") for w in args) and "DELETE" in [_first(w) for w in args]:
+            self.add("teardown", "github api " + " ".join(pos[1:2]), "remote", "gh api -X DELETE")
+
+    def c_docker(self, args: list[Word], c: Cmd, name: str = "docker") -> None:
+        pos = _cli_positionals(args, frozenset({"-H", "--host", "--context", "--config", "-l", "--log-level"}))
+        words = [_first(w) for w in args]
+        if not pos:
+            return
+        verb = pos[0]
+        if verb == "container" and len(pos) > 1:
+            verb = pos[1]
+        if verb in ("run", "create") or (verb == "container" and pos[1:2] == ["run"]):
+            i = words.index(verb) if verb in words else 0
+            opts = words[i + 1:]
+            for j, a in enumerate(opts):
+                v = opts[j + 1] if j + 1 < len(opts) else ""
+                if a == "--privileged" or a in ("--pid=host", "--net=host", "--network=host", "--ipc=host",
+                                                "--userns=host", "--uts=host") or (a in ("--pid", "--userns", "--cap-add") and
+                                                                                  v in ("host", "ALL", "SYS_ADMIN")) or \
+                        a.startswith("--cap-add=") and a.split("=", 1)[1] in ("ALL", "SYS_ADMIN", "SYS_PTRACE"):
+                    self.add("escalate", f"{name} {a}", "system", f"{name} run {a}")
+                    return
+                mount = ""
+                if a in ("-v", "--volume", "--mount"):
+                    mount = v
+                elif a.startswith(("-v", "--volume=", "--mount=")) and len(a) > 2:
+                    mount = a.split("=", 1)[1] if "=" in a and not a.startswith("-v") else a[2:]
+                if mount:
+                    src = mount.split(":", 1)[0] if "source=" not in mount and "src=" not in mount else \
+                        re.search(r"(?:source|src)=([^,]+)", mount).group(1)  # type: ignore[union-attr]
+                    if src.startswith(("/", "~", ".", "$")):
+                        p = resolve(src, c.where)
+                        cls = classify(p, c.where)
+                        if cls in ("root", "system", "home", "credential", "device") or p == "/var/run/docker.sock":
+                            self.add("escalate", f"{display(p, c.where)} mounted into a container", cls,
+                                     f"{name} run -v {src}")
+                            return
+        elif verb in ("system", "volume", "image", "builder", "network") and len(pos) > 1 and pos[1] in ("prune", "rm") \
+                and (verb != "image" or "-a" in words or "--all" in words):
+            if verb == "system" and not any(w in ("-a", "--all", "--volumes") or (w.startswith("-") and "a" in w and not w.startswith("--"))
+                                            for w in words):
+                return
+            self.add("teardown", f"{name} {verb}s", "remote", f"{name} {verb} {pos[1]}")
+        elif verb in ("rm", "rmi", "kill", "stop") and any("$(" in w or "`" in w or w == UNKNOWN for w in words) or \
+                (verb == "rm" and any(a.startswith(UNKNOWN) for a in words)):
+            self.add("teardown", f"every {name} container", "remote", f"{name} {verb} $({name} ps -aq)")
+        elif verb == "push" or (verb == "image" and pos[1:2] == ["push"]) or (verb == "buildx" and "--push" in words):
+            self.add("publish", f"{name} image", "remote", f"{name} push")
+        elif verb == "exec" and len(pos) > 2:
+            pass
+
+    def c_podman(self, args: list[Word], c: Cmd) -> None:
+        self.c_docker(args, c, "podman")
+
+    def c_nerdctl(self, args: list[Word], c: Cmd) -> None:
+        self.c_docker(args, c, "nerdctl")
+
+    def c_dropdb(self, args: list[Word], c: Cmd) -> None:
+        self.add("teardown", "database", "remote", "dropdb")
+
+    def c_psql(self, args: list[Word], c: Cmd, name: str = "psql", flags: tuple[str, ...] = ("-c", "--command")) -> None:
+        words = [_first(w) for w in args]
+        sql = []
+        for i, a in enumerate(words):
+            if a in flags and i + 1 < len(words):
+                sql.append(words[i + 1])
+            elif any(a.startswith(f + "=") for f in flags if f.startswith("--")):
+                sql.append(a.split("=", 1)[1])
+        if c.heredoc:
+            sql.append(c.heredoc)
+        if c.stdin is not None and _name(c.stdin) in ("echo", "printf"):
+            sql.append(" ".join(_first(w) for w in c.stdin.argv[1:]))
+        if c.stdin is not None and _name(c.stdin) == "cat" and c.stdin.heredoc:
+            sql.append(c.stdin.heredoc)
+        if name in ("sqlite3",):
+            pos = [w for w in words if not w.startswith("-")]
+            sql += pos[1:]
+        if name in ("redis-cli",):
+            sql.append(" ".join(w for w in words if not w.startswith("-")))
+        for s in sql:
+            m = SQL_DESTROY.search(s)
+            if m:
+                self.add("teardown", m.group(0).strip()[:40], "remote", f"{name} {m.group(0).split()[0]}")
+                return
+
+    def c_mysql(self, args: list[Word], c: Cmd) -> None:
+        self.c_psql(args, c, "mysql", ("-e", "--execute"))
+
+    c_mariadb = c_mysql
+
+    def c_sqlite3(self, args: list[Word], c: Cmd) -> None:
+        self.c_psql(args, c, "sqlite3", ("-cmd",))
+
+    def c_redis_cli(self, args: list[Word], c: Cmd) -> None:
+        self.c_psql(args, c, "redis-cli", ())
+
+    def c_mongo(self, args: list[Word], c: Cmd) -> None:
+        self.c_psql(args, c, "mongo", ("--eval",))
+
+    c_mongosh = c_mongo
+
+    def c_clickhouse_client(self, args: list[Word], c: Cmd) -> None:
+        self.c_psql(args, c, "clickhouse-client", ("-q", "--query"))
+
+    def c_cqlsh(self, args: list[Word], c: Cmd) -> None:
+        self.c_psql(args, c, "cqlsh", ("-e", "--execute"))
+
+    def c_npm(self, args: list[Word], c: Cmd, name: str = "npm") -> None:
+        pos = [_first(w) for w in args if not _first(w).startswith("-")]
+        if pos[:1] and pos[0] in ("publish", "unpublish", "deprecate") or pos[:2] in (["dist-tag", "add"], ["dist-tag", "rm"],
+                                                                                      ["owner", "add"], ["owner", "rm"]):
+            if "--dry-run" not in [_first(w) for w in args]:
+                self.add("publish", f"{name} package", "remote", f"{name} {pos[0]}")
+
+    c_yarn = c_pnpm = c_bun_ = c_npm
+
+    def c_twine(self, args: list[Word], c: Cmd) -> None:
+        if args and _first(args[0]) == "upload":
+            self.add("publish", "python package", "remote", "twine upload")
+
+    def c_cargo(self, args: list[Word], c: Cmd, name: str = "cargo") -> None:
+        pos = [_first(w) for w in args if not _first(w).startswith("-")]
+        if "publish" in pos[:2] and "--dry-run" not in [_first(w) for w in args]:
+            self.add("publish", f"{name} package", "remote", f"{name} publish")
+
+    def c_poetry(self, args: list[Word], c: Cmd) -> None:
+        self.c_cargo(args, c, "poetry")
+
+    def c_uv(self, args: list[Word], c: Cmd) -> None:
+        self.c_cargo(args, c, "uv")
+
+    def c_flit(self, args: list[Word], c: Cmd) -> None:
+        self.c_cargo(args, c, "flit")
+
+    def c_hatch(self, args: list[Word], c: Cmd) -> None:
+        self.c_cargo(args, c, "hatch")
+
+    def c_gem(self, args: list[Word], c: Cmd) -> None:
+        if args and _first(args[0]) in ("push", "yank"):
+            self.add("publish", "gem", "remote", "gem " + _first(args[0]))
+
+    def c_mvn(self, args: list[Word], c: Cmd) -> None:
+        if any(_first(w) in ("deploy", "release:perform") for w in args):
+            self.add("publish", "maven artifact", "remote", "mvn deploy")
+
+    def c_gradle(self, args: list[Word], c: Cmd) -> None:
+        if any(_first(w).startswith("publish") for w in args):
+            self.add("publish", "gradle publication", "remote", "gradle publish")
+
+    c_gradlew = c_gradle
+
+    def c_dotnet(self, args: list[Word], c: Cmd) -> None:
+        words = [_first(w) for w in args]
+        if words[:2] == ["nuget", "push"]:
+            self.add("publish", "nuget package", "remote", "dotnet nuget push")
+
+    def c_usermod(self, args: list[Word], c: Cmd) -> None:
+        self.add("escalate", " ".join(_first(w) for w in args)[:40] or "accounts", "system", "account change")
+
+    c_useradd = c_userdel = c_groupadd = c_groupmod = c_passwd = c_chpasswd = c_visudo = c_adduser = c_deluser = \
+        c_gpasswd = c_newgrp = c_usermod
+
+    def c_security(self, args: list[Word], c: Cmd) -> None:
+        if args and _first(args[0]) in ("find-generic-password", "find-internet-password", "dump-keychain",
+                                         "export", "find-certificate"):
+            self.add("read-secret", "the keychain", "credential", "security " + _first(args[0]))
+
+    def c_gpg(self, args: list[Word], c: Cmd) -> None:
+        if any(_first(w).startswith(("--export-secret", "--export-ssh-key")) for w in args):
+            self.add("read-secret", "gpg secret keys", "credential", "gpg --export-secret-keys")
+        elif any(_first(w) in ("--delete-secret-keys", "--delete-secret-and-public-key") for w in args):
+            self.add("delete", "gpg secret keys", "credential", "gpg --delete-secret-keys")
+
+    def c_ssh_add(self, args: list[Word], c: Cmd) -> None:
+        if any(_first(w) in ("-D", "-d") for w in args):
+            self.add("delete", "ssh agent keys", "credential", "ssh-add -D")
+
+    def c_ssh_keygen(self, args: list[Word], c: Cmd) -> None:
+        words = [_first(w) for w in args]
+        if "-f" in words and words.index("-f") + 1 < len(words) and ("-y" in words or "-e" in words):
+            self.path("read", words[words.index("-f") + 1], c.where, "ssh-keygen -y")
+        elif "-f" in words and words.index("-f") + 1 < len(words):
+            p = resolve(words[words.index("-f") + 1], c.where)
+            if classify(p, c.where) == "credential" and "-l" not in words:
+                self.add("write", display(p, c.where), "credential", "ssh-keygen -f")
+
+    def c_git_credential(self, args: list[Word], c: Cmd) -> None:
+        self.add("read-secret", "git credentials", "credential", "git credential")
+
+    def c_source(self, args: list[Word], c: Cmd) -> None:
+        if args:
+            a = _first(args[0])
+            p = resolve(a, c.where)
+            if a.startswith("/dev/fd/") or p in self.downloaded:
+                self.add("run-remote", a, "network", "source of a download")
+
+    def c_mount(self, args: list[Word], c: Cmd) -> None:
+        if args and not all(_first(w).startswith("-") for w in args):
+            self.add("escalate", " ".join(_first(w) for w in args)[:40], "system", "mount")
+
+    c_umount = c_mount
+
+    def c_modprobe(self, args: list[Word], c: Cmd) -> None:
+        self.add("escalate", " ".join(_first(w) for w in args)[:40] or "module", "system", "kernel module")
+
+    c_insmod = c_rmmod = c_modprobe
+
+    def c_sysctl(self, args: list[Word], c: Cmd) -> None:
+        if any(_first(w) == "-w" or ("=" in _first(w) and not _first(w).startswith("-")) for w in args):
+            self.add("write", "kernel parameters", "device", "sysctl -w")
+
+    def c_swapoff(self, args: list[Word], c: Cmd) -> None:
+        pass
+
+    def c_chmod_(self, args: list[Word], c: Cmd) -> None:  # (placeholder name never dispatched)
+        pass
+
+    def c_powershell(self, args: list[Word], c: Cmd) -> None:
+        self.interpreter("pwsh", args, c)
+
+
+def _name(c: Cmd | None) -> str:
+    if c is None or not c.argv:
+        return ""
+    argv = c.argv
+    i = 0
+    while i < len(argv) - 1 and _first(argv[i]).rsplit("/", 1)[-1] in ("sudo", "env", "nohup", "time", "command",
+                                                                       "exec", "stdbuf", "nice", "doas"):
+        i += 1
+        while i < len(argv) - 1 and (_first(argv[i]).startswith("-") or "=" in _first(argv[i])):
+            i += 1
+    return _first(argv[i]).rsplit("/", 1)[-1].lstrip("\\")
+
+
+def _upstream(c: Cmd) -> Iterator[Cmd]:
+    seen = 0
+    s = c.stdin
+    while s is not None and seen < 16:
+        yield s
+        s = s.stdin
+        seen += 1
+    for m in c.pipeline:  # tee and fifos make a pipeline a loop; anything in it may feed the client
+        if m is not c and m not in list(_chain(c)):
+            yield m
+
+
+def _chain(c: Cmd) -> Iterator[Cmd]:
+    s = c.stdin
+    n = 0
+    while s is not None and n < 16:
+        yield s
+        s = s.stdin
+        n += 1
+
+
+def _downstream(c: Cmd) -> list[Cmd]:
+    out = []
+    s = c.stdout
+    while s is not None and len(out) < 16:
+        out.append(s)
+        s = s.stdout
+    return out
+
+
+def _downstream_net(c: Cmd) -> list[Cmd]:
+    return [m for m in _downstream(c) if _name(m) in NET_CLIENTS]
+
+
+def _host_of(c: Cmd | None) -> str:
+    if c is None:
+        return "network"
+    for w in c.argv[1:]:
+        for a in _alts(w):
+            if "://" in a:
+                return _url_host(a)
+    for w in c.argv[1:]:
+        for a in _alts(w):
+            if not a.startswith("-") and re.match(r"^[\w.-]+\.[a-z]{2,}|^\d+\.\d+\.\d+\.\d+|^localhost$|^[\w-]+@", a):
+                return a.split("@")[-1].split(":")[0].split("/")[0]
+    return "network"
+
+
+def _url_host(u: str) -> str:
+    rest = u.split("://", 1)[-1]
+    host = rest.split("/", 1)[0].split("@")[-1]
+    if host.startswith("["):
+        return host.split("]")[0] + "]"
+    return host.split(":")[0]
+
+
+def _branch(ref: str) -> str:
+    r = ref.lstrip("+")
+    for p in ("refs/heads/", "heads/", "origin/", "refs/remotes/origin/"):
+        if r.startswith(p):
+            r = r[len(p):]
+    return r
+
+
+def _fed(c: Cmd) -> list[str]:
+    """What a command reads on stdin, as targets: find/ls roots, echo's words, else UNKNOWN."""
+    src = c.stdin
+    if src is None:
+        return [UNKNOWN]
+    n = _name(src)
+    while n in ("grep", "sort", "uniq", "head", "tail", "tr", "sed", "awk", "cut", "egrep", "fgrep", "rg") and src.stdin is not None:
+        src = src.stdin
+        n = _name(src)
+    words = [a for w in src.argv[1:] for a in _alts(w)]
+    if n == "find":
+        _, under, _ = _find_parts(src.argv[1:])
+        return [a for u in under for a in _alts(u)]
+    if n in ("ls", "fd", "fdfind"):
+        roots = [a for a in words if not a.startswith("-")] or ["."]
+        return [r.rstrip("/") + "/" + UNKNOWN for r in roots]
+    if n in ("echo", "printf"):
+        ws = [a for a in words if not re.fullmatch(r"-[neE]+", a)]
+        out = []
+        for a in ws:
+            out += a.split()
+        return out or [UNKNOWN]
+    if n == "git" and words[:1] in (["ls-files"], ["diff"]):
+        return [src.where.cwd + "/" + UNKNOWN]
+    return [UNKNOWN]
+
+
+_FIND_NARROW = frozenset({"-name", "-iname", "-path", "-ipath", "-wholename", "-iwholename", "-regex", "-iregex",
+                          "-newer", "-mtime", "-mmin", "-atime", "-amin", "-ctime", "-cmin", "-size", "-empty",
+                          "-user", "-group", "-perm", "-links", "-inum", "-samefile", "-lname", "-ilname"})
+
+
+def _find_parts(args: list[Word]) -> tuple[list[Word], list[Word], list[Word]]:
+    """find's roots, what it selects under them, and its expression. A name test narrows the selection
+    to that pattern (find . -name '*.pyc' is not the whole project); without one every entry is chosen."""
+    i = 0
+    while i < len(args) and (_first(args[i]) in ("-H", "-L", "-P") or _first(args[i]).startswith("-O")):
+        i += 1
+    roots: list[Word] = []
+    while i < len(args) and not _first(args[i]).startswith(("-", "(", "!", "\\(")):
+        roots.append(args[i])
+        i += 1
+    roots = roots or [(".",)]
+    expr = args[i:]
+    words = [_first(w) for w in expr]
+    name = next((words[k + 1] for k, w in enumerate(words) if w in ("-name", "-iname") and k + 1 < len(words)), None)
+    narrowed = name is not None or any(w in _FIND_NARROW for w in words) or "-prune" in words
+    if name is not None and (not any(ch in name for ch in "*?[") or not covers_all(name)):
+        sel = name
+    elif narrowed:
+        sel = "*(selected)"  # some entries: the class of the root, not the whole of it
+    else:
+        sel = ""
+    under = [tuple((a.rstrip("/") + "/" + sel) if sel else a for a in _alts(r)) for r in roots]
+    return roots, under, expr
+
+
+def _skip_opts(args: list[Word], with_value: set[str]) -> list[Word]:
+    i = 0
+    while i < len(args):
+        a = _first(args[i])
+        if a == "--":
+            return args[i + 1:]
+        if not a.startswith("-") or a == "-":
+            break
+        if a in with_value or (a.startswith("--") and a.split("=", 1)[0] in with_value and "=" not in a):
+            i += 2
+            continue
+        i += 1
+    return args[i:]
+
+
+def _skip_wrapper(name: str, args: list[Word]) -> list[Word]:
+    value_opts = {"nice": {"-n", "--adjustment"}, "ionice": {"-c", "-n", "-p", "--class", "--classdata"},
+                  "stdbuf": {"-i", "-o", "-e"}, "timeout": {"-s", "--signal", "-k", "--kill-after"},
+                  "chrt": {"-p"}, "taskset": {"-p"}, "exec": {"-a"}, "numactl": {"-C", "-N", "-m", "--cpunodebind",
+                                                                                 "--membind"},
+                  "cpulimit": {"-l", "--limit", "-p"}, "systemd-run": {"-p", "--unit", "--property", "-u"},
+                  "strace": {"-o", "-e", "-p", "-s"}, "ltrace": {"-o", "-e", "-p"}, "firejail": set()}.get(name, set())
+    rest = _skip_opts(args, value_opts)
+    if name in ("timeout", "gtimeout") and rest:
+        rest = rest[1:]  # the duration
+    if name in ("chrt", "taskset") and rest:
+        rest = rest[1:]  # priority / cpu mask
+    if name == "flock" and rest:
+        rest = rest[1:]  # the lock file
+        if rest and _first(rest[0]) in ("-c", "--command") and len(rest) > 1:
+            return [("sh",), ("-c",), rest[1]]
+    if name == "faketime" and rest:
+        rest = rest[1:]
+    return rest
+
+
+def _cli_positionals(args: list[Word], with_value: frozenset[str]) -> list[str]:
+    out: list[str] = []
+    words = [_first(w) for w in args]
+    i = 0
+    while i < len(words):
+        a = words[i]
+        if a.startswith("-"):
+            if "=" in a:
+                i += 1
+                continue
+            # an option followed by a value: known ones, or any --long followed by a non-option when
+            # the CLI (aws, gcloud) takes values between the verb and the target
+            if a in with_value or (a.startswith("--") and i + 1 < len(words) and not words[i + 1].startswith("-")
+                                   and a not in ("--recursive", "--force", "--yes", "--all", "--quiet", "--dry-run",
+                                                 "--no-wait", "--purge", "--permanent", "--wait", "-y", "-f", "-q")):
+                i += 2
+                continue
+            i += 1
+            continue
+        out.append(a)
+        i += 1
+    return out

@@ -1,0 +1,433 @@
+"""Shell text -> simple commands, with a real parser (tree-sitter-bash).
+
+tree-sitter-bash was chosen over bashlex by measurement (bench/decide.py --parsers): ~5 µs against ~200 µs
+per command, and bashlex rejects `[[ ]]`, arrays and `case` (a quarter of a sample of agent commands),
+where tree-sitter parses everything and marks what it cannot as ERROR nodes (which fail closed here).
+
+The walk evaluates words as far as the text allows: quotes removed, `$'..'` decoded, variables assigned
+earlier in the same text substituted (`c=rm; $c -rf ~`), `$HOME`, `${HOME:?}`, `$USER`, `$PWD`, `~`,
+brace lists expanded, `for x in WORDS` binding x to every word, `cd` followed. What it cannot know (a
+variable set at run time, a command's output) is the UNKNOWN character, so the effect model can still
+classify `$HOME/$X` by its known prefix. A secret-looking variable (`$AWS_SECRET_ACCESS_KEY`) expands to
+SECRET + its name, so sending it is visible.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import tree_sitter as ts
+import tree_sitter_bash as tsb
+
+from fak.core.shell.targets import UNKNOWN, Where, resolve
+
+SECRET = "\x01"  # marks an expansion of a secret-looking variable: SECRET + name + UNKNOWN
+_LANG = ts.Language(tsb.language())
+_PARSER = ts.Parser(_LANG)
+_MAX_ALTS = 32  # words with more alternatives (brace lists, loops) keep the first ones
+_SECRET_VAR = re.compile(r"(?:^|_)(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD|PASS|CREDENTIALS?|AUTH|PAT)(?:_|$)|^AWS_"
+                         r"|^(?:GH|GITHUB|GITLAB|HF|NPM|PYPI|OPENAI|ANTHROPIC|CLAUDE)_", re.I)
+_BRACE_WORDS = re.compile(r"\{[^{}\s]*,[^{}\s]*\}")
+_OP_NOISE = re.compile(r"[0-9\s]")
+_PRINTERS = frozenset({"echo", "printf"})
+_ESC = re.compile(r"\\(x[0-9a-fA-F]{1,2}|u[0-9a-fA-F]{4}|[0-7]{1,3}|.)", re.S)
+_SIMPLE_ESC = {"n": "\n", "t": "\t", "r": "\r", "a": "\a", "b": "\b", "e": "\x1b", "f": "\f", "v": "\v"}
+
+
+class ShellParseError(ValueError):
+    """The text is not shell the parser understands; the caller fails closed."""
+
+
+Word = tuple[str, ...]  # the alternatives a word can expand to (one, usually)
+
+
+@dataclass(slots=True)
+class Redirect:
+    op: str  # >, >>, <, &>, >&, <<<, <<
+    target: Word
+    fd: str = ""
+
+
+@dataclass(slots=True)
+class Cmd:
+    """One simple command: its words, redirects, the working directory it runs in, and its pipeline."""
+
+    argv: list[Word]
+    where: Where
+    redirects: list[Redirect] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)  # NAME=value prefixes
+    stdin: Cmd | None = None  # the command piped into this one
+    stdout: Cmd | None = None  # the command this one pipes into
+    heredoc: str | None = None  # text fed on stdin by << or <<<
+    pipeline: list[Cmd] = field(default_factory=list)  # every command of its pipeline, itself included
+    dynamic_name: bool = False  # the command word itself is not known
+
+
+def ansi_c(s: str) -> str:
+    def one(m: re.Match[str]) -> str:
+        e = m.group(1)
+        if e[0] in "xu" and len(e) > 1:
+            return chr(int(e[1:], 16))
+        if e[0] in "01234567":
+            return chr(int(e, 8) & 0xFF)
+        return _SIMPLE_ESC.get(e, e)
+
+    return _ESC.sub(one, s)
+
+
+class Walker:
+    """Walks one parsed script, in order, keeping the variables and the working directory it sets."""
+
+    def __init__(self, where: Where, vars: dict[str, Word] | None = None, depth: int = 0) -> None:
+        self.where = where
+        self.depth = depth
+        self.vars: dict[str, Word] = {
+            "HOME": (where.home,), "USER": (where.user,), "LOGNAME": (where.user,), "PWD": (where.cwd,),
+            "TMPDIR": (where.tmp,), "SHELL": ("/bin/bash",), "OLDPWD": (where.cwd,),
+        }
+        self.vars.update({k: (v,) for k, v in where.env.items()})
+        if vars:
+            self.vars.update(vars)
+        self.cmds: list[Cmd] = []
+        self.opaque: list[str] = []  # constructs that hide a command (${!x}, eval of a variable)
+
+    # -- words ---------------------------------------------------------------------------------
+    def word(self, n: ts.Node) -> Word:
+        t = n.type
+        if t == "word":
+            s = n.text.decode("utf-8", "replace")
+            if "\\" in s:
+                s = re.sub(r"\\(.)", r"\1", s, flags=re.S)
+            return (s,)
+        if t == "raw_string":
+            return (n.text.decode("utf-8", "replace")[1:-1],)
+        if t == "ansi_c_string":
+            return (ansi_c(n.text.decode("utf-8", "replace")[2:-1]),)
+        if t in ("number", "string_content", "special_character", "regex", "extglob_pattern", "test_operator"):
+            return (n.text.decode("utf-8", "replace"),)
+        if t == "string":
+            parts = [c for c in n.children if c.type not in ('"',)]
+            if not parts:
+                return ("",)
+            return self._concat(parts, raw_gaps=n)
+        if t == "concatenation":
+            return self._concat(list(n.children))
+        if t in ("simple_expansion", "expansion"):
+            return self._expand(n)
+        if t == "command_substitution":
+            return self._substitute(n)
+        if t == "process_substitution":
+            self.walk(n)
+            return ("/dev/fd/63",)
+        if t == "arithmetic_expansion":
+            return ("0",)
+        if t == "translated_string":
+            return self.word(n.children[-1])
+        if t == "brace_expression":
+            txt = n.text.decode()
+            m = re.fullmatch(r"\{(-?\d+)\.\.(-?\d+)\}", txt)
+            if m:
+                a, b = int(m.group(1)), int(m.group(2))
+                step = 1 if b >= a else -1
+                return tuple(str(i) for i in range(a, b + step, step))[:_MAX_ALTS]
+            return (txt,)
+        return (n.text.decode("utf-8", "replace"),)
+
+    def _concat(self, parts: list[ts.Node], raw_gaps: ts.Node | None = None) -> Word:
+        # A brace list {a,b,c} appears as the words "{", "a,b,c", "}" inside a concatenation.
+        alts: list[str] = [""]
+        i = 0
+        prev_end = raw_gaps.start_byte + 1 if raw_gaps is not None else None
+        src = raw_gaps.text if raw_gaps is not None else None
+        while i < len(parts):
+            c = parts[i]
+            if raw_gaps is not None and prev_end is not None and c.start_byte > prev_end:  # text the grammar skips
+                gap = src[prev_end - raw_gaps.start_byte:c.start_byte - raw_gaps.start_byte].decode("utf-8", "replace")
+                alts = [a + gap for a in alts]
+            if (raw_gaps is None and c.type == "word" and c.text == b"{" and i + 2 < len(parts)
+                    and parts[i + 2].type == "word" and parts[i + 2].text == b"}" and b"," in parts[i + 1].text):
+                opts = tuple(parts[i + 1].text.decode().split(","))
+                i += 3
+                alts = [a + o for a in alts for o in opts][:_MAX_ALTS]
+                prev_end = parts[i - 1].end_byte
+                continue
+            w = self.word(c)
+            alts = [a + o for a in alts for o in w][:_MAX_ALTS]
+            prev_end = c.end_byte
+            i += 1
+        if raw_gaps is not None and prev_end is not None and prev_end < raw_gaps.end_byte - 1:
+            gap = src[prev_end - raw_gaps.start_byte:len(src) - 1].decode("utf-8", "replace")
+            alts = [a + gap for a in alts]
+        return tuple(alts)
+
+    def _expand(self, n: ts.Node) -> Word:
+        names = [c for c in n.children if c.type in ("variable_name", "special_variable_name", "subscript")]
+        txt = n.text.decode("utf-8", "replace")
+        if txt.startswith("${!"):
+            self.opaque.append(txt)
+            return (UNKNOWN,)
+        if txt.startswith("${#"):
+            return ("0",)
+        if not names:
+            return (UNKNOWN,)
+        nm = names[0]
+        if nm.type == "subscript":
+            nm = nm.children[0]
+        name = nm.text.decode()
+        if name == "IFS":
+            return (" ",)
+        if name in ("@", "*") or name.isdigit():
+            return (UNKNOWN,)
+        val = self.vars.get(name)
+        if val is None:
+            # ${X:-default} / ${X-default}: the default when X is not known here
+            ops = [c for c in n.children if c.type in (":-", "-", ":=", "=")]
+            if ops:
+                rest = [c for c in n.children if c.start_byte > ops[0].end_byte and c.type != "}"]
+                if rest:
+                    return self._concat(rest)
+            if _SECRET_VAR.search(name):
+                return (SECRET + name + UNKNOWN,)
+            return (UNKNOWN,)
+        return val
+
+    def _substitute(self, n: ts.Node) -> Word:
+        """$(cmd) / `cmd`: what a few printing commands print; the commands are walked either way."""
+        before = len(self.cmds)
+        self.walk(n)
+        inner = self.cmds[before:]
+        if len(inner) == 1 and not inner[0].redirects:
+            argv = inner[0].argv
+            name = argv[0][0] if argv and argv[0] else ""
+            if name in _PRINTERS and len(argv) >= 1:
+                words = [w[0] for w in argv[1:]]
+                if name == "echo":
+                    while words and re.fullmatch(r"-[neE]+", words[0]):
+                        words.pop(0)
+                    return (" ".join(words),)
+                if words and re.fullmatch(r"(?:%s)+\\?n?", words[0]):
+                    return ("".join(words[1:]),)
+                return (ansi_c(words[0]) if words else "",)
+            if name in ("which", "command", "type") and len(argv) >= 2:
+                return (argv[-1][0],)
+            if name == "pwd":
+                return (inner[0].where.cwd,)
+            if name in ("whoami", "id"):
+                return (self.where.user,)
+            if name == "mktemp":
+                return (self.where.tmp + "/tmp." + UNKNOWN,)
+            if name in ("realpath", "readlink") and len(argv) >= 2:
+                return (resolve(argv[-1][0], inner[0].where),)
+            if name == "dirname" and len(argv) >= 2:
+                return (argv[-1][0].rsplit("/", 1)[0] or "/",)
+        return (UNKNOWN,)
+
+    # -- statements ----------------------------------------------------------------------------
+    def walk(self, n: ts.Node) -> None:
+        for c in n.children:
+            self.statement(c)
+
+    def statement(self, n: ts.Node, stdin: Cmd | None = None) -> list[Cmd]:
+        t = n.type
+        if t == "command":
+            return [self.command(n, stdin)]
+        if t == "pipeline":
+            return self.pipeline(n, stdin)
+        if t == "redirected_statement":
+            return self.redirected(n, stdin)
+        if t == "variable_assignment":
+            self.assign(n)
+            return []
+        if t == "variable_assignments":
+            for c in n.children:
+                if c.type == "variable_assignment":
+                    self.assign(c)
+            return []
+        if t == "declaration_command":
+            for c in n.children:
+                if c.type == "variable_assignment":
+                    self.assign(c)
+            return []
+        if t == "for_statement":
+            var = n.child_by_field_name("variable")
+            values = [c for c in n.children_by_field_name("value")]
+            if var is not None:
+                alts: list[str] = []
+                for v in values:
+                    alts += [self._tilde(a) for a in self.word(v)]
+                self.vars[var.text.decode()] = tuple(alts[:_MAX_ALTS]) or (UNKNOWN,)
+            body = n.child_by_field_name("body")
+            if body is not None:
+                self.walk(body)
+            return []
+        if t == "function_definition":
+            body = n.child_by_field_name("body")
+            if body is not None:
+                self.walk(body)  # assume it is called: its effects are the script's
+            return []
+        if t == "ERROR" or n.is_missing:
+            raise ShellParseError(f"cannot parse shell near {n.text.decode('utf-8', 'replace')[:40]!r}")
+        if t in ("comment", ";", "&", "&&", "||", "\n", "(", ")", "{", "}", "!", "|", "|&"):
+            return []
+        out: list[Cmd] = []
+        for c in n.children:
+            if c.type == "command_substitution":
+                self.word(c)
+            elif c.type in ("word", "string", "concatenation", "simple_expansion", "expansion", "raw_string", "number"):
+                continue
+            else:
+                out += self.statement(c)
+        return out
+
+    def assign(self, n: ts.Node) -> None:
+        name = n.child_by_field_name("name")
+        value = n.child_by_field_name("value")
+        if name is None:
+            return
+        key = name.text.decode()
+        if value is None:
+            self.vars[key] = ("",)
+        elif value.type == "array":
+            alts: list[str] = []
+            for c in value.children:
+                if c.type not in ("(", ")"):
+                    alts += list(self.word(c))
+            self.vars[key] = tuple(alts[:_MAX_ALTS]) or ("",)
+        else:
+            w = self.word(value)
+            self.vars[key] = tuple(self._tilde(a) for a in w)
+
+    def _tilde(self, s: str) -> str:
+        return resolve(s, self.where) if s.startswith("~") else s
+
+    def pipeline(self, n: ts.Node, stdin: Cmd | None) -> list[Cmd]:
+        members: list[Cmd] = []
+        prev = stdin
+        for c in n.children:
+            if c.type in ("|", "|&"):
+                continue
+            got = self.statement(c, prev)
+            if got:
+                if prev is not None and got[0].stdin is None:
+                    got[0].stdin = prev
+                    prev.stdout = got[0]
+                members += got
+                prev = got[-1]
+        for m in members:
+            m.pipeline = members
+        return members
+
+    def redirected(self, n: ts.Node, stdin: Cmd | None) -> list[Cmd]:
+        body = n.child_by_field_name("body")
+        cmds = self.statement(body, stdin) if body is not None else []
+        target = cmds[-1] if cmds else None
+        more: list[Cmd] = []
+        for r in n.children_by_field_name("redirect"):
+            if r.type == "file_redirect":
+                op = "".join(c.text.decode() for c in r.children if c.type not in ("file_descriptor",)
+                             and c != r.child_by_field_name("destination"))
+                dest = r.child_by_field_name("destination")
+                fd = r.child_by_field_name("descriptor")
+                if dest is not None and target is not None:
+                    target.redirects.append(Redirect(_OP_NOISE.sub("", op), self.word(dest), fd.text.decode() if fd else ""))
+            elif r.type == "heredoc_redirect":
+                bodies = [c for c in r.children if c.type == "heredoc_body"]
+                text = bodies[0].text.decode("utf-8", "replace") if bodies else ""
+                if target is not None:
+                    target.heredoc = text
+                for c in r.children:
+                    if c.type in ("pipeline", "command", "list", "redirected_statement"):
+                        got = self.statement(c, target)
+                        if got and target is not None and got[0].stdin is None:
+                            got[0].stdin = target
+                            target.stdout = got[0]
+                        more += got
+            elif r.type == "herestring_redirect":
+                vals = [c for c in r.children if c.type != "<<<"]
+                if target is not None and vals:
+                    target.heredoc = self.word(vals[0])[0]
+        if more and target is not None:
+            members = [*cmds, *more]
+            for m in members:
+                m.pipeline = members
+        return cmds + more
+
+    def command(self, n: ts.Node, stdin: Cmd | None) -> Cmd:
+        env: dict[str, str] = {}
+        argv: list[Word] = []
+        redirects: list[Redirect] = []
+        dynamic = False
+        for c in n.children:
+            if c.type == "variable_assignment":
+                name = c.child_by_field_name("name")
+                value = c.child_by_field_name("value")
+                if name is not None:
+                    env[name.text.decode()] = self.word(value)[0] if value is not None else ""
+            elif c.type == "command_name":
+                w = self.word(c.children[0]) if c.children else ("",)
+                if UNKNOWN in w[0] or SECRET in w[0]:
+                    dynamic = True
+                argv.append(w)
+            elif c.type == "file_redirect":
+                dest = c.child_by_field_name("destination")
+                op = "".join(x.text.decode() for x in c.children if x.type not in ("file_descriptor",) and x != dest)
+                if dest is not None:
+                    redirects.append(Redirect(_OP_NOISE.sub("", op), self.word(dest)))
+            elif c.type == "herestring_redirect":
+                pass
+            elif c.type in ("word", "string", "raw_string", "concatenation", "simple_expansion", "expansion",
+                            "command_substitution", "process_substitution", "number", "ansi_c_string",
+                            "arithmetic_expansion", "translated_string", "brace_expression"):
+                w = self.word(c)
+                if c.type in ("word", "concatenation") and any(a.startswith("~") for a in w):
+                    w = tuple(self._tilde(a) for a in w)
+                if c.type == "concatenation" and len(w) > 1 and _BRACE_WORDS.fullmatch(c.text.decode("utf-8", "replace")):
+                    argv += [(a,) for a in w]  # {rm,-rf,~} is three words
+                else:
+                    argv.append(w)
+            elif c.type == "ERROR":
+                raise ShellParseError(f"cannot parse shell near {c.text.decode('utf-8', 'replace')[:40]!r}")
+        cmd = Cmd(argv, self.where, redirects, env, stdin, dynamic_name=dynamic)
+        if stdin is not None:
+            stdin.stdout = cmd
+        self.cmds.append(cmd)
+        name = argv[0][0] if argv else ""
+        if name in ("cd", "pushd") and len(argv) >= 2 and UNKNOWN not in argv[1][0] and argv[1][0] != "-":
+            self.where = self.where.at(resolve(argv[1][0], self.where))
+            self.vars["PWD"] = (self.where.cwd,)
+        elif name in ("cd", "pushd") and len(argv) == 1:
+            self.where = self.where.at(self.where.home)
+            self.vars["PWD"] = (self.where.cwd,)
+        elif name in ("export", "readonly", "local", "declare", "typeset"):
+            pass
+        return cmd
+
+
+def parse(text: str, where: Where, vars: dict[str, Word] | None = None, depth: int = 0) -> Walker:
+    """Parse and walk `text`; Walker.cmds are its simple commands in order. ShellParseError when it is not shell."""
+    tree = _PARSER.parse(text.encode("utf-8", "surrogatepass"))
+    root = tree.root_node
+    w = Walker(where, vars, depth)
+    if root.has_error:
+        bad = _first_error(root)
+        raise ShellParseError(f"cannot parse shell near {bad!r}")
+    w.walk(root)
+    return w
+
+
+def _first_error(n: ts.Node) -> str:
+    stack = [n]
+    while stack:
+        x = stack.pop()
+        if x.type == "ERROR" or x.is_missing:
+            return x.text.decode("utf-8", "replace")[:40] or x.type
+        stack.extend(reversed(x.children))
+    return n.text.decode("utf-8", "replace")[:40]
+
+
+def literal(argv: list[str], where: Where) -> Walker:
+    """An argv list (Codex's `shell` form): words are literal, never re-split or expanded."""
+    w = Walker(where)
+    w.cmds.append(Cmd([(a,) for a in argv], where))
+    return w
