@@ -26,8 +26,19 @@ Fields (all optional except version):
   quarantine_patterns  regexes over a result's text -> QUARANTINE (PROMPT_INJECTION)
   result_deny          [{pattern, reason?, detail?}] over a result's text -> DENY (default SECRET_EXFIL)
 
-Order inside one call: OVERSIZE, deny list, unknown tool, arg_rules, self_modify, rate_limits, require_witness,
-transforms, ALLOW. Paths are normalized lexically (no symlink resolution: no filesystem access on
+fak-policy/v2 adds the effect model (fak.core.shell, fak.core.toolmodel): every shell command is parsed and
+judged by what it would do to which target, not by how it is spelled.
+  effects              {"shell"|"read"|"write"|"search"|"patch"|"fetch": {tool: dotted field}}: where each
+                       tool's command, path or URL is (default: Claude Code's, Codex's, aider-style tools)
+  effect_rules         [{id, effect: [kind], target?: [class], verdict: deny|witness|allow, reason?, tools?,
+                       detail?}]: a call whose effects match a rule gets its verdict; an "allow" rule exempts
+                       the effects it matches from the rules after it; the most restrictive verdict wins.
+                       Kinds and classes: fak.core.shell.effect.KINDS / CLASSES.
+  unparseable          "deny" (default) | "witness": a shell command the parser cannot read
+A refusal names the effect, its target and the rule: `delete ~ (home) by floor.delete-home [rm -r]`.
+
+Order inside one call: OVERSIZE, deny list, unknown tool, arg_rules, self_modify, effect_rules, rate_limits,
+require_witness, transforms, ALLOW. Paths are normalized lexically (no symlink resolution: no filesystem access on
 the decision path) against `call.meta["cwd"]`, else the process cwd. A tool listed under
 `tools` of a rule is "*"-able: omit `tools` (or use "*") for every tool.
 """
@@ -44,19 +55,25 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from fak.core.abi import Reason, Result, ToolCall, Verdict, VerdictKind
+from fak.core.abi import RANK, Reason, Result, ToolCall, Verdict, VerdictKind
 from fak.core.jsonfile import read_json
 from fak.core.needles import combine, minimal, needles
 from fak.core.ratelimit import RateLimit
+from fak.core.shell.effect import CLASSES, KINDS
 from fak.core.shellnorm import shell_normalize
+from fak.core.toolmodel import DEFAULT as DEFAULT_MODEL
+from fak.core.toolmodel import ShellParseError, ToolModel
 from fak.errors import FakError
 
 VERSION = "fak-policy/v1"
+VERSION_2 = "fak-policy/v2"
 _KNOWN_FIELDS = {
     "version", "name", "description", "default", "max_arg_bytes", "allow", "allow_prefix", "deny",
     "arg_rules", "self_modify", "write_tools", "rate_limits", "require_witness", "transforms", "quarantine_patterns",
     "result_deny",
 }
+_V2_FIELDS = {"effects", "effect_rules", "unparseable"}
+_EFFECT_VERDICTS = {"deny": VerdictKind.DENY, "witness": VerdictKind.REQUIRE_WITNESS, "allow": VerdictKind.ALLOW}
 _PATCH_HDR = re.compile(r"^\*\*\* (?:Add|Update|Delete) File: (.+?)\s*$|^\*\*\* Move to: (.+?)\s*$", re.M)
 _REDIRECT = re.compile(r"(?:&>>?|\d?>>?\|?)\s*(?!&)([\"']?)([^\s;&|<>\"'()]+)\1|\btee\s+(?:-\w+\s+)*([^\s;&|<>()]+)")
 _PLAN_CACHE_MAX = 4096
@@ -76,6 +93,21 @@ class ArgRule:
     verdict: Verdict | None = None  # the prebuilt DENY of an arg rule (set by Policy)
     normalize: bool = False  # also match the shell normal form of the text (fak.core.shellnorm)
     needles: tuple[str, ...] | None = None  # witness rules: literals every match contains (set by Policy)
+
+
+@dataclass(slots=True)
+class EffectRule:
+    id: str
+    kinds: frozenset[str]
+    classes: frozenset[str] | None  # None = any target
+    verdict: VerdictKind
+    reason: Reason
+    tools: frozenset[str] | None = None
+    detail: str = ""
+
+    def matches(self, kind: str, cls: str, tool: str) -> bool:
+        return kind in self.kinds and (self.classes is None or cls in self.classes) and (
+            self.tools is None or tool in self.tools)
 
 
 @dataclass(slots=True)
@@ -154,6 +186,10 @@ class Policy:
     transforms: list[ArgRule] = field(default_factory=list)
     quarantine: re.Pattern[str] | None = None
     result_deny: list[ArgRule] = field(default_factory=list)
+    model: ToolModel | None = None  # v2: where each tool's effects come from
+    effect_rules: list[EffectRule] = field(default_factory=list)
+    unparseable: VerdictKind = VerdictKind.DENY
+    version: str = VERSION
     _plans: dict[str, _Plan] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -256,6 +292,10 @@ class Policy:
             hit = self._self_modify_hit(call, plan.write_fields)
             if hit is not None:
                 return Verdict.deny(Reason.SELF_MODIFY, self.by, f"write to protected path {hit}")
+        if self.model is not None and self.effect_rules and self.model.knows(call.tool):
+            v = self._judge_effects(call)
+            if v is not None:
+                return v
         for lim in plan.limits:
             wait = lim.take()
             if wait is not None:
@@ -269,6 +309,34 @@ class Policy:
             if new is not None:
                 return Verdict.of(VerdictKind.TRANSFORM, Reason.REDACTED, self.by, new[1], new[0])
         return self._allow_v
+
+    def _judge_effects(self, call: ToolCall) -> Verdict | None:
+        """The most restrictive effect rule any of the call's effects meets (None: no rule objects)."""
+        assert self.model is not None
+        try:
+            effects = self.model.effects(call)
+        except ShellParseError as exc:
+            reason = Reason.MALFORMED if self.unparseable is VerdictKind.DENY else Reason.UNWITNESSED
+            return Verdict.of(self.unparseable, reason, self.by, f"unparseable shell: {exc}")
+        worst: tuple[EffectRule, object] | None = None
+        for e in effects:
+            for r in self.effect_rules:
+                if r.matches(e.kind, e.cls, call.tool):
+                    if r.verdict is not VerdictKind.ALLOW and (worst is None or RANK[r.verdict] > RANK[worst[0].verdict]):
+                        worst = (r, e)
+                    break  # the first rule that names an effect decides it; an allow rule exempts it
+        if worst is None:
+            return None
+        r, e = worst
+        how = f" [{e.how}]" if getattr(e, "how", "") else ""  # type: ignore[attr-defined]
+        detail = f"{e} by {r.id}{how}" + (f": {r.detail}" if r.detail else "")
+        if r.verdict is VerdictKind.DENY:
+            return Verdict.deny(r.reason, self.by, detail)
+        return Verdict.of(r.verdict, Reason.UNWITNESSED if r.reason is Reason.POLICY_BLOCK else r.reason, self.by, detail)
+
+    def effects(self, call: ToolCall) -> tuple[object, ...]:
+        """The call's effects as this policy's tool model reads them (empty for a v1 policy)."""
+        return self.model.effects(call) if self.model is not None else ()
 
     def write_targets(self, call: ToolCall, fields: list[str]) -> list[str]:
         out: list[str] = []
@@ -439,6 +507,63 @@ class _Loader:
             out.append(RateLimit(rule.id, rule.tools, float(pm), burst))
         return out
 
+    def model(self, obj: dict[str, Any]) -> ToolModel:
+        v = obj.get("effects", {})
+        if not isinstance(v, dict):
+            raise self.fail("effects", "expected {family: {tool: field}}")
+        fams = dict(DEFAULT_MODEL)
+        for fam, table in v.items():
+            if fam not in fams:
+                raise self.fail(f"effects.{fam}", f"unknown tool family (known: {', '.join(fams)})")
+            if not isinstance(table, dict) or not all(isinstance(k, str) and isinstance(x, str) and x for k, x in table.items()):
+                raise self.fail(f"effects.{fam}", "expected {tool: dotted field}")
+            fams[fam] = table
+        return ToolModel(**{k: dict(t) for k, t in fams.items()})
+
+    def effect_rules(self, obj: dict[str, Any]) -> list[EffectRule]:
+        v = obj.get("effect_rules", [])
+        if not isinstance(v, list):
+            raise self.fail("effect_rules", "expected a list of rule objects")
+        out = []
+        for i, r in enumerate(v):
+            where = f"effect_rules[{i}]"
+            if not isinstance(r, dict):
+                raise self.fail(where, "expected an object")
+            odd = sorted(set(r) - {"id", "effect", "target", "verdict", "reason", "tools", "detail"})
+            if odd:
+                raise self.fail(f"{where}.{odd[0]}", "unknown field (known: id, effect, target, verdict, reason, tools, detail)")
+            kinds = r.get("effect")
+            kinds = [kinds] if isinstance(kinds, str) else kinds
+            if not isinstance(kinds, list) or not kinds or not all(k in KINDS for k in kinds):
+                raise self.fail(f"{where}.effect", f"expected effect kinds from: {', '.join(KINDS)}")
+            classes = r.get("target")
+            classes = [classes] if isinstance(classes, str) else classes
+            if classes is not None and (not isinstance(classes, list) or not all(c in CLASSES for c in classes)):
+                raise self.fail(f"{where}.target", f"expected target classes from: {', '.join(CLASSES)}")
+            verdict = r.get("verdict", "deny")
+            if verdict not in _EFFECT_VERDICTS:
+                raise self.fail(f"{where}.verdict", "expected 'deny', 'witness' or 'allow'")
+            try:
+                reason = Reason(r.get("reason", "POLICY_BLOCK"))
+            except ValueError:
+                raise self.fail(f"{where}.reason", f"unknown reason {r.get('reason')!r}") from None
+            tools = r.get("tools", "*")
+            if tools not in ("*", ["*"]) and (not isinstance(tools, list) or not all(isinstance(t, str) for t in tools)):
+                raise self.fail(f"{where}.tools", 'expected a list of tool names or "*"')
+            detail = r.get("detail", "")
+            if not isinstance(detail, str):
+                raise self.fail(f"{where}.detail", "expected a string")
+            out.append(EffectRule(str(r.get("id", where)), frozenset(kinds), frozenset(classes) if classes is not None else None,
+                                  _EFFECT_VERDICTS[verdict], reason,
+                                  None if tools in ("*", ["*"]) else frozenset(tools), detail))
+        return out
+
+    def unparseable(self, obj: dict[str, Any]) -> VerdictKind:
+        v = obj.get("unparseable", "deny")
+        if v not in ("deny", "witness"):
+            raise self.fail("unparseable", "expected 'deny' or 'witness'")
+        return _EFFECT_VERDICTS[v]
+
     def rules(self, obj: dict[str, Any], key: str, *, need_pattern: bool, default_reason: Reason) -> list[ArgRule]:
         v = obj.get(key, [])
         if not isinstance(v, list):
@@ -451,11 +576,14 @@ def parse_policy(obj: Any, source: str = "<policy>") -> Policy:
     ld = _Loader(source)
     if not isinstance(obj, dict):
         raise FakError(f"{source}: policy must be a JSON object")
-    if obj.get("version") != VERSION:
-        raise ld.fail("version", f"expected {VERSION!r}, got {obj.get('version')!r}")
-    unknown = sorted(set(obj) - _KNOWN_FIELDS)
+    version = obj.get("version")
+    if version not in (VERSION, VERSION_2):
+        raise ld.fail("version", f"expected {VERSION!r} or {VERSION_2!r}, got {version!r}")
+    known = _KNOWN_FIELDS | (_V2_FIELDS if version == VERSION_2 else set())
+    unknown = sorted(set(obj) - known)
     if unknown:
-        raise ld.fail(unknown[0], f"unknown field (known: {', '.join(sorted(_KNOWN_FIELDS))})")
+        hint = f" ({unknown[0]!r} needs {VERSION_2!r})" if unknown[0] in _V2_FIELDS else ""
+        raise ld.fail(unknown[0], f"unknown field{hint} (known: {', '.join(sorted(known))})")
     default = obj.get("default", "deny")
     if default not in ("deny", "allow", "defer"):
         raise ld.fail("default", f"expected 'deny', 'allow' or 'defer', got {default!r}")
@@ -488,6 +616,10 @@ def parse_policy(obj: Any, source: str = "<policy>") -> Policy:
         transforms=ld.rules(obj, "transforms", need_pattern=False, default_reason=Reason.REDACTED),
         quarantine=combine(qp) if qp else None,
         result_deny=ld.rules(obj, "result_deny", need_pattern=True, default_reason=Reason.SECRET_EXFIL),
+        model=ld.model(obj) if version == VERSION_2 else None,
+        effect_rules=ld.effect_rules(obj) if version == VERSION_2 else [],
+        unparseable=ld.unparseable(obj),
+        version=version,
     )
 
 
@@ -497,12 +629,13 @@ def load_policy(path: str | os.PathLike[str]) -> Policy:
 
 
 FLOOR_NAME = "coding-floor.json"
+FLOOR_V1_NAME = "coding-floor-v1.json"  # the regex floor v2 replaced, kept to compare (bench/decide.py)
 
 
-def coding_floor() -> Policy:
+def coding_floor(name: str = FLOOR_NAME) -> Policy:
     """The default coding floor shipped inside the package (fak/core/policies/coding-floor.json)."""
-    ref = resources.files("fak.core.policies").joinpath(FLOOR_NAME)
-    return parse_policy(json.loads(ref.read_text(encoding="utf-8")), f"fak/core/policies/{FLOOR_NAME}")
+    ref = resources.files("fak.core.policies").joinpath(name)
+    return parse_policy(json.loads(ref.read_text(encoding="utf-8")), f"fak/core/policies/{name}")
 
 
 def serving_floor() -> Policy:

@@ -1,0 +1,146 @@
+"""A tool call -> the effects it would have: the shell model for shell tools, the arguments themselves for
+file and fetch tools. Which tool is which comes from the policy's `effects` table (Claude Code's, Codex's
+and aider-style names by default), so a policy can teach fak a new agent's tools without code.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+from fak.core.abi import ToolCall
+from fak.core.shell import Effect, ShellParseError, Where, effects
+from fak.core.shell.commands import METADATA_HOSTS, SECRET_PATTERN, _url_host
+from fak.core.shell.targets import classify, display, is_history, is_persist, resolve
+
+_PATCH_HDR = re.compile(r"^\*\*\* (Add|Update|Delete) File: (.+?)\s*$|^\*\*\* Move to: (.+?)\s*$", re.M)
+_CACHE_MAX = 4096
+
+
+@dataclass
+class ToolModel:
+    """Where each tool's effects are read from: {tool: dotted field}, per family."""
+
+    shell: dict[str, str] = field(default_factory=dict)  # a command: text or an argv list
+    read: dict[str, str] = field(default_factory=dict)  # a path read
+    write: dict[str, str] = field(default_factory=dict)  # a path written
+    search: dict[str, str] = field(default_factory=dict)  # a path searched (Grep, Glob): its pattern matters
+    patch: dict[str, str] = field(default_factory=dict)  # an apply_patch body
+    fetch: dict[str, str] = field(default_factory=dict)  # a URL fetched
+    cwd_field: tuple[str, ...] = ("workdir", "cwd", "working_directory")
+    _cache: OrderedDict[tuple[str, str, str, str], tuple[Effect, ...]] = field(default_factory=OrderedDict, repr=False)
+
+    def knows(self, tool: str) -> bool:
+        return any(tool in t for t in (self.shell, self.read, self.write, self.search, self.patch, self.fetch))
+
+    def where(self, call: ToolCall) -> Where:
+        meta = call.meta
+        args = call.args_obj if isinstance(call.args_obj, dict) else {}
+        cwd = next((args[f] for f in self.cwd_field if isinstance(args.get(f), str) and args[f].startswith("/")), None)
+        base = str(meta.get("cwd") or os.getcwd())
+        home = str(meta.get("home") or os.environ.get("HOME") or os.path.expanduser("~"))
+        return Where(cwd or base, home, str(meta.get("project") or base))
+
+    def effects(self, call: ToolCall) -> tuple[Effect, ...]:
+        """The call's effects. ShellParseError when a shell tool's command is not shell."""
+        tool = call.tool
+        args = call.args_obj if isinstance(call.args_obj, dict) else {}
+        where: Where | None = None
+        out: list[Effect] = []
+        if tool in self.shell:
+            cmd = _get(args, self.shell[tool])
+            if cmd is None:
+                return ()
+            where = self.where(call)
+            key = (tool, cmd if isinstance(cmd, str) else "\x00".join(map(str, cmd)), where.cwd, where.home)
+            hit = self._cache.get(key)
+            if hit is not None:
+                self._cache.move_to_end(key)
+                return hit
+            if isinstance(cmd, list):
+                cmd = [str(x) for x in cmd]
+            elif not isinstance(cmd, str):
+                cmd = str(cmd)
+            got = tuple(dict.fromkeys(effects(cmd, where)))
+            self._cache[key] = got
+            if len(self._cache) > _CACHE_MAX:
+                self._cache.popitem(last=False)
+            return got
+        if tool in self.write or tool in self.read or tool in self.search:
+            where = self.where(call)
+            fam = "write" if tool in self.write else "read" if tool in self.read else "search"
+            path = _get(args, (self.write if fam == "write" else self.read if fam == "read" else self.search)[tool])
+            if isinstance(path, str) and path:
+                out += _path_effects("write" if fam == "write" else "read", path, where, tool)
+            if fam == "search":
+                pat = args.get("pattern") or args.get("glob") or ""
+                if isinstance(pat, str):
+                    if "/" in pat or pat.startswith("~"):
+                        out += _path_effects("read", pat, where, tool)
+                    base = resolve(path, where) if isinstance(path, str) and path else where.cwd
+                    if SECRET_PATTERN.search(pat) and classify(base, where) in ("home", "root", "system"):
+                        out.append(Effect("read-secret", display(base, where), "credential",
+                                          f"{tool} for secrets across {classify(base, where)}"))
+        if tool in self.patch:
+            body = _get(args, self.patch[tool])
+            if isinstance(body, str):
+                where = where or self.where(call)
+                out += patch_effects(body, where, tool)
+        if tool in self.fetch:
+            url = _get(args, self.fetch[tool])
+            if isinstance(url, str):
+                host = _url_host(url)
+                if host in METADATA_HOSTS or host.startswith("169.254."):
+                    out.append(Effect("read-secret", host, "metadata", f"{tool} of the cloud metadata endpoint"))
+                elif url.startswith("file://"):
+                    out += _path_effects("read", url[7:], self.where(call), tool)
+        return tuple(dict.fromkeys(out))
+
+
+def patch_effects(body: str, where: Where, how: str = "apply_patch") -> list[Effect]:
+    out: list[Effect] = []
+    for m in _PATCH_HDR.finditer(body):
+        if m.group(1):
+            out += _path_effects("delete" if m.group(1) == "Delete" else "write", m.group(2), where, how)
+        else:
+            out += _path_effects("write", m.group(3), where, how)
+    return out
+
+
+def _path_effects(kind: str, path: str, where: Where, how: str) -> list[Effect]:
+    p = resolve(path, where)
+    cls = classify(p, where)
+    shown = display(p, where)
+    if kind == "read":
+        return [Effect("read-secret", shown, cls, how)] if cls == "credential" else []
+    if kind == "write" and is_persist(p, where):
+        return [Effect("persist", shown, cls, how)]
+    if is_history(p, where):
+        return [Effect("tamper", shown, cls, how)]
+    return [Effect(kind, shown, cls, how)]
+
+
+def _get(obj: Any, path: str) -> Any:
+    for key in path.split("."):
+        if not isinstance(obj, dict):
+            return None
+        obj = obj.get(key)
+    return obj
+
+
+DEFAULT = {
+    "shell": {"Bash": "command", "exec_command": "cmd", "shell": "command", "local_shell": "command",
+              "container.exec": "command", "run_command": "command", "write_stdin": "chars", "Monitor": "command"},
+    "read": {"Read": "file_path", "NotebookRead": "notebook_path", "read_file": "path", "view_image": "path",
+             "LS": "path"},
+    "write": {"Write": "file_path", "Edit": "file_path", "MultiEdit": "file_path", "NotebookEdit": "notebook_path",
+              "write_file": "path", "edit_file": "path"},
+    "search": {"Grep": "path", "Glob": "path"},
+    "patch": {"apply_patch": "input"},
+    "fetch": {"WebFetch": "url"},
+}
+
+__all__ = ["DEFAULT", "ShellParseError", "ToolModel", "patch_effects"]
