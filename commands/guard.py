@@ -31,6 +31,11 @@ def register(app: typer.Typer) -> None:
         quiet: bool = typer.Option(False, "--quiet", help="No banner and no summary."),
         json_summary: bool = typer.Option(False, "--json", help="The summary as one JSON line on stderr."),
         plain: bool = typer.Option(False, "--plain", help="With --gguf: float32 weights."),
+        sandbox: str = typer.Option("on", "--sandbox", help="on: run the agent inside a bubblewrap sandbox (the "
+                                    "project writable, the rest read-only, credential stores hidden, no network but "
+                                    "the gateway and --allow-net hosts); off: run it as it is."),
+        allow_net: list[str] = typer.Option([], "--allow-net", metavar="HOST", help="With --sandbox on: let the agent "
+                                            "reach HOST (HOST:PORT, *.DOMAIN) through the guard's proxy (repeat)."),
     ) -> None:
         """Run AGENT (after --) against a private gateway that adjudicates every tool call it is offered."""
         from fak.errors import FakError
@@ -38,7 +43,7 @@ def register(app: typer.Typer) -> None:
         from fak.guard import agents, child
         from fak.guard.proxy import HEALTH
         from fak.guard.state import Guard
-        from fak.guard.summary import show
+        from fak.guard.summary import banner_line, show
 
         argv = list(ctx.args)
         if not argv:
@@ -50,7 +55,17 @@ def register(app: typer.Typer) -> None:
         for name in env:
             if not name.isidentifier():
                 raise FakError(f"--env {name!r}: expected an environment variable name")
+        if sandbox not in ("on", "off"):
+            raise FakError(f"--sandbox {sandbox!r}: expected on or off")
+        if allow_net and sandbox == "off":
+            raise FakError("--allow-net needs --sandbox on (without the sandbox the agent reaches every host)")
         import shutil
+
+        if sandbox == "on":
+            from fak.sandbox import check_project, require_bwrap
+
+            require_bwrap("fak guard")  # one line each, before anything starts
+            check_project(os.getcwd(), os.environ.get("HOME") or os.path.expanduser("~"), "fak guard")
 
         if shutil.which(argv[0]) is None:
             raise FakError(f"{argv[0]}: command not found")
@@ -87,11 +102,22 @@ def register(app: typer.Typer) -> None:
             app = proxy_app(up, g)
             target = up
         inner = getattr(app, "app", None)  # the app behind AdmitResults (in-kernel: it holds the booted model)
-        gw = LocalServer(app, HEALTH)
+        box, gw = None, None
         try:
+            if sandbox == "on":
+                from fak.sandbox import Session
+
+                box = Session(allow_net, who="fak guard")  # the allow-list proxy listening on its socket
+            gw = LocalServer(app, HEALTH, unix=str(box.gateway_socket) if box is not None else None)
+            launch = agents.launch(argv, prov, gw.url, dict(os.environ), extra_vars=env, local_model=bool(gguf),
+                                   sandboxed=box is not None)
+            if box is not None:
+                home = launch.env.get("HOME") or os.path.expanduser("~")
+                box.configure(os.getcwd(), home, gateway_port=gw.sock.getsockname()[1],
+                              writable=agents.state_paths(argv, launch.env), tmpdir=launch.env.get("TMPDIR"),
+                              interactive=sys.stdin.isatty())
             gw.start(failed=lambda: failed[0].removeprefix("boot failed: ") if failed else None,
                      ready=(lambda: inner.state.booted is not None) if gguf else None)
-            launch = agents.launch(argv, prov, gw.url, dict(os.environ), extra_vars=env, local_model=bool(gguf))
             if not quiet:
                 from fak.guard.wires import anthropic, chat, responses
 
@@ -99,17 +125,23 @@ def register(app: typer.Typer) -> None:
                 policy_name = getattr(kernel.chain[0], "name", "policy")
                 sys.stderr.write(f"fak guard: {os.path.basename(argv[0])} · {wire} via {gw.url} → {target} · policy "
                                  f"{policy_name} · journal {jpath or 'off'}\n")
+                sys.stderr.write(banner_line(box.report() if box is not None else None, launch.env.get("HOME")) + "\n")
                 sys.stderr.flush()
-            rc = child.run(launch.argv, launch.env)
+            rc = child.run(launch.argv, launch.env, box)
         finally:
-            gw.stop()
+            if gw is not None:
+                gw.stop()
+            report = box.report() if box is not None else None
+            if box is not None:
+                box.close()
             b = getattr(getattr(inner, "state", None), "booted", None)
             if b is not None:
                 b.close()
             if kernel.journal is not None:
                 kernel.journal.close()
         if not quiet:
-            show(g.tally, agent=os.path.basename(argv[0]), exit_code=rc, journal=jpath, json_line=json_summary)
+            show(g.tally, agent=os.path.basename(argv[0]), exit_code=rc, journal=jpath, json_line=json_summary,
+                 sandbox=report, home=launch.env.get("HOME"))
         raise typer.Exit(rc)
 
 

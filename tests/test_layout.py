@@ -30,20 +30,23 @@ ALLOWED: dict[str, set[str]] = {
     "pipeline": BELOW_WIRE | {"wire"},
     "engine": BELOW_WIRE | {"wire", "pd", "pipeline"},
 }
-# fak/ in layers: core (the kernel) < tools < runtime (the booted engine) < engines (inkernel is the booted
-# model behind the kernel's ABI; the kernel reaches engines by id through core.registry, never by import)
-# and gateway < the surfaces guard, chat, agent (siblings). "fak" is fak/__init__.py, "errors" fak/errors.py.
+# fak/ in layers: sandbox (the OS sandbox: bubblewrap argv, relay, allow-list proxy; imports no fak/ layer, so
+# both the tools' Bash and the guard can use it) < core (the kernel) < tools < runtime (the booted engine) <
+# engines (inkernel is the booted model behind the kernel's ABI; the kernel reaches engines by id through
+# core.registry, never by import) and gateway < the surfaces guard, chat, agent (siblings). "fak" is
+# fak/__init__.py, "errors" fak/errors.py.
 FAK_ALLOWED: dict[str, set[str]] = {
     "fak": set(),
     "errors": set(),
+    "sandbox": {"errors"},
     "core": {"errors"},
-    "tools": {"errors", "core"},
+    "tools": {"errors", "core", "sandbox"},
     "runtime": {"errors", "core"},
-    "engines": {"errors", "core", "tools", "runtime"},
-    "gateway": {"errors", "core", "tools", "runtime"},
-    "guard": {"errors", "core", "tools", "runtime", "gateway"},
-    "chat": {"errors", "core", "tools", "runtime", "gateway"},
-    "agent": {"errors", "core", "tools", "runtime", "gateway"},
+    "engines": {"errors", "core", "tools", "runtime", "sandbox"},
+    "gateway": {"errors", "core", "tools", "runtime", "sandbox"},
+    "guard": {"errors", "core", "tools", "runtime", "gateway", "sandbox"},
+    "chat": {"errors", "core", "tools", "runtime", "gateway", "sandbox"},
+    "agent": {"errors", "core", "tools", "runtime", "gateway", "sandbox"},
 }
 # what build tools, linters (ruff's default exclude) and .gitignore templates skip as output or environments
 OUTPUT_NAMES = {"dist", "build", "_build", "buck-out", "out", "site-packages", "node_modules", "venv", ".venv",

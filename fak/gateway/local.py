@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import os
+import socket
 import threading
 import time
 from typing import Any
@@ -14,15 +16,23 @@ from fak.gateway.listen import listen_socket
 
 
 class LocalServer:
-    def __init__(self, app: Any, health: str = "/health") -> None:
+    """`unix`: also serve on this unix socket (fak guard's sandbox reaches the gateway through it)."""
+
+    def __init__(self, app: Any, health: str = "/health", unix: str | None = None) -> None:
         from fak.gateway.server import uvicorn_server
 
         self.sock = listen_socket("127.0.0.1", 0)
+        socks = [self.sock]
+        if unix is not None:
+            us = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            us.bind(unix)
+            os.chmod(unix, 0o600)
+            socks.append(us)
         self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
         self.health = health
         # no access log: request lines are the agent's business, and headers carry its credentials
         self.server = uvicorn_server(app, log_level="error", access_log=False, graceful=3)
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, name="fak-local-server",
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": socks}, name="fak-local-server",
                                        daemon=True)
 
     def start(self, *, timeout: float = 300.0, failed: Any = None, ready: Any = None) -> None:

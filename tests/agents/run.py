@@ -76,12 +76,18 @@ def agent_env(home: Path, **extra: str) -> dict[str, str]:
     """A clean env for either agent: a temp HOME, no proxy to the outside world
     (127.0.0.1 is direct, everything else hits a dead proxy), Claude Code's
     telemetry / auto-update / error reporting / nonessential traffic off.
-    `extra` adds (or overrides) variables, e.g. ANTHROPIC_BASE_URL=..."""
+    `extra` adds (or overrides) variables, e.g. ANTHROPIC_BASE_URL=...
+
+    TMPDIR is a directory beside HOME, not above it: Codex will not create its sandbox helper (a
+    codex-linux-sandbox alias on PATH) in a CODEX_HOME under the temp directory, and with a system
+    bubblewrap installed its workspace-write sandbox needs that helper."""
     home.mkdir(parents=True, exist_ok=True)
+    tmp = home.parent / f"{home.name}-tmp"
+    tmp.mkdir(exist_ok=True)
     env = {
         "PATH": "/usr/local/bin:/usr/bin:/bin",
         "HOME": str(home),
-        "TMPDIR": os.environ.get("TMPDIR", "/tmp"),
+        "TMPDIR": str(tmp),
         "LANG": "C.UTF-8",
         "TERM": "dumb",
         "NO_COLOR": "1",
@@ -157,11 +163,14 @@ def codex_argv(
     return argv
 
 
-def codex_guarded_argv(prompt: str, *, model: str = CODEX_MODEL, sandbox: str = "workspace-write") -> list[str]:
-    """`codex exec` as a user types it under `fak guard`: no provider flags (the guard adds its own)."""
+def codex_guarded_argv(prompt: str, *, model: str = CODEX_MODEL, sandbox: str | None = None) -> list[str]:
+    """`codex exec` as a user types it under `fak guard`: no provider flags (the guard adds its own), and
+    by default no sandbox flag either: under `--sandbox on` the guard's sandbox replaces Codex's own
+    (a bubblewrap cannot nest in another), which the guard sets; "bypass" or a mode to pass one."""
     exe = bin_path("codex")
     argv = [str(exe or "codex"), *CODEX_QUIET, "exec", "--skip-git-repo-check", "--ephemeral", "--color", "never"]
-    argv += ["--dangerously-bypass-approvals-and-sandbox"] if sandbox == "bypass" else ["-s", sandbox]
+    if sandbox is not None:
+        argv += ["--dangerously-bypass-approvals-and-sandbox"] if sandbox == "bypass" else ["-s", sandbox]
     return [*argv, "-m", model, prompt]
 
 
