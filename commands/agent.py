@@ -30,6 +30,9 @@ def register(app: typer.Typer) -> None:
         bash_timeout: float = typer.Option(30.0, "--bash-timeout", min=0.1, help="Seconds before a Bash call is killed."),
         keep: bool = typer.Option(False, "--keep", help="Keep both sandboxes (their paths are in the report)."),
         quiet: bool = typer.Option(False, "--quiet", help="No table on stdout (with --out)."),
+        sandbox: str = typer.Option("auto", "--sandbox", help="Run both arms' Bash inside a bubblewrap sandbox (the "
+                                    "task's directory writable, the rest read-only, credential stores hidden, no "
+                                    "network): auto (when bwrap is installed) | on | off."),
     ) -> None:
         """Run a task with and without the kernel and report the difference."""
         from fak.agent import load_task, run_ab
@@ -44,6 +47,13 @@ def register(app: typer.Typer) -> None:
             raise FakError("fak agent: --gguf and --base-url exclude each other (the in-kernel model, or a server)")
         if model and not base_url:
             raise FakError("fak agent: --model names a --base-url server's model (the in-kernel one is --gguf)")
+        os_sandbox = {"auto": None, "on": True, "off": False}.get(sandbox, "bad")
+        if os_sandbox == "bad":
+            raise FakError(f"--sandbox {sandbox!r}: expected auto, on or off")
+        if os_sandbox:
+            from fak.sandbox import require_bwrap
+
+            require_bwrap("fak agent")
         t = load_task(task)
         pol = load_policy(policy) if policy else coding_floor()
         jr = None
@@ -88,7 +98,7 @@ def register(app: typer.Typer) -> None:
                 make().warm()
 
             fak_rep, base_rep = run_ab(t, make, policy=pol, max_turns=turns, bash_timeout=bash_timeout, journal=jr,
-                                       keep=keep)
+                                       keep=keep, os_sandbox=os_sandbox)
         finally:
             if server is not None:
                 server.stop()

@@ -7,6 +7,8 @@ import sys
 
 import typer
 
+SANDBOX = {"auto": None, "on": True, "off": False}  # --sandbox -> SandboxTools(os_sandbox=...)
+
 
 def register(app: typer.Typer) -> None:
     @app.command("chat")
@@ -22,6 +24,9 @@ def register(app: typer.Typer) -> None:
         temperature: float = typer.Option(0.7, "--temp", help="Sampling temperature (0: greedy)."),
         max_tokens: int = typer.Option(1024, "--max-tokens", help="Longest reply, in tokens (per model call)."),
         plain: bool = typer.Option(False, "--plain", help="float32 weights (in-kernel)."),
+        sandbox: str = typer.Option("auto", "--sandbox", help="With --tools: run Bash inside a bubblewrap sandbox (the "
+                                    "directory writable, the rest read-only, credential stores hidden, no network): "
+                                    "auto (when bwrap is installed) | on | off."),
     ) -> None:
         """Chat with a model: streamed replies, multi-turn with the KV cache reused, slash commands (/help)."""
         from fak.chat import backend as backends
@@ -35,7 +40,9 @@ def register(app: typer.Typer) -> None:
             raise FakError(f"--max-tokens {max_tokens}: expected a positive integer")
         if not 0.0 <= temperature <= 2.0:
             raise FakError(f"--temp {temperature}: expected a number from 0 to 2")
-        kernel, specs = (_tool_kernel(policy, journal) if tools else (None, None))
+        if sandbox not in SANDBOX:
+            raise FakError(f"--sandbox {sandbox!r}: expected auto, on or off")
+        kernel, specs = (_tool_kernel(policy, journal, SANDBOX[sandbox]) if tools else (None, None))
         tty = sys.stdin.isatty() and sys.stdout.isatty()
         if base_url:
             be = backends.remote(base_url)
@@ -62,7 +69,7 @@ def register(app: typer.Typer) -> None:
                 kernel.journal.close()
 
 
-def _tool_kernel(policy: str | None, journal: str | None) -> tuple[object, list[dict[str, object]]]:
+def _tool_kernel(policy: str | None, journal: str | None, os_sandbox: bool | None) -> tuple[object, list[dict[str, object]]]:
     """The kernel that judges the model's calls and runs the allowed ones in this directory."""
     from fak.core.journal import Journal
     from fak.core.kernel import Kernel
@@ -70,7 +77,7 @@ def _tool_kernel(policy: str | None, journal: str | None) -> tuple[object, list[
     from fak.tools import TOOL_SPECS, SandboxTools
 
     k = Kernel.with_policy(load_policy(policy) if policy else coding_floor(),
-                           engines={"sandbox": SandboxTools(root=os.getcwd())}, default_engine="sandbox")
+                           engines={"sandbox": SandboxTools(root=os.getcwd(), os_sandbox=os_sandbox)}, default_engine="sandbox")
     if journal:
         k.journal = Journal(journal)
     return k, list(TOOL_SPECS)

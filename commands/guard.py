@@ -65,7 +65,7 @@ def register(app: typer.Typer) -> None:
             from fak.sandbox import check_project, require_bwrap
 
             require_bwrap("fak guard")  # one line each, before anything starts
-            check_project(os.getcwd(), os.environ.get("HOME") or os.path.expanduser("~"), "fak guard")
+            check_project(os.getcwd(), "fak guard")
 
         if shutil.which(argv[0]) is None:
             raise FakError(f"{argv[0]}: command not found")

@@ -29,10 +29,11 @@ def _view(tool: str, res: Result) -> tuple[str, str, bool]:
 
 def run_arm(task: Task, arm: str, planner: Planner, *, policy: Any = None, max_turns: int = 12,
             bash_timeout: float = 30.0, journal: Any = None, keep: bool = False,
-            on_call: Callable[[CallRecord], None] | None = None) -> ArmReport:
-    """Run one arm ("fak": every call through a kernel with `policy`; "baseline": the tools directly)."""
+            on_call: Callable[[CallRecord], None] | None = None, os_sandbox: bool | None = None) -> ArmReport:
+    """Run one arm ("fak": every call through a kernel with `policy`; "baseline": the tools directly).
+    `os_sandbox`: Bash inside bubblewrap (None: when it is installed), in both arms alike."""
     ws = Workspace.create(task, arm)
-    tools = SandboxTools(ws.root, bash_timeout, home=ws.home)
+    tools = SandboxTools(ws.root, bash_timeout, home=ws.home, os_sandbox=os_sandbox)
     kernel = None
     if arm == "fak":
         kernel = Kernel.with_policy(policy, engines={"sandbox": tools}, default_engine="sandbox", journal=journal)
@@ -89,11 +90,13 @@ def _execute(task: Task, ws: Workspace, tools: SandboxTools, kernel: Kernel | No
 
 def run_ab(task: Task, make_planner: Callable[[], Planner], *, policy: Any, max_turns: int = 12,
            bash_timeout: float = 30.0, journal: Any = None, keep: bool = False,
-           on_call: Callable[[str, CallRecord], None] | None = None) -> tuple[ArmReport, ArmReport]:
+           on_call: Callable[[str, CallRecord], None] | None = None,
+           os_sandbox: bool | None = None) -> tuple[ArmReport, ArmReport]:
     """Both arms, each with a fresh planner and sandbox: (fak, baseline)."""
     out = []
     for arm in ("fak", "baseline"):
         cb = (lambda rec, a=arm: on_call(a, rec)) if on_call is not None else None
         out.append(run_arm(task, arm, make_planner(), policy=policy if arm == "fak" else None, max_turns=max_turns,
-                           bash_timeout=bash_timeout, journal=journal if arm == "fak" else None, keep=keep, on_call=cb))
+                           bash_timeout=bash_timeout, journal=journal if arm == "fak" else None, keep=keep, on_call=cb,
+                           os_sandbox=os_sandbox))
     return out[0], out[1]

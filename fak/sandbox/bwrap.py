@@ -104,10 +104,11 @@ def _under(p: Path, roots: tuple[Path, ...] | list[Path]) -> bool:
     return any(p == r or r in p.parents for r in roots)
 
 
-def user_homes(home: Path) -> tuple[Path, ...]:
-    """`home` and the user's own home from the password database (a HOME pointed elsewhere must not
-    leave the real one's keys in view)."""
-    out = [_real(home)]
+def user_homes(home: Path | None = None) -> tuple[Path, ...]:
+    """`home`, this process's $HOME and the user's home from the password database (a HOME pointed
+    elsewhere must not leave the real one's keys in view)."""
+    out = [_real(home)] if home is not None else []
+    out.append(_real(os.path.expanduser("~")))
     try:
         out.append(_real(pwd.getpwuid(os.getuid()).pw_dir))
     except KeyError:
@@ -115,10 +116,10 @@ def user_homes(home: Path) -> tuple[Path, ...]:
     return tuple(dict.fromkeys(out))
 
 
-def check_project(project: str | os.PathLike[str], home: str | os.PathLike[str], who: str) -> None:
-    """The project is what the sandbox leaves writable: not / and not a whole home."""
+def check_project(project: str | os.PathLike[str], who: str) -> None:
+    """The project is what the sandbox leaves writable: not / and not the user's whole home."""
     proj = _real(project)
-    if proj == Path("/") or proj in user_homes(_real(home)):
+    if proj == Path("/") or proj in user_homes():
         where = "/" if proj == Path("/") else "your home directory"
         raise FakError(f"{who}: the project directory is {where}: the sandbox would leave all of it writable; "
                        "run from a project directory, or pass --sandbox off")
@@ -129,7 +130,7 @@ def contain(project: str | os.PathLike[str], home: str | os.PathLike[str], *, wr
             interactive: bool = False, who: str = "fak") -> SandboxSpec:
     """The spec for a sandbox around `project` with $HOME `home`: the credential stores that exist
     under either home found, the paths under /tmp that must stay visible collected."""
-    check_project(project, home, who)
+    check_project(project, who)
     proj, hm = _real(project), _real(home)
     homes = user_homes(hm)
     rw = tuple(dict.fromkeys(_real(p) for p in writable if os.path.lexists(p)))

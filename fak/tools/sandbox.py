@@ -4,7 +4,8 @@
     kernel.syscall(ToolCall.from_args("Bash", {"command": "pytest -q"}, meta={"cwd": root}))
 
 The engine confines (paths stay under root, Bash runs there with a built environment, a timeout and an
-output cap); the kernel in front of it decides what may run at all. Every failure is an error Result,
+output cap, inside the OS sandbox when bubblewrap is there: `os_sandbox` None = when bwrap exists, True =
+required, False = off); the kernel in front of it decides what may run at all. Every failure is an error Result,
 never an exception: a model's bad call is information for its next turn.
 """
 
@@ -15,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from fak.core.abi import Result, Status, ToolCall
+from fak.sandbox import contain, find_bwrap, require_bwrap
 from fak.tools import files, search
 from fak.tools.confine import Root, ToolError, need_str
 from fak.tools.shell import MAX_TIMEOUT, run_shell
@@ -31,13 +33,16 @@ class SandboxTools:
     engine_id = "sandbox"
 
     def __init__(self, root: str | os.PathLike[str], bash_timeout: float = 30.0,
-                 home: str | os.PathLike[str] | None = None, **_ignored: Any) -> None:
+                 home: str | os.PathLike[str] | None = None, os_sandbox: bool | None = None, **_ignored: Any) -> None:
         self.root = Root(root, home)
         self.bash_timeout = float(bash_timeout)
+        self.bwrap = require_bwrap("the sandbox engine") if os_sandbox else find_bwrap() if os_sandbox is None else None
+        # Bash's sandbox: the root writable, HOME the engine's home, its credential stores and the user's hidden
+        self.box = contain(self.root.path, self.root.home, who="the sandbox engine") if self.bwrap else None
 
     def caps(self) -> dict[str, Any]:
         return {"engine": "sandbox", "root": str(self.root.path), "tools": list(TOOL_NAMES),
-                "bash_timeout": self.bash_timeout, "streaming": False}
+                "bash_timeout": self.bash_timeout, "streaming": False, "os_sandbox": "bwrap" if self.box else "off"}
 
     def complete(self, call: ToolCall) -> Result:
         try:
@@ -74,7 +79,7 @@ class SandboxTools:
         timeout = min(float(ms) / 1000.0 if ms is not None else self.bash_timeout, MAX_TIMEOUT)
         if not self.root.path.is_dir():
             raise ToolError(f"the working directory {self.root.path} is gone")
-        run = run_shell(command, self.root.path, self.root.home, timeout)
+        run = run_shell(command, self.root.path, self.root.home, timeout, self.box, self.bwrap or "bwrap")
         payload = {"text": run.text(timeout), "exit_code": run.exit_code}
         if run.timed_out:
             payload["error"] = f"Bash: timed out after {timeout:g} s"

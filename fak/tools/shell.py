@@ -1,9 +1,11 @@
-"""Bash: one command in `bash -c`, cwd the root, HOME the sandbox's home, a timeout, output capped.
+"""Bash: one command in `bash -c`, cwd the root, HOME the sandbox's home, a timeout, output capped; inside
+the OS sandbox (fak/sandbox: bubblewrap, the root writable, the rest read-only, credential stores hidden,
+no network) when the engine has one.
 
 The environment is built, not inherited: PATH (this Python's directory first, so `python` is the one
 running fak), HOME, LANG, TERM. The agent's own credentials in the parent's environment never reach
 a command the model wrote. The whole process group is killed on timeout, so a backgrounded child
-cannot outlive the call.
+cannot outlive the call (in the OS sandbox, killing bwrap ends its pid namespace: everything inside).
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+
+from fak.sandbox import SandboxSpec, bwrap_argv
 
 OUTPUT_CAP = 30 * 1024  # bytes of output kept; the rest is counted and said to be cut
 MAX_TIMEOUT = 600.0
@@ -48,8 +52,12 @@ def sandbox_env(home: Path) -> dict[str, str]:
             "PYTHONDONTWRITEBYTECODE": "1"}
 
 
-def run_shell(command: str, cwd: Path, home: Path, timeout: float) -> ShellRun:
-    proc = subprocess.Popen(["bash", "-c", command], cwd=cwd, env=sandbox_env(home), stdin=subprocess.DEVNULL,
+def run_shell(command: str, cwd: Path, home: Path, timeout: float, box: SandboxSpec | None = None,
+              bwrap: str = "bwrap") -> ShellRun:
+    argv = ["bash", "-c", command]
+    if box is not None:
+        argv = bwrap_argv(box, argv, bwrap=bwrap)
+    proc = subprocess.Popen(argv, cwd=cwd, env=sandbox_env(home), stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     kept = bytearray()
     total = [0]
