@@ -2,7 +2,8 @@
 tests/agents` (the test command runs it), each in a temp HOME holding a canary: the fake model
 proposes one harmless and one destructive shell call in the agent's own tool shape; the harmless one
 runs, the destructive one never reaches the agent (the model is told so next turn), the journal
-records both and verifies, and nothing leaves 127.0.0.1."""
+records both and verifies, and nothing leaves 127.0.0.1 (the sandbox's proxy refused nothing). The
+sandbox itself is tested in test_guard_sandbox.py."""
 
 from __future__ import annotations
 
@@ -52,6 +53,9 @@ def three_facts(tmp_path: Path, up: FakeUpstream, run: object, journal: Path, to
     assert DESTRUCTIVE not in seen.replace("rm -r of", "")  # the agent never saw the call itself
     summary = json.loads(run.stderr.strip().splitlines()[-1])  # type: ignore[attr-defined]
     assert (summary["allowed"], summary["denied"], summary["exit_code"]) == (1, 1, 0)
+    # in the guard's sandbox (the default) the agent's own env proxy is replaced by the allow-list one:
+    # nothing asked it for another host either
+    assert summary["sandbox"] is not None and summary["sandbox"]["net_refused"] == 0
 
 
 def setup(tmp_path: Path) -> tuple[Path, Path]:

@@ -125,6 +125,17 @@ def first_turn(*commands: str) -> Propose:
     return propose
 
 
+def one_by_one(*commands: str) -> Propose:
+    """One shell call per turn, in order: the request carrying N tool results gets `commands[N]` (an
+    agent may run the calls of one turn concurrently; these must run in sequence); text once all ran."""
+
+    def propose(offer: Offer) -> list[Proposal]:
+        n = tool_results(offer.wire, offer.body)
+        return [shell_call(offer, commands[n])] if offer.tools and n < len(commands) else []
+
+    return propose
+
+
 def no_calls(offer: Offer) -> list[Proposal]:
     return []
 
@@ -157,6 +168,18 @@ def _followup(wire: str, body: dict[str, Any]) -> bool:
     return isinstance(items, list) and any(
         isinstance(i, dict) and str(i.get("type", "")).endswith("_call_output") for i in items
     )
+
+
+def tool_results(wire: str, body: dict[str, Any]) -> int:
+    """How many tool results the request carries."""
+    if wire == "anthropic":
+        return sum(1 for m in body.get("messages") or [] if isinstance(m, dict) and isinstance(m.get("content"), list)
+                   for b in m["content"] if isinstance(b, dict) and b.get("type") == "tool_result")
+    if wire == "chat":
+        return sum(1 for m in body.get("messages") or [] if isinstance(m, dict) and m.get("role") in ("tool", "function"))
+    items = body.get("input")
+    return sum(1 for i in items if isinstance(i, dict) and str(i.get("type", "")).endswith("_call_output")) \
+        if isinstance(items, list) else 0
 
 
 def offer_of(wire: str, body: dict[str, Any]) -> Offer:
