@@ -63,9 +63,11 @@ def register(app: typer.Typer) -> None:
 
         if sandbox == "on":
             from fak.sandbox import check_project, require_bwrap
+            from fak.sandbox.proxy import AllowList
 
             require_bwrap("fak guard")  # one line each, before anything starts
             check_project(os.getcwd(), "fak guard")
+            AllowList(allow_net)
 
         if shutil.which(argv[0]) is None:
             raise FakError(f"{argv[0]}: command not found")

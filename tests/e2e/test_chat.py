@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -167,6 +168,49 @@ def test_tools_each_call_judged_allowed_run_destructive_refused(tmp_path: Path) 
     assert [t["function"]["name"] for t in followup[0].body["tools"]] == ["Read", "Glob", "Grep", "Write", "Edit", "Bash"]
     rec = [json.loads(x) for x in (tmp_path / "j.jsonl").read_text().splitlines()]
     assert [(x["tool"], x["verdict"]) for x in rec] == [("Read", "ALLOW"), ("Bash", "DENY")]
+
+
+needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+KEY = "fak-planted-private-key"
+
+
+@needs_bwrap
+@pytest.mark.parametrize("sandbox", ["auto", "off"])
+def test_tools_bash_runs_inside_the_sandbox(tmp_path: Path, sandbox: str) -> None:
+    """The policy lets everything through (on purpose); `--sandbox auto` (bwrap is here) still keeps the
+    model's Bash from reading the user's ~/.ssh key and from writing outside the directory; `off` does not."""
+    work, env = _sandbox(tmp_path)
+    home, outside = tmp_path / "home", tmp_path / "outside"
+    (home / ".ssh").mkdir()
+    (home / ".ssh" / "id_ed25519").write_text(KEY + "\n")
+    outside.mkdir()
+    (tmp_path / "allow.json").write_text(json.dumps({"version": "fak-policy/v1", "name": "allow-all", "default": "allow"}))
+    command = f"echo in > inside.txt; cat {home}/.ssh/id_ed25519; echo out > {outside}/escape.txt"
+
+    def propose(offer):  # type: ignore[no-untyped-def]
+        return [] if offer.followup else [("Bash", {"command": command})]
+
+    with FakeUpstream(propose, text="Done.") as up:
+        r = subprocess.run([*FAK, "chat", "--tools", "--sandbox", sandbox, "--policy", str(tmp_path / "allow.json"),
+                            "--base-url", up.url], input="go\n", capture_output=True, text=True, timeout=60, cwd=work,
+                           env=env)
+        followup = up.followups()
+    assert r.returncode == 0, r.stderr
+    [result] = [m["content"] for m in followup[0].body["messages"] if m["role"] == "tool"]
+    assert (work / "inside.txt").read_text() == "in\n"  # the directory is writable either way
+    if sandbox == "auto":
+        assert KEY not in result and not (outside / "escape.txt").exists()
+    else:
+        assert KEY in result and (outside / "escape.txt").exists()
+
+
+def test_tools_sandbox_on_without_bwrap_is_one_line(tmp_path: Path) -> None:
+    work, env = _sandbox(tmp_path)
+    env["PATH"] = str(tmp_path / "empty")  # no bwrap on it
+    r = subprocess.run([*FAK, "chat", "--tools", "--sandbox", "on", "--base-url", "http://127.0.0.1:9"],
+                       input="", capture_output=True, text=True, timeout=60, cwd=work, env=env)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and "apt-get install bubblewrap" in lines[0]
 
 
 @pytest.mark.qwen

@@ -206,6 +206,31 @@ def test_bad_usage_is_one_line_and_exit_2(tmp_path: Path, args: list[str], messa
     assert len(lines) == 1 and message in lines[0] and "Traceback" not in r.stderr
 
 
+def test_sandbox_flags_one_line_and_exit_2(tmp_path: Path) -> None:
+    """No bwrap on PATH: --sandbox on (the default) says how to install it; --sandbox off runs as before.
+    And the sandbox will not make a whole home writable."""
+    sb, env = sandbox(tmp_path)
+    bare = dict(env, PATH=str(tmp_path / "empty"))  # no bwrap on it; the agent is named by its full path
+    agent = [sys.executable, "-c", "print('ran')"]
+    cases = [
+        (["--no-journal", "--upstream", "http://127.0.0.1:9", "--", *agent], sb, bare,
+         "bubblewrap (bwrap) is not installed; install it (apt-get install bubblewrap) or pass --sandbox off"),
+        (["--no-journal", "--sandbox", "maybe", "--", "true"], sb, env, "--sandbox 'maybe': expected on or off"),
+        (["--no-journal", "--sandbox", "off", "--allow-net", "pypi.org", "--", "true"], sb, env,
+         "--allow-net needs --sandbox on"),
+        (["--no-journal", "--allow-net", "a/b", "--", "true"], sb, env, "--allow-net 'a/b'"),
+        (["--no-journal", "--", "true"], tmp_path / "home", env, "the project directory is your home directory"),
+    ]
+    for args, cwd, e, message in cases:
+        r = guard(*args, cwd=cwd, env=e)
+        lines = r.stderr.strip().splitlines()
+        assert r.returncode == 2 and len(lines) == 1 and message in lines[0], (args, r.stderr)
+    with FakeUpstream() as up:
+        r = guard("--no-journal", "--sandbox", "off", "--upstream", up.url, "--", *agent, cwd=sb, env=bare)
+    assert r.returncode == 0 and r.stdout == "ran\n", r.stderr
+    assert "fak guard: sandbox off" in r.stderr and "sandbox: off" in r.stderr
+
+
 @pytest.mark.qwen
 @pytest.mark.slow
 def test_guard_on_the_in_kernel_model_with_no_network(tmp_path: Path) -> None:
