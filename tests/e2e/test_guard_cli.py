@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -229,6 +230,43 @@ def test_sandbox_flags_one_line_and_exit_2(tmp_path: Path) -> None:
         r = guard("--no-journal", "--sandbox", "off", "--upstream", up.url, "--", *agent, cwd=sb, env=bare)
     assert r.returncode == 0 and r.stdout == "ran\n", r.stderr
     assert "fak guard: sandbox off" in r.stderr and "sandbox: off" in r.stderr
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+def test_allow_net_reaches_the_named_host_only_and_the_summary_says_so(tmp_path: Path) -> None:
+    """Inside the sandbox HTTPS_PROXY is the guard's allow-list proxy: a tunnel to the --allow-net host
+    goes through, one to another host is refused with its reason, and the summary counts both."""
+    import http.server
+    import threading
+
+    class Hello(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"allowed host says hi\n")
+
+        def log_message(self, *a: object) -> None:
+            pass
+
+    host = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hello)
+    threading.Thread(target=host.serve_forever, daemon=True).start()
+    port = host.server_address[1]
+    sb, env = sandbox(tmp_path)
+    (tmp_path / "allow.json").write_text(json.dumps({"version": "fak-policy/v1", "name": "all", "default": "allow"}))
+    try:
+        with FakeUpstream(allowed_and_destructive(f"curl -s -m 5 -p --noproxy '' http://127.0.0.1:{port}/",
+                                                  "curl -s -m 5 https://example.com/ || echo refused-by-proxy")) as up:
+            r = guard("--upstream", up.url, "--provider", "anthropic", "--no-journal", "--json", "--policy",
+                      str(tmp_path / "allow.json"), "--allow-net", f"127.0.0.1:{port}", "--", sys.executable, STANDIN,
+                      "--wire", "anthropic", "go", cwd=sb, env=env)
+    finally:
+        host.shutdown()
+    assert r.returncode == 0, r.stderr
+    assert "allowed host says hi" in r.stdout and "refused-by-proxy" in r.stdout
+    assert f"net: gateway only + 127.0.0.1:{port} via proxy" in r.stderr.splitlines()[1]
+    box = json.loads(r.stderr.strip().splitlines()[-1])["sandbox"]
+    assert box["net_allowed"] == {f"127.0.0.1:{port}": 1} and box["net_refused_hosts"] == {"example.com:443": 1}
+    assert "example.com:443 is not in --allow-net" in box["net_refused_reasons"]["example.com:443"]
 
 
 @pytest.mark.qwen
