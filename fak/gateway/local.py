@@ -25,7 +25,12 @@ class LocalServer:
         socks = [self.sock]
         if unix is not None:
             us = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            us.bind(unix)
+            try:
+                us.bind(unix)
+            except OSError as exc:
+                us.close()
+                self.sock.close()
+                raise FakError(f"cannot listen on {unix} ({exc.strerror or exc})") from None
             os.chmod(unix, 0o600)
             socks.append(us)
         self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"

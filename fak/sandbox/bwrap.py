@@ -54,6 +54,7 @@ class SandboxSpec:
     project: Path  # read-write, and the working directory
     home: Path  # $HOME inside (unchanged: the agent's own state is found where it always is)
     writable: tuple[Path, ...] = ()  # the agent's own state (existing paths), read-write
+    readonly: tuple[Path, ...] = ()  # inside the writable ones but not the agent's to change (the guard's journal)
     hidden: tuple[Path, ...] = ()  # existing credential stores, masked
     hidden_files: frozenset[Path] = frozenset()  # which of `hidden` are files (masked by an empty file)
     empty: Path = Path("/dev/null")  # a read-only empty regular file outside (bwrap binds are nodev: not /dev/null)
@@ -126,8 +127,8 @@ def check_project(project: str | os.PathLike[str], who: str) -> None:
 
 
 def contain(project: str | os.PathLike[str], home: str | os.PathLike[str], *, writable: tuple[Path, ...] = (),
-            relays: tuple[Relay, ...] = (), env: dict[str, str] | None = None, tmpdir: str | None = None,
-            interactive: bool = False, who: str = "fak") -> SandboxSpec:
+            readonly: tuple[Path, ...] = (), relays: tuple[Relay, ...] = (), env: dict[str, str] | None = None,
+            tmpdir: str | None = None, interactive: bool = False, who: str = "fak") -> SandboxSpec:
     """The spec for a sandbox around `project` with $HOME `home`: the credential stores that exist
     under either home found, the paths under /tmp that must stay visible collected."""
     check_project(project, who)
@@ -155,7 +156,9 @@ def contain(project: str | os.PathLike[str], home: str | os.PathLike[str], *, wr
     td = _real(tmpdir) if tmpdir else None
     if td is not None and not _under(td, PRIVATE_TMP):
         td = None  # elsewhere it is a path like any other (read-only unless it is under the project)
-    return SandboxSpec(project=proj, home=hm, writable=rw, hidden=tuple(hidden), hidden_files=frozenset(files),
+    # read-only again only where it would be writable: inside the project or the agent's state
+    ro = tuple(dict.fromkeys(_real(p) for p in readonly if os.path.lexists(p) and _under(_real(p), (proj, *rw))))
+    return SandboxSpec(project=proj, home=hm, writable=rw, readonly=ro, hidden=tuple(hidden), hidden_files=frozenset(files),
                        empty=empty_file() if files else Path("/dev/null"), visible=visible, tmpdir=td, relays=relays,
                        env=dict(env or {}), new_session=not interactive)
 
@@ -164,7 +167,8 @@ def bwrap_argv(spec: SandboxSpec, command: list[str], *, bwrap: str = "bwrap", i
                seccomp_fd: int | None = None) -> list[str]:
     """bwrap's argv running `command` inside `spec`'s sandbox (through the relay when it has relays).
     Mount order matters: a later mount covers an earlier one, so read-only root, then the private tmps,
-    then what must show through them, then the writable paths, then the masks over credentials."""
+    then what must show through them, then the writable paths, then what stays read-only inside them,
+    then the masks over credentials."""
     a = [bwrap, "--die-with-parent", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-cgroup-try",
          "--cap-drop", "ALL"]
     if spec.new_session:
@@ -180,6 +184,8 @@ def bwrap_argv(spec: SandboxSpec, command: list[str], *, bwrap: str = "bwrap", i
         a += ["--ro-bind", str(p), str(p)]
     for p in (spec.project, *sorted(spec.writable, key=lambda p: len(p.parts))):
         a += ["--bind", str(p), str(p)]
+    for p in spec.readonly:
+        a += ["--ro-bind", str(p), str(p)]
     for p in spec.hidden:
         if p in spec.hidden_files:
             a += ["--ro-bind", str(spec.empty), str(p)]

@@ -33,7 +33,9 @@ class Session:
         self.who = who
         self.bwrap = require_bwrap(who)
         self.allow = AllowList(allow_net)
-        self.dir = Path(tempfile.mkdtemp(prefix="fak-sandbox-"))  # 0700: only this user reaches the sockets
+        # 0700: only this user reaches the sockets; a unix socket's path has ~108 bytes, so not under a long TMPDIR
+        base = tempfile.gettempdir() if len(tempfile.gettempdir()) < 64 else "/tmp"
+        self.dir = Path(tempfile.mkdtemp(prefix="fak-sandbox-", dir=base))
         self.gateway_socket = self.dir / "gateway.sock"
         self.proxy = NetProxy(self.allow, self.dir / "proxy.sock")
         self.spec: SandboxSpec | None = None
@@ -47,12 +49,13 @@ class Session:
             raise
 
     def configure(self, project: str | os.PathLike[str], home: str | os.PathLike[str], *, gateway_port: int,
-                  writable: tuple[Path, ...] = (), tmpdir: str | None = None, interactive: bool = False) -> SandboxSpec:
+                  writable: tuple[Path, ...] = (), readonly: tuple[Path, ...] = (), tmpdir: str | None = None,
+                  interactive: bool = False) -> SandboxSpec:
         port = PROXY_PORT if gateway_port != PROXY_PORT else PROXY_PORT + 1
         url = f"http://127.0.0.1:{port}"
         env = {**{k: url for k in PROXY_VARS}, "NO_PROXY": LOOPBACK, "no_proxy": LOOPBACK}
         relays = (Relay("gateway", gateway_port, self.gateway_socket), Relay("proxy", port, self.proxy.path))
-        self.spec = contain(project, home, writable=writable, relays=relays, env=env, tmpdir=tmpdir,
+        self.spec = contain(project, home, writable=writable, readonly=readonly, relays=relays, env=env, tmpdir=tmpdir,
                             interactive=interactive, who=self.who)
         return self.spec
 

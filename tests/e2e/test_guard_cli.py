@@ -269,6 +269,21 @@ def test_allow_net_reaches_the_named_host_only_and_the_summary_says_so(tmp_path:
     assert "example.com:443 is not in --allow-net" in box["net_refused_reasons"]["example.com:443"]
 
 
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+def test_the_journal_inside_the_project_is_not_the_agents_to_change(tmp_path: Path) -> None:
+    sb, env = sandbox(tmp_path)
+    (tmp_path / "allow.json").write_text(json.dumps({"version": "fak-policy/v1", "name": "all", "default": "allow"}))
+    with FakeUpstream(allowed_and_destructive("echo forged >> .fak/guard/*.jsonl", "rm -f .fak/guard/*.jsonl")) as up:
+        r = guard("--upstream", up.url, "--policy", str(tmp_path / "allow.json"), "--", sys.executable, STANDIN,
+                  "--wire", "anthropic", "go", cwd=sb, env=env)
+    assert r.returncode == 0, r.stderr
+    assert "Read-only file system" in r.stdout and "Device or resource busy" in r.stdout  # the write, the delete
+    [journal] = (sb / ".fak" / "guard").glob("*.jsonl")
+    v = subprocess.run([sys.executable, "-m", "commands.main", "audit", "verify", str(journal)], capture_output=True,
+                       text=True)
+    assert v.returncode == 0 and "OK, 2 records" in v.stdout
+
+
 @pytest.mark.qwen
 @pytest.mark.slow
 def test_guard_on_the_in_kernel_model_with_no_network(tmp_path: Path) -> None:

@@ -33,7 +33,8 @@ def pairs(argv: list[str], flag: str) -> list[str]:
 
 def test_argv_mounts_in_order_and_namespaces() -> None:
     spec = SandboxSpec(project=Path("/w/proj"), home=Path("/h"), writable=(Path("/h/.claude"), Path("/h/.claude.json")),
-                       hidden=(Path("/h/.ssh"), Path("/h/.netrc")), hidden_files=frozenset({Path("/h/.netrc")}),
+                       readonly=(Path("/w/proj/.fak/guard"),), hidden=(Path("/h/.ssh"), Path("/h/.netrc")),
+                       hidden_files=frozenset({Path("/h/.netrc")}),
                        empty=Path("/tmp/empty"), visible=(Path("/tmp/h"),), env={"HTTPS_PROXY": "http://127.0.0.1:3128"})
     a = bwrap_argv(spec, ["bash", "-c", "true"], bwrap="/usr/bin/bwrap")
     assert a[0] == "/usr/bin/bwrap" and a[-4:] == ["--", "bash", "-c", "true"]
@@ -42,7 +43,10 @@ def test_argv_mounts_in_order_and_namespaces() -> None:
     assert pairs(a, "--cap-drop") == ["ALL"] and "--as-pid-1" not in a  # no relays: bwrap's own init
     i = a.index
     # read-only root, then private tmps, then what shows through them, then writable, then the masks
-    assert i("--ro-bind") < i("--tmpfs") < i("/tmp/h") < i("/w/proj") < i("/h/.claude") < i("/h/.ssh") < i("/h/.netrc")
+    assert (i("--ro-bind") < i("--tmpfs") < i("/tmp/h") < i("/w/proj") < i("/h/.claude") < i("/w/proj/.fak/guard")
+            < i("/h/.ssh") < i("/h/.netrc"))
+    j = i("/w/proj/.fak/guard")
+    assert a[j - 1:j + 2] == ["--ro-bind", "/w/proj/.fak/guard", "/w/proj/.fak/guard"]  # the journal, inside rw
     assert pairs(a, "--tmpfs")[:2] == ["/tmp", "/var/tmp"]
     assert pairs(a, "--bind") == ["/w/proj", "/h/.claude", "/h/.claude.json"]
     assert a[i("/h/.ssh") - 1] == "--tmpfs" and pairs(a, "--remount-ro") == ["/h/.ssh"]
@@ -70,7 +74,11 @@ def test_contain_finds_credentials_and_leaves_the_agent_its_own(tmp_path: Path) 
     (home / ".netrc").write_text("machine x password y\n")
     (home / ".claude" / ".credentials.json").write_text("{}")
     (home / ".git-credentials").symlink_to(home / "elsewhere")  # dangling: nothing to hide
-    spec = contain(proj, home, writable=(home / ".claude", home / ".claude.json"))
+    (proj / "journal.jsonl").write_text("")
+    (tmp_path / "outside.jsonl").write_text("")
+    spec = contain(proj, home, writable=(home / ".claude", home / ".claude.json"),
+                   readonly=(proj / "journal.jsonl", tmp_path / "outside.jsonl"))
+    assert spec.readonly == ((proj / "journal.jsonl").resolve(),)  # only what would be writable
     mine = {p for p in spec.hidden if home in p.parents}
     assert mine == {home / ".ssh", home / ".aws", home / ".config/gh", home / ".netrc"}
     assert spec.hidden_files & mine == {home / ".netrc"} and spec.empty.stat().st_size == 0
