@@ -57,11 +57,11 @@ def show(tally: Tally, *, agent: str, exit_code: int, journal: str | None, json_
     if sandbox is not None:
         line = (f"sandbox: rw {', '.join(_short(p, home) for p in sandbox['rw'])} · hidden {len(sandbox['hidden'])} "
                 f"credential stores · network refused [red]{sandbox['net_refused']}[/]")
-        if sandbox["net_refused_hosts"]:
-            line += " (" + ", ".join(f"{h} ×{n}" for h, n in sandbox["net_refused_hosts"].items()) + ")"
         if sandbox["net_allowed"]:
             line += " · allowed " + ", ".join(f"{h} ×{n}" for h, n in sandbox["net_allowed"].items())
         con.print(line, soft_wrap=True)
+        for h, n in sandbox["net_refused_hosts"].items():  # each with the proxy's reason
+            con.print(f"  refused {h} ×{n}: {sandbox['net_refused_reasons'][h]}", soft_wrap=True, markup=False)
     else:
         con.print("sandbox: off", soft_wrap=True)
     if journal:

@@ -157,7 +157,8 @@ class NetProxy:
     async def _refuse(self, writer: asyncio.StreamWriter, host: str, port: int, reason: str) -> None:
         with self._lock:
             self.refusals.append(Refusal(host, port, reason))
-        log.warning("sandbox proxy refused %s:%d: %s", host, port, reason)
+        # info, not warning: the agent owns the terminal; the guard's summary lists every refusal's reason
+        log.info("sandbox proxy refused %s:%d: %s", host, port, reason)
         body = f"fak sandbox: refused: {reason}\n".encode()
         writer.write(b"HTTP/1.1 403 Forbidden\r\nContent-Type: text/plain\r\nX-Fak-Sandbox: refused\r\n"
                      b"Connection: close\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
