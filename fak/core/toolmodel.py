@@ -6,7 +6,6 @@ and aider-style names by default), so a policy can teach fak a new agent's tools
 from __future__ import annotations
 
 import os
-import re
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,9 +13,10 @@ from typing import Any
 from fak.core.abi import ToolCall
 from fak.core.shell import Effect, ShellParseError, Where, effects
 from fak.core.shell.commands import METADATA_HOSTS, SECRET_PATTERN, _url_host
-from fak.core.shell.targets import classify, display, is_history, is_persist, resolve
+from fak.core.shell.patch import patch_effects
+from fak.core.shell.patch import path_effects as _path_effects
+from fak.core.shell.targets import classify, display, resolve
 
-_PATCH_HDR = re.compile(r"^\*\*\* (Add|Update|Delete) File: (.+?)\s*$|^\*\*\* Move to: (.+?)\s*$", re.M)
 _CACHE_MAX = 4096
 
 
@@ -98,29 +98,6 @@ class ToolModel:
                 elif url.startswith("file://"):
                     out += _path_effects("read", url[7:], self.where(call), tool)
         return tuple(dict.fromkeys(out))
-
-
-def patch_effects(body: str, where: Where, how: str = "apply_patch") -> list[Effect]:
-    out: list[Effect] = []
-    for m in _PATCH_HDR.finditer(body):
-        if m.group(1):
-            out += _path_effects("delete" if m.group(1) == "Delete" else "write", m.group(2), where, how)
-        else:
-            out += _path_effects("write", m.group(3), where, how)
-    return out
-
-
-def _path_effects(kind: str, path: str, where: Where, how: str) -> list[Effect]:
-    p = resolve(path, where)
-    cls = classify(p, where)
-    shown = display(p, where)
-    if kind == "read":
-        return [Effect("read-secret", shown, cls, how)] if cls == "credential" else []
-    if kind == "write" and is_persist(p, where):
-        return [Effect("persist", shown, cls, how)]
-    if is_history(p, where):
-        return [Effect("tamper", shown, cls, how)]
-    return [Effect(kind, shown, cls, how)]
 
 
 def _get(obj: Any, path: str) -> Any:

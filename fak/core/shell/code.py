@@ -13,8 +13,10 @@ needs a witness instead of passing.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from fak.core.shell.effect import SENSITIVE, Effect
+from fak.core.shell.parse import ShellParseError
 from fak.core.shell.targets import UNKNOWN, Where, classify, display, resolve
 
 _HOME_EXPR = re.compile(
@@ -103,9 +105,12 @@ def _literals(text: str, names: dict[str, str]) -> list[str]:
     return out[:1] + [x for x in out[1:] if x.startswith(("/", "~"))]
 
 
-def scan(lang: str, code: str, where: Where, depth: int = 0) -> list[Effect]:
-    from fak.core.shell.commands import Judge  # (a cycle: shell strings inside code are shell again)
+# Judges shell text (str) or an argv (list) found in code; supplied by the shell model (commands.Judge),
+# so this module does not import it back.
+ShellJudge = Callable[[str | list[str], Where, int], list[Effect]]
 
+
+def scan(lang: str, code: str, where: Where, depth: int, shell: ShellJudge) -> list[Effect]:
     out: list[Effect] = []
     names: dict[str, str] = {}
     for m in _ASSIGN.finditer(code):
@@ -170,7 +175,7 @@ def scan(lang: str, code: str, where: Where, depth: int = 0) -> list[Effect]:
             end = code.find("`", m.end())
             body = code[m.end():end] if end > 0 else ""
             if body:
-                _shell(body, where, depth, out, lang_name)
+                _shell(body, where, depth, out, lang_name, shell)
             continue
         else:
             body = _balanced(code, m.end()) if tok.rstrip().endswith("(") else code[m.end():m.end() + 300].split(";")[0]
@@ -180,13 +185,11 @@ def scan(lang: str, code: str, where: Where, depth: int = 0) -> list[Effect]:
                                     and not tok.startswith("os.system")):
             argv = [x.encode().decode("unicode_escape") if "\\" in x else x for x in lits]
             if argv:
-                j = Judge(depth + 1)
-                j.argv(argv, where)
-                out += j.out
+                out += shell(argv, where, depth + 1)
             continue
         if lits:
             _shell(lits[0] if len(lits) == 1 or tok.startswith(("os.system", "system", "exec", "execSync")) else " ".join(lits),
-                   where, depth, out, lang_name)
+                   where, depth, out, lang_name, shell)
         elif body.strip():
             worst = _worst_path(code, names, where)
             if worst:
@@ -214,17 +217,11 @@ def scan(lang: str, code: str, where: Where, depth: int = 0) -> list[Effect]:
     return out
 
 
-def _shell(text: str, where: Where, depth: int, out: list[Effect], lang: str) -> None:
-    from fak.core.shell.commands import Judge
-    from fak.core.shell.parse import ShellParseError
-
-    j = Judge(depth + 1)
+def _shell(text: str, where: Where, depth: int, out: list[Effect], lang: str, shell: ShellJudge) -> None:
     try:
-        j.script(text.encode().decode("unicode_escape") if "\\" in text else text, where, f"{lang} shell")
+        out += shell(text.encode().decode("unicode_escape") if "\\" in text else text, where, depth + 1)
     except ShellParseError:
         out.append(Effect("opaque", text[:40], "unknown", f"{lang} runs unparseable shell"))
-        return
-    out += j.out
 
 
 def _worst_path(code: str, names: dict[str, str], where: Where) -> str:

@@ -14,8 +14,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
+from fak.core.shell.code import scan
 from fak.core.shell.effect import SENSITIVE, Effect
-from fak.core.shell.parse import SECRET, Cmd, ShellParseError, Word, Walker, literal, parse
+from fak.core.shell.parse import DECODED, LOCAL, NET, SECRET, Cmd, ShellParseError, Walker, Word, literal, parse
+from fak.core.shell.patch import patch_effects
 from fak.core.shell.targets import UNKNOWN, Where, classify, covers_all, display, is_history, is_persist, resolve
 
 MAX_DEPTH = 6  # sh -c "sh -c '...'" nesting followed this deep; deeper is opaque
@@ -32,10 +34,10 @@ DECODERS = frozenset({"base64", "base32", "basenc", "xxd", "uudecode", "rev", "o
 ENV_DUMPS = frozenset({"env", "printenv", "set", "export", "declare", "compgen"})
 DELETERS = frozenset({"rm", "unlink", "rmdir", "shred", "srm", "wipe", "trash", "trash-put", "gio", "del"})
 READERS = frozenset({"cat", "tac", "less", "more", "head", "tail", "nl", "strings", "xxd", "od", "hexdump", "base64",
-                     "base32", "sort", "uniq", "cut", "jq", "yq", "diff", "cmp", "file", "stat", "wc", "md5sum",
+                     "base32", "sort", "uniq", "cut", "jq", "yq", "diff", "cmp", "md5sum",
                      "sha1sum", "sha256sum", "sha512sum", "bat", "view", "vim", "vi", "nano", "emacs", "code",
                      "paste", "fold", "fmt", "iconv", "column", "tr", "pr", "expand", "look", "zcat", "zless",
-                     "bzcat", "xzcat", "ls", "tree", "du", "realpath", "readlink", "source", ".", "dos2unix",
+                     "bzcat", "xzcat", "dos2unix",
                      "openssl", "ssh-keygen", "gpg", "zip", "7z", "pbcopy", "xclip", "xsel", "wl-copy"})
 SEARCHERS = frozenset({"grep", "egrep", "fgrep", "rg", "ag", "ack", "zgrep", "git-grep"})
 SECRET_PATTERN = re.compile(r"PRIVATE|BEGIN\b|AKIA|ASIA|password|passwd|secret|api[_-]?key|token|credential|"
@@ -49,6 +51,11 @@ SQL_DESTROY = re.compile(r"\bDROP\s+(?:TABLE|DATABASE|SCHEMA|USER|ROLE|INDEX|VIE
 FIREWALLS = frozenset({"firewalld", "ufw", "iptables", "nftables", "apparmor", "auditd", "selinux", "fail2ban",
                        "falcon-sensor", "osqueryd", "clamav-daemon", "clamd", "crowdstrike", "wazuh-agent",
                        "sysmon", "aide", "rkhunter", "sshguard", "csf", "lfd"})
+
+
+_WORLD_WRITABLE = re.compile(r"(?:^|,)[ugo]*[oa][ugoa]*[+=][rxXt]*w|^=?[rx]*w[rx]*$")
+_URLISH = re.compile(r"^(?:[a-z][\w+.-]*://|[\w.-]+\.\w+(?::\d+)?/|\d+\.\d+\.\d+\.\d+)")
+_FILTERS = frozenset({"grep", "sort", "uniq", "head", "tail", "tr", "sed", "awk", "cut", "egrep", "fgrep", "rg"})
 
 
 def _first(w: Word) -> str:
@@ -257,6 +264,9 @@ class Judge:
             return
         name = _first(argv[0]).rsplit("/", 1)[-1].lstrip("\\")
         args = argv[1:]
+        if "/" in _first(argv[0]) and resolve(_first(argv[0]), c.where) in self.downloaded:
+            self.add("run-remote", display(resolve(_first(argv[0]), c.where), c.where), "network", "running a downloaded file")
+            return
         h = getattr(self, "c_" + name.replace("-", "_").replace(".", "_"), None)
         if name in SHELLS:
             self.shell(name, args, c)
@@ -282,6 +292,16 @@ class Judge:
     # -- families -----------------------------------------------------------------------------
     def shell_text(self, text: Word, c: Cmd, how: str) -> None:
         for t in _alts(text):
+            if NET in t:
+                self.add("run-remote", "downloaded text", "network", how + " of a download")
+                continue
+            if DECODED in t:
+                self.add("run-remote", "decoded text", "unknown", how + " of decoded or generated text")
+                continue
+            if UNKNOWN in t and t.count(UNKNOWN) == t.count(UNKNOWN + LOCAL) and SECRET not in t:
+                # eval "$(pyenv init -)": a local tool's own output, run as it is meant to be
+                self.add("exec", t.replace(UNKNOWN + LOCAL, "$(...)")[:60], "unknown", how + " of a local tool's output")
+                continue
             if UNKNOWN in t or SECRET in t:
                 self.add("opaque", t.replace(UNKNOWN, "$?").replace(SECRET, "$")[:60] or "$?", "unknown",
                          how + " of text known only at run time")
@@ -301,8 +321,10 @@ class Judge:
                 continue
             # sh FILE: runs a file; a downloaded one is remote code
             p = resolve(a, c.where)
-            if p in self.downloaded or a in self.downloaded or a.startswith("/dev/fd/"):
+            if p in self.downloaded or a in self.downloaded or (a.startswith("/dev/fd/") and NET in a):
                 self.add("run-remote", display(p, c.where), "network", f"{name} of a downloaded file")
+            elif a.startswith("/dev/fd/") and DECODED in a:
+                self.add("run-remote", "decoded text", "unknown", f"{name} of decoded or generated text")
             elif a.startswith("/dev/tcp/"):
                 self.add("run-remote", a, "network", name)
             return
@@ -355,8 +377,6 @@ class Judge:
             self.add("opaque", f"{sname} output", "unknown", f"{sname} output run by {name}")
 
     def interpreter(self, name: str, args: list[Word], c: Cmd) -> None:
-        from fak.core.shell.code import scan
-
         words = [_first(w) for w in args]
         flag = {"node": ("-e", "--eval", "-p", "--print"), "nodejs": ("-e", "--eval", "-p"), "deno": ("eval",),
                 "bun": ("-e", "--eval", "-p"), "php": ("-r",), "osascript": ("-e",), "pwsh": ("-c", "-Command"),
@@ -369,12 +389,15 @@ class Judge:
                     if UNKNOWN in code or SECRET in code:
                         self.add("opaque", f"{name} {a} $?", "unknown", f"{name} code known only at run time")
                     else:
-                        self.out += scan(name, code, c.where, self.depth)
-                if name.startswith("perl") and ("-i" in words or any(w.startswith("-") and "i" in w[1:] and "e" in w for w in words)):
+                        self.out += scan(name, code, c.where, self.depth, _judge)
+                perl_i = any(w == "-i" or (w.startswith("-") and "i" in w[1:] and "e" in w) for w in words)
+                if name.startswith("perl") and perl_i:
                     self.paths("write", [w for w in args[i + 2:] if not _first(w).startswith("-")], c.where, "perl -i")
                 return
             if a == "-m" and i + 1 < len(words):
-                return  # python -m module: a program, not a one-liner
+                # python -m twine upload: the module is a command of its own
+                self.run([(words[i + 1].split(".")[0],), *args[i + 2:]], c)
+                return
             if a.startswith("-") and a != "-":
                 continue
             if a == "-":
@@ -386,15 +409,20 @@ class Judge:
         self.stdin_code(name, c)
 
     def code(self, name: str, text: str, c: Cmd) -> None:
-        from fak.core.shell.code import scan
-
-        self.out += scan(name, text, c.where, self.depth)
+        self.out += scan(name, text, c.where, self.depth, _judge)
 
     def delete(self, name: str, args: list[Word], c: Cmd) -> None:
         if name == "gio" and (not args or _first(args[0]) not in ("trash", "remove")):
             return
         opts, pos = _opts_and_args(args[1:] if name == "gio" else args, frozenset({"-n", "-s", "-u"}))
-        if name == "shred" and not ({"-u", "--remove", "-z"} & opts) and not pos:
+        if name in ("shred", "wipe", "srm"):
+            # overwriting before unlinking is for destroying evidence or data for good, not for cleaning up
+            for w in pos:
+                for a in _alts(w):
+                    p = resolve(a, c.where)
+                    cls = classify(p, c.where)
+                    if cls not in ("temp", "null"):
+                        self.add("tamper", display(p, c.where), cls, name)
             return
         self.paths("delete", pos, c.where, name + (" -r" if opts & {"-r", "-R", "--recursive"} else ""))
 
@@ -571,12 +599,10 @@ class Judge:
         self.interpreter("perl", args, c)
 
     def c_awk(self, args: list[Word], c: Cmd) -> None:
-        from fak.core.shell.code import scan
-
         _, pos = _opts_and_args(args, frozenset({"-F", "-v", "-f"}))
         if pos:
             for prog in _alts(pos[0]):
-                self.out += scan("awk", prog, c.where, self.depth)
+                self.out += scan("awk", prog, c.where, self.depth, _judge)
             self.paths("read", pos[1:], c.where, "awk")
 
     c_gawk = c_mawk = c_nawk = c_awk
@@ -622,6 +648,13 @@ class Judge:
         if how == "chmod":
             mode = next((a for w in args for a in _alts(w) if re.fullmatch(r"[0-7]{3,4}|[ugoa]*[-+=][rwxXst,ugoa+=-]*", a)), "")
             pos = [w for w in pos if _first(w) != mode]
+            if re.fullmatch(r"[0-7]?[0-7][0-7][2367]", mode) or _WORLD_WRITABLE.search(mode):
+                for w in pos:
+                    for a in _alts(w):
+                        p = resolve(a, c.where)
+                        if classify(p, c.where) not in ("temp", "null"):
+                            self.add("escalate", display(p, c.where), classify(p, c.where), f"chmod {mode} (world-writable)")
+                return
             if re.fullmatch(r"[0-7]*[4-7][0-7]{3}", mode) and len(mode) == 4 or re.search(r"[ug]*\+[rwx]*s", mode):
                 for w in pos:
                     for a in _alts(w):
@@ -659,7 +692,7 @@ class Judge:
 
     def net_client(self, name: str, args: list[Word], c: Cmd) -> None:
         words = [_first(w) for w in args]
-        urls = [a for w in args for a in _alts(w) if re.match(r"^(?:[a-z][\w+.-]*://|[\w.-]+\.\w+(?::\d+)?/|\d+\.\d+\.\d+\.\d+)", a)]
+        urls = [a for w in args for a in _alts(w) if _URLISH.match(a)]
         host = _url_host(urls[0]) if urls else "network"
         for u in urls:
             h = _url_host(u)
@@ -683,13 +716,16 @@ class Judge:
             del val
         for s in sent:
             if SECRET in s:
-                self.add("send", host, "credential", f"{name} with ${s.split(SECRET, 1)[1].split(UNKNOWN, 1)[0]}")
+                var = s.split(SECRET, 1)[1].split(UNKNOWN, 1)[0]
+                if _own_service(var, host):
+                    continue
+                self.add("send", host, "credential", f"{name} with ${var}")
                 return
             m = re.search(r"@([^\s;]+)", s)
             if m and m.group(1) != "-":
                 p = resolve(m.group(1), c.where)
                 cls = classify(p, c.where)
-                if cls in ("credential", "home", "system") or p.endswith("/.env"):
+                if cls in ("credential", "home", "system", "project-env"):
                     self.add("send", host, "credential", f"{name} uploading {display(p, c.where)}")
                     return
             elif s in ("@-", "-") or "@-" in s:
@@ -736,7 +772,7 @@ class Judge:
                         continue
                     if mname in READERS or mname in SEARCHERS or mname in ("tar", "zip", "gpg", "aws", "gh", "gcloud"):
                         p = resolve(a, m.where)
-                        if classify(p, m.where) == "credential":
+                        if classify(p, m.where) in ("credential", "project-env"):
                             self.add("send", host, "credential", f"{mname} {display(p, m.where)} | {name}")
                             return
             if mname in ("aws", "gh", "gcloud", "security", "az") and self._secret_cli(m):
@@ -760,7 +796,7 @@ class Judge:
             for a in _alts(w):
                 p = resolve(a, c.where)
                 cls = classify(p, c.where)
-                if cls in ("credential", "home", "root"):
+                if cls in ("credential", "home", "root", "project-env"):
                     self.add("send", host, "credential", f"{how} {display(p, c.where)}")
                     return
         self.add("send", host, "network", how)
@@ -807,7 +843,8 @@ class Judge:
     def c_openssl(self, args: list[Word], c: Cmd) -> None:
         words = [_first(w) for w in args]
         if words and words[0] == "s_client":
-            host = words[words.index("-connect") + 1] if "-connect" in words and words.index("-connect") + 1 < len(words) else "network"
+            i = words.index("-connect") + 1 if "-connect" in words else len(words)
+            host = words[i] if i < len(words) else "network"
             self.stdin_secret("openssl", host, c)
             self.add("send", host, "network", "openssl s_client")
             return
@@ -1008,6 +1045,8 @@ class Judge:
             flags = "".join(w[1:] for w in rest if w.startswith("-") and not w.startswith("--"))
             if "f" in flags and "n" not in flags:
                 self.add("delete", "untracked files", "project", "git clean")
+        elif sub == "credential" and rest[:1] and rest[0] in ("fill", "get"):
+            self.add("read-secret", "git credentials", "credential", "git credential " + rest[0])
         elif sub == "init" and "--template" in " ".join(rest):
             self.add("persist", "git template", "project-git", "git init --template")
         elif sub == "remote" and rest[:1] == ["add"]:
@@ -1133,7 +1172,7 @@ class Judge:
         words = [_first(w) for w in args]
         if pos[:1] == ["delete"] or pos[:1] == ["drain"] or (pos[:1] == ["scale"] and "--replicas=0" in words):
             self.add("teardown", f"{name} {' '.join(pos[:3])}", "remote", f"{name} {pos[0]}")
-        elif pos[:2] in (["get", "secret"], ["get", "secrets"]) and any(w in ("-o", "--output") or w.startswith(("-o", "--output="))
+        elif pos[:2] in (["get", "secret"], ["get", "secrets"]) and any(w.startswith(("-o", "--output"))
                                                                          for w in words):
             self.add("read-secret", "kubernetes secrets", "credential", f"{name} get secrets -o")
         elif pos[:1] == ["apply"] or pos[:1] == ["replace"] or pos[:1] == ["patch"]:
@@ -1214,7 +1253,7 @@ class Judge:
                             return
         elif verb in ("system", "volume", "image", "builder", "network") and len(pos) > 1 and pos[1] in ("prune", "rm") \
                 and (verb != "image" or "-a" in words or "--all" in words):
-            if verb == "system" and not any(w in ("-a", "--all", "--volumes") or (w.startswith("-") and "a" in w and not w.startswith("--"))
+            if verb == "system" and not any(w in ("--all", "--volumes") or (w.startswith("-") and "a" in w and w[1:2] != "-")
                                             for w in words):
                 return
             self.add("teardown", f"{name} {verb}s", "remote", f"{name} {verb} {pos[1]}")
@@ -1366,10 +1405,9 @@ class Judge:
 
     def c_source(self, args: list[Word], c: Cmd) -> None:
         if args:
-            a = _first(args[0])
-            p = resolve(a, c.where)
-            if a.startswith("/dev/fd/") or p in self.downloaded:
-                self.add("run-remote", a, "network", "source of a download")
+            self.shell("source", [w for w in args[:1]], c)
+
+    c__ = c_source
 
     def c_mount(self, args: list[Word], c: Cmd) -> None:
         if args and not all(_first(w).startswith("-") for w in args):
@@ -1392,8 +1430,36 @@ class Judge:
     def c_chmod_(self, args: list[Word], c: Cmd) -> None:  # (placeholder name never dispatched)
         pass
 
+    def c_apply_patch(self, args: list[Word], c: Cmd) -> None:
+        body = c.heredoc or (_first(args[0]) if args else "")
+        self.out += patch_effects(body, c.where, "apply_patch")
+
     def c_powershell(self, args: list[Word], c: Cmd) -> None:
         self.interpreter("pwsh", args, c)
+
+
+# A token sent to the service that issued it is how it is used, not a leak.
+_TOKEN_HOSTS = {"GITHUB": ("github.com", "githubusercontent.com"), "GH": ("github.com",), "GITLAB": ("gitlab.com",),
+                "OPENAI": ("openai.com",), "ANTHROPIC": ("anthropic.com",), "CLAUDE": ("anthropic.com",),
+                "HF": ("huggingface.co",), "HUGGINGFACE": ("huggingface.co",), "NPM": ("npmjs.org", "npmjs.com"),
+                "PYPI": ("pypi.org",), "AWS": ("amazonaws.com",), "SLACK": ("slack.com",), "STRIPE": ("stripe.com",),
+                "SENTRY": ("sentry.io",), "VERCEL": ("vercel.com",), "CLOUDFLARE": ("cloudflare.com",),
+                "DIGITALOCEAN": ("digitalocean.com",), "DOCKER": ("docker.io", "docker.com"), "CODECOV": ("codecov.io",)}
+
+
+def _own_service(var: str, host: str) -> bool:
+    prefix = var.split("_", 1)[0].upper()
+    return any(host == h or host.endswith("." + h) for h in _TOKEN_HOSTS.get(prefix, ()))
+
+
+def _judge(cmd: str | list[str], where: Where, depth: int) -> list[Effect]:
+    """Shell text or an argv found inside interpreter code, judged at `depth` (code.scan calls back here)."""
+    j = Judge(depth)
+    if isinstance(cmd, list):
+        j.argv(cmd, where)
+    else:
+        j.script(cmd, where, "code")
+    return j.out
 
 
 def _name(c: Cmd | None) -> str:
@@ -1479,7 +1545,7 @@ def _fed(c: Cmd) -> list[str]:
     if src is None:
         return [UNKNOWN]
     n = _name(src)
-    while n in ("grep", "sort", "uniq", "head", "tail", "tr", "sed", "awk", "cut", "egrep", "fgrep", "rg") and src.stdin is not None:
+    while n in _FILTERS and src.stdin is not None:
         src = src.stdin
         n = _name(src)
     words = [a for w in src.argv[1:] for a in _alts(w)]

@@ -17,7 +17,7 @@ KINDS = (
 # Target classes, from the most to the least sensitive. `unknown` is a target the model could not resolve
 # (a variable set at run time, a command's output).
 CLASSES = (
-    "root", "device", "system", "credential", "agent-state", "home", "project-root", "project-git", "project",
+    "root", "device", "system", "credential", "agent-state", "home", "project-root", "project-git", "project-env", "project",
     "cache", "temp", "null", "network", "metadata", "process", "remote", "unknown",
 )
 SENSITIVE = frozenset({"root", "device", "system", "credential", "agent-state", "home", "project-root", "project-git",

@@ -23,12 +23,23 @@ import tree_sitter_bash as tsb
 from fak.core.shell.targets import UNKNOWN, Where, resolve
 
 SECRET = "\x01"  # marks an expansion of a secret-looking variable: SECRET + name + UNKNOWN
+# What an unknown command output is made of, after its UNKNOWN: a download, decoded text, a local tool's output
+NET, DECODED, LOCAL = "\x02", "\x03", "\x04"
+_NET_CMDS = frozenset({"curl", "wget", "fetch", "http", "https", "xh", "aria2c", "wget2", "curlie", "axel", "nc", "ncat",
+                       "socat", "telnet", "ssh", "scp", "lynx", "links", "w3m"})
+_DECODE_CMDS = frozenset({"base64", "base32", "basenc", "xxd", "uudecode", "rev", "openssl", "gunzip", "zcat", "gzip",
+                          "xz", "bzip2", "tr", "perl", "python", "python3", "ruby", "node", "printf", "echo", "cat", "dd"})
+# $PYTHON, $PIP ... in command position are those tools
+TOOL_VARS = frozenset({"PYTHON", "PIP", "EDITOR", "VISUAL", "CC", "CXX", "MAKE", "NODE", "NPM", "GO", "CARGO", "JAVA",
+                       "DOCKER", "PAGER", "RUSTC", "RUBY", "PERL", "UV", "POETRY", "PYTEST", "GIT", "YARN", "PNPM",
+                       "GRADLE", "MVN", "CMAKE", "NINJA", "LD", "AR", "FC", "KUBECTL", "HELM", "TERRAFORM"})
 _LANG = ts.Language(tsb.language())
 _PARSER = ts.Parser(_LANG)
 _MAX_ALTS = 32  # words with more alternatives (brace lists, loops) keep the first ones
 _SECRET_VAR = re.compile(r"(?:^|_)(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD|PASS|CREDENTIALS?|AUTH|PAT)(?:_|$)|^AWS_"
                          r"|^(?:GH|GITHUB|GITLAB|HF|NPM|PYPI|OPENAI|ANTHROPIC|CLAUDE)_", re.I)
 _BRACE_WORDS = re.compile(r"\{[^{}\s]*,[^{}\s]*\}")
+_UNQUOTED = frozenset({"concatenation", "simple_expansion", "expansion", "command_substitution", "word"})
 _OP_NOISE = re.compile(r"[0-9\s]")
 _PRINTERS = frozenset({"echo", "printf"})
 _ESC = re.compile(r"\\(x[0-9a-fA-F]{1,2}|u[0-9a-fA-F]{4}|[0-7]{1,3}|.)", re.S)
@@ -118,8 +129,9 @@ class Walker:
         if t == "command_substitution":
             return self._substitute(n)
         if t == "process_substitution":
+            before = len(self.cmds)
             self.walk(n)
-            return ("/dev/fd/63",)
+            return ("/dev/fd/63" + _origin(self.cmds[before:]),)
         if t == "arithmetic_expansion":
             return ("0",)
         if t == "translated_string":
@@ -197,6 +209,9 @@ class Walker:
         before = len(self.cmds)
         self.walk(n)
         inner = self.cmds[before:]
+        return self._printed(inner) or (UNKNOWN + _origin(inner),)
+
+    def _printed(self, inner: list[Cmd]) -> Word | None:
         if len(inner) == 1 and not inner[0].redirects:
             argv = inner[0].argv
             name = argv[0][0] if argv and argv[0] else ""
@@ -221,7 +236,7 @@ class Walker:
                 return (resolve(argv[-1][0], inner[0].where),)
             if name == "dirname" and len(argv) >= 2:
                 return (argv[-1][0].rsplit("/", 1)[0] or "/",)
-        return (UNKNOWN,)
+        return None
 
     # -- statements ----------------------------------------------------------------------------
     def walk(self, n: ts.Node) -> None:
@@ -358,6 +373,7 @@ class Walker:
         argv: list[Word] = []
         redirects: list[Redirect] = []
         dynamic = False
+        here: str | None = None
         for c in n.children:
             if c.type == "variable_assignment":
                 name = c.child_by_field_name("name")
@@ -366,8 +382,14 @@ class Walker:
                     env[name.text.decode()] = self.word(value)[0] if value is not None else ""
             elif c.type == "command_name":
                 w = self.word(c.children[0]) if c.children else ("",)
+                raw = c.text.decode("utf-8", "replace").strip("\"'${}")
+                if (UNKNOWN in w[0] or SECRET in w[0]) and raw in TOOL_VARS:
+                    w = (raw.lower(),)
                 if UNKNOWN in w[0] or SECRET in w[0]:
                     dynamic = True
+                if c.children and c.children[0].type in _UNQUOTED and any(ch in w[0] for ch in " \t\n"):
+                    argv += [(x,) for x in w[0].split()]  # rm${IFS}-rf${IFS}~ is three words
+                    continue
                 argv.append(w)
             elif c.type == "file_redirect":
                 dest = c.child_by_field_name("destination")
@@ -375,7 +397,9 @@ class Walker:
                 if dest is not None:
                     redirects.append(Redirect(_OP_NOISE.sub("", op), self.word(dest)))
             elif c.type == "herestring_redirect":
-                pass
+                vals = [x for x in c.children if x.type != "<<<"]
+                if vals:
+                    here = self.word(vals[0])[0]
             elif c.type in ("word", "string", "raw_string", "concatenation", "simple_expansion", "expansion",
                             "command_substitution", "process_substitution", "number", "ansi_c_string",
                             "arithmetic_expansion", "translated_string", "brace_expression"):
@@ -384,11 +408,13 @@ class Walker:
                     w = tuple(self._tilde(a) for a in w)
                 if c.type == "concatenation" and len(w) > 1 and _BRACE_WORDS.fullmatch(c.text.decode("utf-8", "replace")):
                     argv += [(a,) for a in w]  # {rm,-rf,~} is three words
+                elif c.type in _UNQUOTED and len(w) == 1 and any(ch in w[0] for ch in " \t\n"):
+                    argv += [(x,) for x in w[0].split()]  # unquoted expansions are split on IFS
                 else:
                     argv.append(w)
             elif c.type == "ERROR":
                 raise ShellParseError(f"cannot parse shell near {c.text.decode('utf-8', 'replace')[:40]!r}")
-        cmd = Cmd(argv, self.where, redirects, env, stdin, dynamic_name=dynamic)
+        cmd = Cmd(argv, self.where, redirects, env, stdin, heredoc=here, dynamic_name=dynamic)
         if stdin is not None:
             stdin.stdout = cmd
         self.cmds.append(cmd)
@@ -402,6 +428,16 @@ class Walker:
         elif name in ("export", "readonly", "local", "declare", "typeset"):
             pass
         return cmd
+
+
+def _origin(inner: list[Cmd]) -> str:
+    """What a command substitution's output is: a download (NET), decoded text (DECODED) or a local tool's (LOCAL)."""
+    names = {(c.argv[0][0].rsplit("/", 1)[-1] if c.argv and c.argv[0] else "") for c in inner}
+    if names & _NET_CMDS:
+        return NET
+    if names & _DECODE_CMDS or any(c.dynamic_name for c in inner) or not names:
+        return DECODED
+    return LOCAL
 
 
 def parse(text: str, where: Where, vars: dict[str, Word] | None = None, depth: int = 0) -> Walker:

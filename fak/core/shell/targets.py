@@ -16,6 +16,7 @@ import posixpath
 from dataclasses import dataclass, field
 
 UNKNOWN = "\x00"
+_MARKS = str.maketrans("", "", "\x01\x02\x03\x04")
 GLOB = frozenset("*?[")
 
 # Relative to home. A credential store is never read, written or sent by an agent.
@@ -55,6 +56,9 @@ _TEMP = ("/tmp", "/var/tmp", "/dev/shm", "/private/tmp")
 _SYSTEM_SECRETS = ("/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/sudoers", "/etc/ssh/ssh_host_*_key",
                    "/root/.ssh", "/etc/ssl/private", "/var/lib/docker", "/run/secrets", "/var/run/secrets",
                    "/etc/kubernetes/admin.conf", "/etc/kubernetes/pki")
+
+
+_ENV_TEMPLATES = frozenset({".env.example", ".env.sample", ".env.template", ".env.dist", ".env.defaults", ".env.test"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,11 +145,13 @@ def classify(path: str, where: Where) -> str:
         return "device"
     if "/environ" in p and p.startswith("/proc/"):
         return "credential"
-    if any(p == s or p.startswith(s + "/") or fnmatch.fnmatchcase(p, s) for s in _SYSTEM_SECRETS):
+    in_home = _under(p, where.home) is not None
+    if not in_home and any(p == s or p.startswith(s + "/") or fnmatch.fnmatchcase(p, s) for s in _SYSTEM_SECRETS):
         return "credential"
-    if p.endswith("/.env") or "/.env." in p.rsplit("/", 1)[-1] or p.rsplit("/", 1)[-1].startswith(".env."):
+    base = p.rsplit("/", 1)[-1]
+    if base == ".env" or (base.startswith(".env.") and base not in _ENV_TEMPLATES) or base.endswith(".env"):
         # a project's .env holds its secrets: reading is ordinary work, sending or overwriting is not
-        return "project" if _under(p, where.project) is not None else "credential"
+        return "project-env" if _under(p, where.project) is not None else "credential"
     proj = _under(p, where.project)
     home = _under(p, where.home)
     if proj is not None and (home is None or len(where.project) > len(where.home)):
@@ -172,11 +178,6 @@ def _project_class(rel: str) -> str:
         return "project-root"  # the project itself, or every entry of it (*, .*)
     parts = rel.split("/")
     if ".git" in parts:
-        i = parts.index(".git")
-        below = parts[i + 1:]
-        # lock files left by a killed git are removed by hand every day
-        if below and below[-1].endswith(".lock") and len(below) <= 2:
-            return "project"
         return "project-git"
     if parts[0] == ".claude" and len(parts) > 1 and parts[1].startswith("settings"):
         return "agent-state"  # the project's permission settings for the agent itself
@@ -230,7 +231,7 @@ def is_history(path: str, where: Where) -> bool:
 
 def display(path: str, where: Where) -> str:
     """A resolved path as a user reads it: ~ for home, . for the working directory."""
-    p = path.replace(UNKNOWN, "$?")
+    p = path.replace(UNKNOWN, "$?").translate(_MARKS)
     if p == where.home or p == where.home + "/":
         return "~"
     if p.startswith(where.home.rstrip("/") + "/") and not where.cwd.startswith(where.home.rstrip("/") + "/"):
