@@ -79,7 +79,9 @@ class ToolModel:
                 pat = args.get("pattern") or args.get("glob") or ""
                 if isinstance(pat, str):
                     if "/" in pat or pat.startswith("~"):
-                        out += _path_effects("read", pat, where, tool)
+                        rooted = pat.startswith(("/", "~")) or not isinstance(path, str) or not path
+                        joined = pat if rooted else path.rstrip("/") + "/" + pat
+                        out += _path_effects("read", joined, where, tool)
                     base = resolve(path, where) if isinstance(path, str) and path else where.cwd
                     if SECRET_PATTERN.search(pat) and classify(base, where) in ("home", "root", "system"):
                         out.append(Effect("read-secret", display(base, where), "credential",

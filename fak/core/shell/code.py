@@ -24,7 +24,7 @@ _HOME_EXPR = re.compile(
     r"|os\.environ\[\s*['\"]HOME['\"]\s*\]|os\.environ\.get\(\s*['\"]HOME['\"][^)]*\)|os\.getenv\(\s*['\"]HOME['\"][^)]*\)"
     r"|process\.env\.HOME|process\.env\[\s*['\"]HOME['\"]\s*\]|os\.homedir\(\)|require\(\s*['\"]os['\"]\s*\)\.homedir\(\)"
     r"|ENV\[\s*['\"]HOME['\"]\s*\]|ENV\.fetch\(\s*['\"]HOME['\"]\s*\)|\$ENV\{\s*['\"]?HOME['\"]?\s*\}|Dir\.home|File\.expand_path\(\s*(['\"])~(?P<rest3>[^'\"]*)\5\s*\)"
-    r"|getenv\(\s*['\"]HOME['\"]\s*\)|\$_SERVER\[\s*['\"]HOME['\"]\s*\]|ENVIRON\[\s*\"HOME\"\s*\]"
+    r"|getenv\(\s*['\"]HOME['\"]\s*\)|Deno\.env\.get\(\s*['\"]HOME['\"]\s*\)|os\.getenv\(\s*['\"]HOME['\"]\s*\)|\$_SERVER\[\s*['\"]HOME['\"]\s*\]|ENVIRON\[\s*\"HOME\"\s*\]"
 )
 _STR = re.compile(r"[rbfu]{0,2}(\"\"\"|'''|\"|'|`)((?:\\.|(?!\1).)*)\1", re.S)
 _ASSIGN = re.compile(r"(?:^|[;\n{(]|\b(?:my|let|const|var|local)\s)\s*\$?([A-Za-z_]\w*)\s*=\s*([^;\n]+)")
@@ -34,9 +34,9 @@ _CALLS: list[tuple[re.Pattern[str], str, str]] = [
     (re.compile(r"\b(?:shutil\.)?rmtree\s*\(|\bremove_tree\s*\(|\bFileUtils\.(?:rm_rf|rm_r|rm|remove_dir|remove_entry(?:_secure)?|rmtree|remove|rm_f)\s*\(?"
                 r"|(?:\bfs|\brequire\(\s*['\"](?:node:)?fs['\"]\s*\))(?:\.promises)?\.(?:rmSync|rmdirSync|unlinkSync|rm|rmdir|unlink)\s*\(|\brimraf(?:\.sync)?\s*\(|\bfse?\.(?:removeSync|remove|emptyDirSync|emptyDir)\s*\("
                 r"|\bos\.(?:remove|unlink|rmdir|removedirs)\s*\(|\bsend2trash\s*\(|\bFile\.(?:delete|unlink)\s*\(|\bDir\.(?:rmdir|delete|unlink)\s*\("
-                r"|(?<![\w.])unlink\s*\(?|(?<![\w.])rmdir\s*\(|\bDeno\.remove(?:Sync)?\s*\(|\bBun\.file\([^)]*\)\.delete\s*\("), "delete", "delete call"),
+                r"|(?<![\w.])unlink\s*\(?|(?<![\w.])rmdir\s*\(|\bDeno\.remove(?:Sync)?\s*\(|\bos\.execute\s*\(|\bBun\.file\([^)]*\)\.delete\s*\("), "delete", "delete call"),
     (re.compile(r"\.(?:unlink|rmdir|rmtree)\s*\("), "delete", "path method"),
-    (re.compile(r"\bopen\s*\((?=[^)]*,\s*['\"][wax+]|[^)]*['\"]\s*(?:>|>>|\+>|\+<)|\s*(?:\w+\s*,\s*)?['\"](?:>|>>|\+>|\+<))|(?:\bfs|\brequire\(\s*['\"](?:node:)?fs['\"]\s*\))\.(?:writeFileSync|appendFileSync|writeFile|appendFile|createWriteStream|copyFileSync|cpSync|renameSync|symlinkSync|linkSync)\s*\("
+    (re.compile(r"\bopen\s*\((?=(?:[^()]|\([^()]*\))*,\s*['\"][wax+]|[^)]*['\"]\s*(?:>|>>|\+>|\+<)|\s*(?:\w+\s*,\s*)?['\"](?:>|>>|\+>|\+<))|(?:\bfs|\brequire\(\s*['\"](?:node:)?fs['\"]\s*\))\.(?:writeFileSync|appendFileSync|writeFile|appendFile|createWriteStream|copyFileSync|cpSync|renameSync|symlinkSync|linkSync)\s*\("
                 r"|\bFile\.(?:write|open(?=[^)]*['\"][wa])|symlink|rename|binwrite)\s*\(|\bfile_put_contents\s*\(|\bshutil\.(?:copy\w*|move|copytree)\s*\([^,]*,|\bos\.(?:rename|replace|symlink|link)\s*\([^,]*,"
                 r"|\bIO\.write\s*\(|\bFileUtils\.(?:cp\w*|mv|touch|ln\w*|install)\s*\(?[^,]*,|\bDeno\.writeTextFile(?:Sync)?\s*\(|\bBun\.write\s*\("), "write", "write call"),
     (re.compile(r"\.(?:write_text|write_bytes|touch|symlink_to|rename|replace|hardlink_to)\s*\("), "write", "path method"),
@@ -48,11 +48,11 @@ _CALLS: list[tuple[re.Pattern[str], str, str]] = [
 _SHELL_CALL = re.compile(
     r"\bos\.(?:system|popen|exec\w*|spawn\w*)\s*\(|\bsubprocess\.(?:run|call|check_call|check_output|Popen|getoutput|getstatusoutput)\s*\("
     r"|\b(?:child_process|cp|require\(\s*['\"]child_process['\"]\s*\))\.(?:exec|execSync|spawn|spawnSync|execFile|execFileSync)\s*\("
-    r"|(?<![\w.])(?:execSync|spawnSync|execFileSync|system|exec|spawn|popen|shell_exec|passthru|proc_open|qx|Open3\.\w+|IO\.popen|Kernel\.system|Deno\.run|Bun\.spawn(?:Sync)?)\s*\(?"
+    r"|\bos\.execute\s*\(|(?<![\w.])(?:execSync|spawnSync|execFileSync|system|exec|spawn|popen|shell_exec|passthru|proc_open|qx|Open3\.\w+|IO\.popen|Kernel\.system|Deno\.run|Bun\.spawn(?:Sync)?)\s*\(?"
     r"|%x\{|`")
-_NET = re.compile(r"\bsocket\.(?:socket|create_connection)\b|\burllib\b|\brequests\.\w+\s*\(|\bhttp\.client\b|\bhttpx\b|\bfetch\s*\(|\bnet\.(?:connect|createConnection|Socket)\b"
+_NET = re.compile(r"\bsocket\.(?:socket|create_connection)\b|\bsocket\s*\(\s*\w+\s*,\s*(?:PF|AF)_INET|require\(\s*['\"]net['\"]\s*\)|\burllib\b|\brequests\.\w+\s*\(|\bhttp\.client\b|\bhttpx\b|\bfetch\s*\(|\bnet\.(?:connect|createConnection|Socket)\b"
                   r"|\bhttps?\.(?:request|get)\s*\(|\bNet::HTTP\b|\bIO::Socket\b|\bLWP::|\bTCPSocket\b|\bcurl_exec\b|\bfsockopen\b|\bsmtplib\b|\bftplib\b|\baiohttp\b|\bwebsocket", re.S)
-_SPAWN_SHELL = re.compile(r"\bpty\.spawn\b|\bos\.dup2\b|\bsubprocess\.\w+\([^)]*(?:/bin/(?:ba)?sh|['\"](?:ba)?sh['\"])|\bspawn\(\s*['\"](?:/bin/)?(?:ba)?sh['\"]"
+_SPAWN_SHELL = re.compile(r"['\"](?:/bin/)?(?:ba|z|da)?sh(?:\s+-i)?['\"\s]|/bin/(?:ba|z|da)?sh\b|\bpty\.spawn\b|\bos\.dup2\b|\bsubprocess\.\w+\([^)]*(?:/bin/(?:ba)?sh|['\"](?:ba)?sh['\"])|\bspawn\(\s*['\"](?:/bin/)?(?:ba)?sh['\"]"
                           r"|\bexec\s*\(\s*['\"]/bin/(?:ba)?sh|\bSTDIN\.reopen|\bIO\.popen\(\s*['\"](?:/bin/)?sh|\bproc_open\(\s*['\"](?:/bin/)?sh|-i['\"]\s*[\],)]")
 _DECODE_EXEC = re.compile(r"\b(?:exec|eval|compile|system|Function)\s*\([^\n]*(?:b64decode|b32decode|a85decode|fromhex|unhexlify|decodebytes|codecs\.decode|"
                           r"Buffer\.from\([^)]*base64|atob\(|decode_base64|unpack\(\s*['\"]m|base64_decode|zlib\.decompress|marshal\.loads|rot13)"
@@ -93,9 +93,9 @@ def _literals(text: str, names: dict[str, str]) -> list[str]:
     cur = spans[0].group(2)
     for prev, nxt in zip(spans, spans[1:], strict=False):
         gap = t[prev.end():nxt.start()]
-        if re.fullmatch(r"\s*[+/.]\s*", gap) or (joins and re.fullmatch(r"\s*,\s*", gap)):
+        if re.fullmatch(r"\s*(?:[+/.]|\.\.)\s*", gap) or (joins and re.fullmatch(r"\s*,\s*", gap)):
             piece = nxt.group(2)
-            cur = cur + piece if (cur.endswith("/") or piece.startswith("/") or "+" in gap or gap.strip() == ".") \
+            cur = cur + piece if (cur.endswith("/") or piece.startswith("/") or "+" in gap or gap.strip() in (".", "..")) \
                 else cur + "/" + piece
         else:
             out.append(cur)
@@ -110,8 +110,15 @@ def _literals(text: str, names: dict[str, str]) -> list[str]:
 ShellJudge = Callable[[str | list[str], Where, int], list[Effect]]
 
 
+_IN_STRING_HOME = re.compile(r"\$ENV\{['\"]?HOME['\"]?\}|\$\{HOME\}|\$HOME\b|#\{ENV\[['\"]HOME['\"]\]\}|#\{Dir\.home\}")
+
+
 def scan(lang: str, code: str, where: Where, depth: int, shell: ShellJudge) -> list[Effect]:
     out: list[Effect] = []
+    # "$ENV{HOME}/.ssh", "#{Dir.home}/x" inside a string are home, as ~ is
+    code = _STR.sub(lambda m: _IN_STRING_HOME.sub("~", m.group(0)) if "HOME" in m.group(0) or "home" in m.group(0) else m.group(0), code)
+    if lang.startswith("awk") and "/inet/" in code:
+        out.append(Effect("run-remote", "network", "network", "awk /inet/tcp (a shell on a socket)"))
     names: dict[str, str] = {}
     for m in _ASSIGN.finditer(code):
         rhs = m.group(2).strip()
@@ -188,8 +195,11 @@ def scan(lang: str, code: str, where: Where, depth: int, shell: ShellJudge) -> l
                 out += shell(argv, where, depth + 1)
             continue
         if lits:
-            _shell(lits[0] if len(lits) == 1 or tok.startswith(("os.system", "system", "exec", "execSync")) else " ".join(lits),
-                   where, depth, out, lang_name, shell)
+            joined = _literals(body, names)
+            text = joined[0] if joined else lits[0]
+            if "pack(" in body and re.fullmatch(r"[0-9a-fA-F]+", text) and len(text) % 2 == 0:
+                text = bytes.fromhex(text).decode("utf-8", "replace")  # perl pack("H*", "726d...")
+            _shell(text, where, depth, out, lang_name, shell)
         elif body.strip():
             worst = _worst_path(code, names, where)
             if worst:

@@ -55,6 +55,7 @@ FIREWALLS = frozenset({"firewalld", "ufw", "iptables", "nftables", "apparmor", "
 
 _WORLD_WRITABLE = re.compile(r"(?:^|,)[ugo]*[oa][ugoa]*[+=][rxXt]*w|^=?[rx]*w[rx]*$")
 _URLISH = re.compile(r"^(?:[a-z][\w+.-]*://|[\w.-]+\.\w+(?::\d+)?/|\d+\.\d+\.\d+\.\d+)")
+_TAR_RUNS = ("--checkpoint-action=exec=", "--to-command=", "--use-compress-program=", "--rsh-command=", "--info-script=")
 _FILTERS = frozenset({"grep", "sort", "uniq", "head", "tail", "tr", "sed", "awk", "cut", "egrep", "fgrep", "rg"})
 
 
@@ -102,6 +103,7 @@ class Judge:
         self.depth = depth
         self.out: list[Effect] = []
         self.downloaded: set[str] = set()  # files written by a downloader in this script
+        self.written: dict[str, str] = {}  # files written with known text (echo '...' > f.sh), run later as scripts
 
     # -- entry points -------------------------------------------------------------------------
     def script(self, text: str, where: Where, how: str = "") -> None:
@@ -165,6 +167,9 @@ class Judge:
                             self.add("run-remote", host, "network", "a shell on a socket (reverse shell)")
                         continue
                     self.path("write", t, c.where, _name(c) + " " + r.op)
+                    if _name(c) in ("echo", "printf") and len(c.argv) > 1:
+                        text = " ".join(_first(w) for w in c.argv[1:] if not _first(w).startswith("-"))
+                        self.written[resolve(t, c.where)] = text
                 elif r.op == "<":
                     if t.startswith("/dev/tcp/") or t.startswith("/dev/udp/"):
                         host = t.split("/")[3] if t.count("/") >= 3 else t
@@ -204,6 +209,10 @@ class Judge:
                 name = name[1:]
             args = argv[1:]
             if name in ("sudo", "doas", "pkexec", "run0", "su", "sg", "gosu", "su-exec", "chroot", "runuser"):
+                probe = [_first(w) for w in args]
+                if name == "sudo" and (not probe or probe in (["-n", "true"], ["-v"], ["-l"], ["-k"], ["-n", "-v"], ["-V"])
+                                       or probe[:1] in (["-l"], ["-k"], ["-K"])):
+                    return  # asking whether sudo works runs nothing as root
                 self.add("escalate", name, "system", name)
                 if name in ("su", "runuser"):
                     words = [_first(w) for w in args]
@@ -263,7 +272,12 @@ class Judge:
         if not argv:
             return
         name = _first(argv[0]).rsplit("/", 1)[-1].lstrip("\\")
+        if name.lower() in NET_CLIENTS or name.lower() in SHELLS:
+            name = name.lower()  # NC on a case-insensitive file system (macOS) is nc
         args = argv[1:]
+        if "/" in _first(argv[0]) and resolve(_first(argv[0]), c.where) in self.written:
+            self.shell_text((self.written[resolve(_first(argv[0]), c.where)],), c, "a script written here")
+            return
         if "/" in _first(argv[0]) and resolve(_first(argv[0]), c.where) in self.downloaded:
             self.add("run-remote", display(resolve(_first(argv[0]), c.where), c.where), "network", "running a downloaded file")
             return
@@ -321,7 +335,9 @@ class Judge:
                 continue
             # sh FILE: runs a file; a downloaded one is remote code
             p = resolve(a, c.where)
-            if p in self.downloaded or a in self.downloaded or (a.startswith("/dev/fd/") and NET in a):
+            if p in self.written:
+                self.shell_text((self.written[p],), c, f"{name} of a script written here")
+            elif p in self.downloaded or a in self.downloaded or (a.startswith("/dev/fd/") and NET in a):
                 self.add("run-remote", display(p, c.where), "network", f"{name} of a downloaded file")
             elif a.startswith("/dev/fd/") and DECODED in a:
                 self.add("run-remote", "decoded text", "unknown", f"{name} of decoded or generated text")
@@ -352,6 +368,13 @@ class Judge:
         if src is None:
             return
         sname = _name(src)
+        decoded = _static_decode(src)
+        if decoded is not None:
+            if name in SHELLS:
+                self.shell_text((decoded,), c, f"{sname} -d | {name}")
+            else:
+                self.code(name, decoded, c)
+            return
         if sname in DOWNLOADERS:
             self.add("run-remote", _host_of(src), "network", f"{sname} piped into {name}")
         elif sname in DECODERS or sname in ("python", "python3", "perl"):
@@ -363,7 +386,7 @@ class Judge:
                     words.pop(0)
                 text = " ".join(words)
             else:
-                text = "".join(words[1:]) if words and "%s" in words[0] else (words[0] if words else "")
+                text = _printf(words)
             if name in SHELLS:
                 self.shell_text((text,), src, f"{sname} | {name}")
             else:
@@ -531,6 +554,14 @@ class Judge:
             self.paths("write", pos[-1:], c.where, "ln")
 
     def c_rsync(self, args: list[Word], c: Cmd) -> None:
+        words = [_first(w) for w in args]
+        for i, a in enumerate(words):
+            if a in ("-e", "--rsh") and i + 1 < len(args):
+                inner = _first(args[i + 1])
+                if not re.fullmatch(r"ssh(?:\s+-[\w]+(?:\s+\S+)?)*", inner):
+                    self.shell_text(args[i + 1], c, "rsync -e")
+            elif a.startswith(("--rsh=", "--rsync-path=")):
+                self.shell_text((a.split("=", 1)[1],), c, a.split("=", 1)[0])
         opts, pos = _opts_and_args(args, frozenset({"-e", "--rsh", "--exclude", "--include", "--filter", "-f",
                                                     "--password-file", "--port"}))
         remote = [w for w in pos if re.match(r"^[^/]*[\w\]]:", _first(w)) and not _first(w).startswith("/")]
@@ -591,9 +622,10 @@ class Judge:
         has_e = "-e" in words or "--expression" in opts or "-f" in words
         files = pos if has_e else pos[1:]
         self.paths("write" if inplace else "read", files, c.where, "sed -i" if inplace else "sed")
-        script = " ".join(words)
-        if re.search(r"(?:^|[;\s'\"])(?:\d+|/[^/]*/)?\s*e\b|\bw\s+/", script) and not inplace:
-            pass
+        for w in (pos[:1] if not has_e else []) + [args[i + 1] for i, x in enumerate(words) if x == "-e" and i + 1 < len(args)]:
+            m = re.search(r"(?:^|[;{}\n]|\d|/)\s*e\s+(.+?)(?:;|$)", _first(w))
+            if m:
+                self.shell_text((m.group(1),), c, "sed e")
 
     def c_perl(self, args: list[Word], c: Cmd) -> None:
         self.interpreter("perl", args, c)
@@ -609,6 +641,12 @@ class Judge:
 
     def c_tar(self, args: list[Word], c: Cmd) -> None:
         words = [_first(w) for w in args]
+        for i, a in enumerate(words):
+            for opt in _TAR_RUNS:
+                if a.startswith(opt):
+                    self.shell_text((a[len(opt):],), c, "tar " + opt.rstrip("="))
+            if a in ("-I", "--to-command", "--use-compress-program") and i + 1 < len(args):
+                self.shell_text(args[i + 1], c, "tar " + a)
         first = words[0] if words else ""
         mode = first if not first.startswith("-") else ""
         flags = "".join(w[1:] for w in words if w.startswith("-") and not w.startswith("--")) + mode
@@ -631,11 +669,6 @@ class Judge:
                 secret = any(classify(resolve(a, c.where), c.where) in ("credential", "home")
                              for w in members for a in _alts(w))
                 self.add("send", _host_of(peer), "credential" if secret else "network", f"tar | {_name(peer)}")
-
-    def c_zip(self, args: list[Word], c: Cmd) -> None:
-        _, pos = _opts_and_args(args, frozenset({"-P", "-x", "-i"}))
-        self.paths("read", pos[1:], c.where, "zip")
-        self.paths("write", pos[:1], c.where, "zip")
 
     def c_unzip(self, args: list[Word], c: Cmd) -> None:
         words = [_first(w) for w in args]
@@ -699,7 +732,12 @@ class Judge:
             if h in METADATA_HOSTS or h.startswith("169.254."):
                 self.add("read-secret", h, "metadata", f"{name} of the cloud metadata endpoint")
         sent: list[str] = []
+        files: set[str] = set()  # values of options that name a file to upload
         for i, a in enumerate(words):
+            if a in ("-T", "--upload-file", "--post-file", "--body-file") and i + 1 < len(words):
+                files.add(words[i + 1])
+            elif a.startswith(("--post-file=", "--body-file=", "--upload-file=")):
+                files.add(a.split("=", 1)[1])
             val = words[i + 1] if i + 1 < len(words) else ""
             vals = _alts(args[i + 1]) if i + 1 < len(args) else ("",)
             if a in ("-d", "--data", "--data-binary", "--data-raw", "--data-urlencode", "-F", "--form", "--json",
@@ -721,7 +759,7 @@ class Judge:
                     continue
                 self.add("send", host, "credential", f"{name} with ${var}")
                 return
-            m = re.search(r"@([^\s;]+)", s)
+            m = re.search(r"@([^\s;]+)", s) or (re.match(r"^([/~.][^\s;]*)$", s) if s in files else None)
             if m and m.group(1) != "-":
                 p = resolve(m.group(1), c.where)
                 cls = classify(p, c.where)
@@ -836,7 +874,12 @@ class Judge:
         host = _first(pos[0]).split("@")[-1] if pos else "network"
         words = [_first(w) for w in args]
         if "-R" in words:
-            self.add("send", host, "network", "ssh -R (a tunnel into this machine)")
+            self.add("run-remote", host, "network", "ssh -R (a tunnel into this machine)")
+        for i, a in enumerate(words):
+            v = words[i + 1] if i + 1 < len(words) else ""
+            opt = a[2:] if a.startswith("-o") and len(a) > 2 else (v if a == "-o" else "")
+            if re.match(r"(?i)(?:ProxyCommand|LocalCommand|KnownHostsCommand|PermitLocalCommand)\s*=?", opt):
+                self.shell_text((re.split(r"=|\s", opt, maxsplit=1)[-1],), c, "ssh -o ProxyCommand")
         self.stdin_secret("ssh", host, c)
         self.add("send", host, "network", "ssh")
 
@@ -915,7 +958,7 @@ class Judge:
         _, pos = _opts_and_args(args, frozenset({"-u", "-U", "-g", "-G", "-P", "-s", "-t", "--signal", "-n"}))
         pats = [_first(w) for w in pos]
         broad = any(w in ("-u", "-U", "--user", "-g", "-t") for w in words) or any(p in (".", ".*", "", "-1") for p in pats)
-        vital = {"init", "systemd", "sshd", "Xorg", "gnome-shell", "loginwindow", "explorer", "launchd", "dockerd",
+        vital = {"node", "init", "systemd", "sshd", "Xorg", "gnome-shell", "loginwindow", "explorer", "launchd", "dockerd",
                  "containerd", "bash", "zsh", "sh", "login", "kernel_task", "WindowServer", "Finder"}
         if broad or any(p in vital for p in pats) or (name == "killall" and "-a" in words):
             self.add("kill", " ".join(pats) or "processes", "process", name + " " + " ".join(words))
@@ -973,7 +1016,7 @@ class Judge:
 
     def c_history(self, args: list[Word], c: Cmd) -> None:
         words = [_first(w) for w in args]
-        if any(w in ("-c", "-d", "-w", "-r", "-p") or w.startswith("-c") for w in words) and not words == ["-p"]:
+        if any(w in ("-c", "-d") or w.startswith("-c") for w in words) or (words[:1] == ["-w"] and words[1:2] == ["/dev/null"]):
             self.add("tamper", "shell history", "home", "history " + " ".join(words))
 
     def c_unset(self, args: list[Word], c: Cmd) -> None:
@@ -990,7 +1033,21 @@ class Judge:
         if not args or (len(args) == 1 and _first(args[0]) == "-p"):
             self.env_dump(c)
 
+    def c_echo(self, args: list[Word], c: Cmd) -> None:
+        for w in args:
+            for a in _alts(w):
+                if SECRET in a:
+                    var = a.split(SECRET, 1)[1].split(UNKNOWN, 1)[0]
+                    self.add("read-secret", "$" + var, "credential", "echo $" + var)
+                    return
+
+    c_printf = c_echo
+
     def c_printenv(self, args: list[Word], c: Cmd) -> None:
+        secret = [_first(w) for w in args if re.search(r"KEY|TOKEN|SECRET|PASS|CREDENTIAL", _first(w))]
+        if secret and not _downstream_net(c):
+            self.add("read-secret", "$" + secret[0], "credential", "printenv " + secret[0])
+            return
         if not args:
             self.env_dump(c)
         elif any(SECRET in a for w in args for a in _alts(w)) or any(re.search(r"KEY|TOKEN|SECRET|PASS", _first(w))
@@ -1022,7 +1079,10 @@ class Judge:
             return
         sub, rest = words[i], words[i + 1:]
         for kv in cfg:
-            key = kv.split("=", 1)[0].lower()
+            key, _, val = kv.partition("=")
+            key = key.lower()
+            if not (val.startswith("!") or re.search(r"[;|&$`()<>]|\bsh\b|\bbash\b", val)):
+                continue  # a plain value (core.pager=cat, alias.lg=log ...) runs nothing new
             if key in ("core.sshcommand", "core.fsmonitor", "core.pager", "core.editor", "core.hookspath") or \
                     key.startswith(("alias.", "credential.helper", "filter.", "diff.external")):
                 self.add("opaque", f"git -c {kv}"[:60], "unknown", "a git setting that runs a command")
@@ -1170,7 +1230,10 @@ class Judge:
                                                 "-l", "--selector", "--cluster", "--user", "-f", "--filename",
                                                 "-c", "--container"}))
         words = [_first(w) for w in args]
-        if pos[:1] == ["delete"] or pos[:1] == ["drain"] or (pos[:1] == ["scale"] and "--replicas=0" in words):
+        recreated = {"pod", "pods", "po", "job", "jobs", "event", "events", "ev"}
+        if pos[:1] == ["delete"] and len(pos) > 1 and pos[1].split("/")[0] in recreated and "--all" not in words:
+            pass  # a pod or job is recreated by its controller
+        elif pos[:1] == ["delete"] or pos[:1] == ["drain"] or (pos[:1] == ["scale"] and "--replicas=0" in words):
             self.add("teardown", f"{name} {' '.join(pos[:3])}", "remote", f"{name} {pos[0]}")
         elif pos[:2] in (["get", "secret"], ["get", "secrets"]) and any(w.startswith(("-o", "--output"))
                                                                          for w in words):
@@ -1290,6 +1353,8 @@ class Judge:
             sql.append(c.stdin.heredoc)
         if name in ("sqlite3",):
             pos = [w for w in words if not w.startswith("-")]
+            if pos and classify(resolve(pos[0], c.where), c.where) in ("temp", "project") or pos[:1] == [":memory:"]:
+                return  # a scratch or project database file: the project's own data
             sql += pos[1:]
         if name in ("redis-cli",):
             sql.append(" ".join(w for w in words if not w.startswith("-")))
@@ -1305,6 +1370,8 @@ class Judge:
     c_mariadb = c_mysql
 
     def c_sqlite3(self, args: list[Word], c: Cmd) -> None:
+        pos = [w for w in args if not _first(w).startswith("-")]
+        self.paths("read", pos[:1], c.where, "sqlite3")
         self.c_psql(args, c, "sqlite3", ("-cmd",))
 
     def c_redis_cli(self, args: list[Word], c: Cmd) -> None:
@@ -1434,6 +1501,69 @@ class Judge:
         body = c.heredoc or (_first(args[0]) if args else "")
         self.out += patch_effects(body, c.where, "apply_patch")
 
+    def c_script(self, args: list[Word], c: Cmd) -> None:
+        words = [_first(w) for w in args]
+        for i, a in enumerate(words):
+            short_c = a.startswith("-") and not a.startswith("--") and a.endswith("c")
+            if (a in ("-c", "--command") or short_c) and i + 1 < len(args):
+                self.shell_text(args[i + 1], c, "script -c")
+
+    def c_npx(self, args: list[Word], c: Cmd) -> None:
+        rest = _skip_opts(args, {"-p", "--package", "-c", "--call"})
+        if rest:
+            self.run([(_first(rest[0]).split("@")[0] if not _first(rest[0]).startswith("@") else _first(rest[0]),), *rest[1:]], c)
+
+    c_pnpx = c_bunx = c_npx
+
+    def c_rimraf(self, args: list[Word], c: Cmd) -> None:
+        self.delete("rm", [("-r",), *args], c)
+
+    def c_vim(self, args: list[Word], c: Cmd) -> None:
+        words = [_first(w) for w in args]
+        for i, a in enumerate(words):
+            cmd = words[i + 1] if a in ("-c", "--cmd") and i + 1 < len(words) else (a[1:] if a.startswith("+") else "")
+            m = re.match(r"^:?\s*!(.*)", cmd)
+            if m:
+                self.shell_text((m.group(1),), c, "vim :!")
+        _, pos = _opts_and_args(args, frozenset({"-c", "--cmd", "-u", "-S"}))
+        self.paths("read", [w for w in pos if not _first(w).startswith("+")], c.where, "vim")
+
+    c_vi = c_nvim = c_ex = c_vim
+
+    def c_zip(self, args: list[Word], c: Cmd) -> None:
+        words = [_first(w) for w in args]
+        for i, a in enumerate(words):
+            if a in ("-TT", "--unzip-command") and i + 1 < len(args):
+                self.shell_text(args[i + 1], c, "zip -TT")
+        _, pos = _opts_and_args(args, frozenset({"-P", "-x", "-i", "-TT", "--unzip-command"}))
+        self.paths("read", pos[1:], c.where, "zip")
+        self.paths("write", pos[:1], c.where, "zip")
+
+    def c_make(self, args: list[Word], c: Cmd) -> None:
+        for w in args:
+            a = _first(w)
+            if a.startswith("--eval="):
+                for line in a.split("=", 1)[1].splitlines():
+                    if line.startswith("\t"):
+                        self.shell_text((line[1:],), c, "make --eval recipe")
+
+    def c_ztcp(self, args: list[Word], c: Cmd) -> None:
+        self.add("run-remote", _first(args[0]) if args else "network", "network", "zsh ztcp (a socket in the shell)")
+
+    def c_claude(self, args: list[Word], c: Cmd) -> None:
+        self._agent_cli("claude", args)
+
+    def c_codex(self, args: list[Word], c: Cmd) -> None:
+        self._agent_cli("codex", args)
+
+    def _agent_cli(self, name: str, args: list[Word]) -> None:
+        words = [_first(w) for w in args]
+        if any(w in ("--dangerously-skip-permissions", "--dangerously-bypass-approvals-and-sandbox", "--yolo",
+                     "--full-auto") or w.startswith("--permission-mode=bypass") for w in words) or (
+                "--permission-mode" in words and "bypassPermissions" in words):
+            flag = next(w for w in words if w.startswith("--"))
+            self.add("escalate", f"{name} without its own checks", "agent-state", f"{name} {flag}")
+
     def c_powershell(self, args: list[Word], c: Cmd) -> None:
         self.interpreter("pwsh", args, c)
 
@@ -1450,6 +1580,43 @@ _TOKEN_HOSTS = {"GITHUB": ("github.com", "githubusercontent.com"), "GH": ("githu
 def _own_service(var: str, host: str) -> bool:
     prefix = var.split("_", 1)[0].upper()
     return any(host == h or host.endswith("." + h) for h in _TOKEN_HOSTS.get(prefix, ()))
+
+
+def _static_decode(c: Cmd) -> str | None:
+    """`echo TEXT | base64 -d` (or xxd -r -p, rev) with TEXT in the command: what it prints."""
+    import base64
+    import binascii
+
+    n = _name(c)
+    src = c.stdin
+    if src is None or _name(src) not in ("echo", "printf") or c.heredoc:
+        return None
+    words = [_first(w) for w in src.argv[1:] if not re.fullmatch(r"-[neE]+", _first(w))]
+    text = "".join(words) if _name(src) == "echo" else _printf(words)
+    if UNKNOWN in text:
+        return None
+    flags = [_first(w) for w in c.argv[1:]]
+    try:
+        if n in ("base64", "basenc") and any(f in ("-d", "--decode", "-D") for f in flags):
+            return base64.b64decode(text.strip() + "=" * (-len(text.strip()) % 4)).decode("utf-8", "replace")
+        if n == "base32" and any(f in ("-d", "--decode") for f in flags):
+            return base64.b32decode(text.strip()).decode("utf-8", "replace")
+        if n == "xxd" and "-r" in flags:
+            return binascii.unhexlify(re.sub(r"\s", "", text)).decode("utf-8", "replace")
+        if n == "rev":
+            return text[::-1]
+    except (ValueError, binascii.Error):
+        return None
+    return None
+
+
+def _printf(words: list[str]) -> str:
+    """What printf FORMAT ARGS... prints, for %s and %b (enough to see a command built by it)."""
+    if not words:
+        return ""
+    fmt, rest = words[0], list(words[1:])
+    out = re.sub(r"%[sbd]", lambda _m: rest.pop(0) if rest else "", fmt)
+    return out.replace("\\n", "\n") + (" ".join(rest) if rest else "")
 
 
 def _judge(cmd: str | list[str], where: Where, depth: int) -> list[Effect]:

@@ -96,6 +96,7 @@ class Walker:
         self.vars: dict[str, Word] = {
             "HOME": (where.home,), "USER": (where.user,), "LOGNAME": (where.user,), "PWD": (where.cwd,),
             "TMPDIR": (where.tmp,), "SHELL": ("/bin/bash",), "OLDPWD": (where.cwd,),
+            "PATH": ("/usr/local/bin:/usr/bin:/bin",),
         }
         self.vars.update({k: (v,) for k, v in where.env.items()})
         if vars:
@@ -192,6 +193,10 @@ class Walker:
         if name in ("@", "*") or name.isdigit():
             return (UNKNOWN,)
         val = self.vars.get(name)
+        m = re.fullmatch(r"\$\{\w+:(-?\d+)(?::(\d+))?\}", txt)
+        if val is not None and m:  # ${PATH:0:1}
+            a = int(m.group(1))
+            return tuple(v[a:a + int(m.group(2))] if m.group(2) else v[a:] for v in val)
         if val is None:
             # ${X:-default} / ${X-default}: the default when X is not known here
             ops = [c for c in n.children if c.type in (":-", "-", ":=", "=")]
@@ -230,6 +235,8 @@ class Walker:
                 return (inner[0].where.cwd,)
             if name in ("whoami", "id"):
                 return (self.where.user,)
+            if name == "git" and [w[0] for w in argv[1:3]] == ["rev-parse", "--show-toplevel"]:
+                return (self.where.project,)
             if name == "mktemp":
                 return (self.where.tmp + "/tmp." + UNKNOWN,)
             if name in ("realpath", "readlink") and len(argv) >= 2:
@@ -419,7 +426,7 @@ class Walker:
             stdin.stdout = cmd
         self.cmds.append(cmd)
         name = argv[0][0] if argv else ""
-        if name in ("cd", "pushd") and len(argv) >= 2 and UNKNOWN not in argv[1][0] and argv[1][0] != "-":
+        if name in ("cd", "pushd") and len(argv) >= 2 and argv[1][0] != "-":
             self.where = self.where.at(resolve(argv[1][0], self.where))
             self.vars["PWD"] = (self.where.cwd,)
         elif name in ("cd", "pushd") and len(argv) == 1:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import posixpath
+import re
 from dataclasses import dataclass, field
 
 UNKNOWN = "\x00"
@@ -29,7 +30,9 @@ _CREDENTIALS = (
     ".boto", ".config/doctl", ".fly", ".heroku", ".config/heroku", ".databrickscfg", ".huggingface/token",
     ".cache/huggingface/token", ".config/sops", ".gitlab-token", ".terraformrc",
 )
-_SSH_PUBLIC = ("*.pub", "known_hosts", "known_hosts.old", "config")  # ~/.ssh entries that are not secrets
+_SSH_PUBLIC = ("*.pub", "known_hosts", "known_hosts.old", "config")
+# ~/.ssh entries and files in credential stores that hold no secret
+_NOT_SECRET = (".aws/config", ".docker/daemon.json", ".kube/cache", ".gnupg/pubring.kbx", ".gnupg/gpg.conf")
 _AGENT_STATE = (".claude", ".claude.json", ".codex", ".config/fak", ".aider*", ".continue", ".cursor")
 _CACHES = (".cache", ".npm", ".cargo/registry", ".cargo/git", ".m2/repository", ".gradle/caches", "go/pkg/mod",
            ".rustup/toolchains", ".pnpm-store", ".yarn/cache", ".local/share/virtualenvs", ".pyenv/versions",
@@ -58,6 +61,7 @@ _SYSTEM_SECRETS = ("/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/sudoers"
                    "/etc/kubernetes/admin.conf", "/etc/kubernetes/pki")
 
 
+_KEY_FILE = re.compile(r"^id_(?:rsa|ed25519|ecdsa|dsa|ed25519_sk|ecdsa_sk)(?!.*\.pub$)[\w*?.-]*$")
 _ENV_TEMPLATES = frozenset({".env.example", ".env.sample", ".env.template", ".env.dist", ".env.defaults", ".env.test"})
 
 
@@ -145,6 +149,8 @@ def classify(path: str, where: Where) -> str:
         return "device"
     if "/environ" in p and p.startswith("/proc/"):
         return "credential"
+    if _KEY_FILE.match(p.rsplit("/", 1)[-1]) and _under(p, where.project) is None:
+        return "credential"  # a private key is one wherever it lies
     in_home = _under(p, where.home) is not None
     if not in_home and any(p == s or p.startswith(s + "/") or fnmatch.fnmatchcase(p, s) for s in _SYSTEM_SECRETS):
         return "credential"
@@ -178,6 +184,8 @@ def _project_class(rel: str) -> str:
         return "project-root"  # the project itself, or every entry of it (*, .*)
     parts = rel.split("/")
     if ".git" in parts:
+        if parts[parts.index(".git") + 1:] == ["info", "exclude"]:
+            return "project"  # local ignore rules, nothing runs from them
         return "project-git"
     if parts[0] == ".claude" and len(parts) > 1 and parts[1].startswith("settings"):
         return "agent-state"  # the project's permission settings for the agent itself
@@ -188,7 +196,7 @@ def _home_class(rel: str) -> str:
     if rel == "":
         return "home"
     first = rel.split("/", 1)[0]
-    if rel.startswith(".ssh/") and any(fnmatch.fnmatchcase(rel[5:], x) for x in _SSH_PUBLIC):
+    if (rel.startswith(".ssh/") and any(fnmatch.fnmatchcase(rel[5:], x) for x in _SSH_PUBLIC)) or rel in _NOT_SECRET:
         return "home"
     if covers_all(first):
         return "home"  # ~/*, ~/.*: every entry of home
@@ -216,7 +224,7 @@ def is_persist(path: str, where: Where) -> bool:
     if ".git" in parts:
         i = parts.index(".git")
         below = parts[i + 1:]
-        return bool(below) and below[0] in ("hooks", "config", "info")
+        return bool(below) and below[0] in ("hooks", "config") or below[:2] == ["info", "attributes"]
     return False
 
 
