@@ -73,6 +73,10 @@ _KNOWN_FIELDS = {
     "result_deny",
 }
 _V2_FIELDS = {"effects", "effect_rules", "unparseable"}
+# Which effect a refusal names when several are refused alike: the specific harm before its means
+_NAMES_FIRST = {k: i for i, k in enumerate(reversed((
+    "send", "run-remote", "delete", "write", "chmod", "persist", "tamper", "kill", "teardown", "history", "publish",
+    "read-secret", "escalate", "opaque")))}
 _EFFECT_VERDICTS = {"deny": VerdictKind.DENY, "witness": VerdictKind.REQUIRE_WITNESS, "allow": VerdictKind.ALLOW}
 _PATCH_HDR = re.compile(r"^\*\*\* (?:Add|Update|Delete) File: (.+?)\s*$|^\*\*\* Move to: (.+?)\s*$", re.M)
 _REDIRECT = re.compile(r"(?:&>>?|\d?>>?\|?)\s*(?!&)([\"']?)([^\s;&|<>\"'()]+)\1|\btee\s+(?:-\w+\s+)*([^\s;&|<>()]+)")
@@ -318,18 +322,21 @@ class Policy:
         except ShellParseError as exc:
             reason = Reason.MALFORMED if self.unparseable is VerdictKind.DENY else Reason.UNWITNESSED
             return Verdict.of(self.unparseable, reason, self.by, f"unparseable shell: {exc}")
-        worst: tuple[EffectRule, object] | None = None
+        hits: list[tuple[int, int, EffectRule, Any]] = []
         for e in effects:
             for r in self.effect_rules:
                 if r.matches(e.kind, e.cls, call.tool):
-                    if r.verdict is not VerdictKind.ALLOW and (worst is None or RANK[r.verdict] > RANK[worst[0].verdict]):
-                        worst = (r, e)
+                    if r.verdict is not VerdictKind.ALLOW:
+                        hits.append((RANK[r.verdict], _NAMES_FIRST.get(e.kind, 0), r, e))
                     break  # the first rule that names an effect decides it; an allow rule exempts it
-        if worst is None:
+        if not hits:
             return None
-        r, e = worst
-        how = f" [{e.how}]" if getattr(e, "how", "") else ""  # type: ignore[attr-defined]
-        detail = f"{e} by {r.id}{how}" + (f": {r.detail}" if r.detail else "")
+        # The most restrictive verdict; among equals the effect that says most (the rm under a sudo)
+        hits.sort(key=lambda h: (h[0], h[1]), reverse=True)
+        _, _, r, e = hits[0]
+        how = f" [{e.how}]" if e.how else ""
+        also = [str(h[3]) for h in hits[1:] if h[3] != e][:2]
+        detail = f"{e} by {r.id}{how}" + (f": {r.detail}" if r.detail else "") + (f" (also: {'; '.join(also)})" if also else "")
         if r.verdict is VerdictKind.DENY:
             return Verdict.deny(r.reason, self.by, detail)
         return Verdict.of(r.verdict, Reason.UNWITNESSED if r.reason is Reason.POLICY_BLOCK else r.reason, self.by, detail)

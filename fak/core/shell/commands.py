@@ -437,7 +437,7 @@ class Judge:
     def delete(self, name: str, args: list[Word], c: Cmd) -> None:
         if name == "gio" and (not args or _first(args[0]) not in ("trash", "remove")):
             return
-        opts, pos = _opts_and_args(args[1:] if name == "gio" else args, frozenset({"-n", "-s", "-u"}))
+        opts, pos = _opts_and_args(args[1:] if name == "gio" else args, frozenset({"-n", "-s", "--iterations", "--size"}))
         if name in ("shred", "wipe", "srm"):
             # overwriting before unlinking is for destroying evidence or data for good, not for cleaning up
             for w in pos:
