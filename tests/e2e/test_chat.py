@@ -160,7 +160,7 @@ def test_tools_each_call_judged_allowed_run_destructive_refused(tmp_path: Path) 
         followup = up.followups()
     assert r.returncode == 0, r.stderr
     assert 'tool Read {"file_path": "notes.txt"} -> ALLOW' in r.stderr
-    assert 'tool Bash {"command": "rm -rf ~"} -> DENY POLICY_BLOCK (rm -r of /' in r.stderr
+    assert 'tool Bash {"command": "rm -rf ~"} -> DENY POLICY_BLOCK (delete ' in r.stderr
     assert (tmp_path / "home" / "canary").exists()
     sent = followup[0].body["messages"]
     results = [m["content"] for m in sent if m["role"] == "tool"]

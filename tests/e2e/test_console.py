@@ -95,7 +95,7 @@ def test_decisions_tail_filters_and_keeps_pre_kernel_refusals(tmp_path: Path) ->
     assert rows["seen"] == 3 and rows["journal"] == str(tmp_path / "j.jsonl")
     assert [(d["tool"], d["verdict"], d["reason"]) for d in rows["decisions"]] == [
         ("Nope", "DENY", "UNKNOWN_TOOL"), ("Bash", "ALLOW", "NONE"), ("Bash", "DENY", "POLICY_BLOCK")]
-    assert rows["decisions"][2]["detail"].startswith("rm -r of /") and rows["decisions"][2]["by"] == "policy:coding-floor"
+    assert rows["decisions"][2]["detail"].startswith("delete ") and rows["decisions"][2]["by"] == "policy:coding-floor"
     deny = client.get("/v1/fak/decisions?verdict=DENY&tool=bash", headers=AUTH).json()["decisions"]
     assert [d["reason"] for d in deny] == ["POLICY_BLOCK"]
     assert len(client.get("/v1/fak/decisions?limit=1", headers=AUTH).json()["decisions"]) == 1

@@ -301,7 +301,7 @@ def test_guard_on_the_in_kernel_model_with_no_network(tmp_path: Path) -> None:
         outs.append(r)
     assert (sb / "allowed.txt").read_text() == "ran\n"
     assert (tmp_path / "home" / "canary").exists()
-    assert "$ rm" not in outs[1].stdout and "[fak] refused Bash: POLICY_BLOCK (rm -r of /" in outs[1].stdout
+    assert "$ rm" not in outs[1].stdout and "[fak] refused Bash: POLICY_BLOCK (delete " in outs[1].stdout
     rec = [json.loads(x) for x in journal.read_text().splitlines()]
     assert [(x["tool"], x["verdict"]) for x in rec] == [("Bash", "ALLOW"), ("Bash", "DENY")]
     assert json.loads(outs[1].stderr.strip().splitlines()[-1])["denied"] == 1

@@ -76,7 +76,7 @@ def test_anthropic_allowed_call_emitted_destructive_replaced_in_place(tmp_path: 
     blocks = msg.content
     assert [b.type for b in blocks] == ["text", "tool_use", "text"]
     assert blocks[1].name == "Bash" and blocks[1].input == {"command": "ls -la"}
-    assert blocks[2].text.startswith("[fak] refused Bash: POLICY_BLOCK (rm -r of /")
+    assert blocks[2].text.startswith("[fak] refused Bash: POLICY_BLOCK (delete ")
     assert blocks[2].text.endswith("). Do not propose it again.")
     assert msg.stop_reason == "tool_use"
     assert "rm -rf" not in json.dumps(msg.model_dump())
@@ -157,7 +157,7 @@ def test_responses_call_items_judged_and_final_output_matches(tmp_path: Path, st
     kinds = [it.type for it in resp.output]
     assert kinds == [it.type for it in done] == ["message", "function_call", "message"]
     assert json.loads(resp.output[1].arguments) == {"cmd": "cat README.md"}
-    assert "[fak] refused exec_command: POLICY_BLOCK (running a download" in resp.output[2].content[0].text
+    assert "[fak] refused exec_command: POLICY_BLOCK (run-remote " in resp.output[2].content[0].text
     assert "| sh" not in json.dumps(resp.model_dump())
 
 
