@@ -5,6 +5,7 @@ and aider-style names by default), so a policy can teach fak a new agent's tools
 
 from __future__ import annotations
 
+import json
 import os
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -31,7 +32,7 @@ class ToolModel:
     patch: dict[str, str] = field(default_factory=dict)  # an apply_patch body
     fetch: dict[str, str] = field(default_factory=dict)  # a URL fetched
     cwd_field: tuple[str, ...] = ("workdir", "cwd", "working_directory")
-    _cache: OrderedDict[tuple[str, str, str, str], tuple[Effect, ...]] = field(default_factory=OrderedDict, repr=False)
+    _cache: OrderedDict[tuple[str, ...], tuple[Effect, ...]] = field(default_factory=OrderedDict, repr=False)
 
     def knows(self, tool: str) -> bool:
         return any(tool in t for t in (self.shell, self.read, self.write, self.search, self.patch, self.fetch))
@@ -69,6 +70,14 @@ class ToolModel:
             if len(self._cache) > _CACHE_MAX:
                 self._cache.popitem(last=False)
             return got
+        fam_key = None
+        if tool in self.write or tool in self.read or tool in self.search or tool in self.patch or tool in self.fetch:
+            fields = [_get(args, t[tool]) for t in (self.write, self.read, self.search, self.patch, self.fetch) if tool in t]
+            where = self.where(call)
+            fam_key = (tool, json.dumps([fields, args.get("pattern"), args.get("glob")], default=str), where.cwd, where.home)
+            hit = self._cache.get(fam_key)
+            if hit is not None:
+                return hit
         if tool in self.write or tool in self.read or tool in self.search:
             where = self.where(call)
             fam = "write" if tool in self.write else "read" if tool in self.read else "search"
@@ -99,7 +108,12 @@ class ToolModel:
                     out.append(Effect("read-secret", host, "metadata", f"{tool} of the cloud metadata endpoint"))
                 elif url.startswith("file://"):
                     out += _path_effects("read", url[7:], self.where(call), tool)
-        return tuple(dict.fromkeys(out))
+        got = tuple(dict.fromkeys(out))
+        if fam_key is not None:
+            self._cache[fam_key] = got
+            if len(self._cache) > _CACHE_MAX:
+                self._cache.popitem(last=False)
+        return got
 
 
 def _get(obj: Any, path: str) -> Any:

@@ -11,6 +11,7 @@ that prefix as the whole of it (`$HOME/$X` may be all of home).
 from __future__ import annotations
 
 import fnmatch
+import functools
 import os
 import posixpath
 import re
@@ -125,6 +126,7 @@ def resolve(path: str, where: Where) -> str:
     return p + "/" if trailing and not p.endswith("/") else p
 
 
+@functools.lru_cache(maxsize=8192)
 def classify(path: str, where: Where) -> str:
     """The class of a resolved path (see effect.CLASSES)."""
     if not path or path.startswith(UNKNOWN):
@@ -209,6 +211,7 @@ def _home_class(rel: str) -> str:
     return "home"
 
 
+@functools.lru_cache(maxsize=8192)
 def is_persist(path: str, where: Where) -> bool:
     """A file whose change runs code later: shell rc files, autostart units, git hooks, cron."""
     p = path.rstrip("/")
@@ -228,6 +231,7 @@ def is_persist(path: str, where: Where) -> bool:
     return False
 
 
+@functools.lru_cache(maxsize=8192)
 def is_history(path: str, where: Where) -> bool:
     """Shell history and system logs: wiping them hides what was done."""
     p = path.rstrip("/")
