@@ -154,3 +154,29 @@ def test_opening_a_foreign_file_changes_nothing(tmp_path: Path, content: bytes) 
     with pytest.raises(FakError, match="not a fak journal record"):
         Journal(p, fsync=False)
     assert p.read_bytes() == content
+
+
+def _reseal(line: bytes, **changes: object) -> bytes:
+    """A record edited and sealed again: its own hash recomputed over the edited body, as a forger would."""
+    import hashlib
+
+    rec = json.loads(line)
+    rec.pop("hash")
+    rec.update(changes)
+    body = json.dumps(rec, separators=(",", ":"), ensure_ascii=False).encode()
+    return body[:-1] + b',"hash":"' + hashlib.sha256(body).hexdigest().encode() + b'"}'
+
+
+@pytest.mark.parametrize("victim", [0, 1, 2])
+def test_a_resealed_record_is_caught_by_the_next_records_prev(tmp_path: Path, victim: int) -> None:
+    """A DENY rewritten as ALLOW with its own hash made right again still breaks the chain: the next
+    record's `prev` names the original hash. (The last record has no successor: the tail is what a
+    reader must anchor elsewhere, e.g. the hash the guard prints at exit.)"""
+    lines = _write(tmp_path / "j.jsonl", 4).split(b"\n")[:-1]
+    was = json.loads(lines[victim])["verdict"]
+    forged = _reseal(lines[victim], verdict="ALLOW" if was == "DENY" else "DENY", reason="NONE")
+    assert forged != lines[victim]
+    assert verify_bytes(forged + b"\n").ok is (victim == 0)  # alone, a resealed first record looks whole
+    tampered = [*lines[:victim], forged, *lines[victim + 1:]]
+    rep = verify_bytes(b"\n".join(tampered) + b"\n")
+    assert not rep.ok and rep.bad_line == victim + 2 and "chain" in rep.problem, rep
