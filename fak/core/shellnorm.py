@@ -44,7 +44,8 @@ _BINPATH = re.compile(r"(?<![^\s;&|(`=<>])(?:/[\w.+-]+)*/s?bin/(?=[\w.+-])")
 _ECHO_FLAGS = re.compile(r"^(?:\s*-[neE]+\b)+")
 
 
-def _unescape(s: str) -> str:
+def unescape(s: str) -> str:
+    """Backslash escapes as bash's $'...' decodes them (\\xHH, \\NNN octal, \\uHHHH, \\n ...)."""
     def one(m: re.Match[str]) -> str:
         e = m.group(1)
         if e[0] in "xu" and len(e) > 1:
@@ -63,7 +64,7 @@ def _printed(m: re.Match[str]) -> str:
         body = _ECHO_FLAGS.sub("", body).strip()
     else:  # printf: a leading %s-only format prints its arguments
         body = re.sub(r"^(['\"]?)(?:%s)+\1(?:\s+|$)", "", body)
-    return _unescape(body.replace("'", "").replace('"', ""))
+    return unescape(body.replace("'", "").replace('"', ""))
 
 
 def shell_normalize(text: str) -> str:
@@ -71,7 +72,7 @@ def shell_normalize(text: str) -> str:
         return text
     s = text.replace("\\\n", "")
     if "$'" in s:
-        s = _ANSI_C.sub(lambda m: _unescape(m.group(1)), s)
+        s = _ANSI_C.sub(lambda m: unescape(m.group(1)), s)
     if "$(" in s or "`" in s:
         s = _PRINT_SUB.sub(_printed, s)
         s = _WHICH_SUB.sub(lambda m: m.group(1) or m.group(2), s)

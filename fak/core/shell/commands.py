@@ -53,6 +53,13 @@ FIREWALLS = frozenset({"firewalld", "ufw", "iptables", "nftables", "apparmor", "
                        "sysmon", "aide", "rkhunter", "sshguard", "csf", "lfd"})
 
 
+# Commands read like another (OpenTofu like Terraform, podman like docker): handled by that one, under their name
+_FAMILY = {
+    "cdk": "pulumi", "cdktf": "pulumi", "serverless": "pulumi", "sls": "pulumi", "poetry": "cargo", "uv": "cargo",
+    "flit": "cargo", "hatch": "cargo", "tofu": "terraform", "terragrunt": "terraform", "oc": "kubectl",
+    "podman": "docker", "nerdctl": "docker", "ip6tables": "iptables", "killall": "pkill", "ncat": "nc", "netcat": "nc",
+    "telnet": "nc"
+}
 _WORLD_WRITABLE = re.compile(r"(?:^|,)[ugo]*[oa][ugoa]*[+=][rxXt]*w|^=?[rx]*w[rx]*$")
 _URLISH = re.compile(r"^(?:[a-z][\w+.-]*://|[\w.-]+\.\w+(?::\d+)?/|\d+\.\d+\.\d+\.\d+)")
 _TAR_RUNS = ("--checkpoint-action=exec=", "--to-command=", "--use-compress-program=", "--rsh-command=", "--info-script=")
@@ -282,7 +289,9 @@ class Judge:
             self.add("run-remote", display(resolve(_first(argv[0]), c.where), c.where), "network", "running a downloaded file")
             return
         h = getattr(self, "c_" + name.replace("-", "_").replace(".", "_"), None)
-        if name in SHELLS:
+        if name in _FAMILY:
+            getattr(self, "c_" + _FAMILY[name])(args, c, name)
+        elif name in SHELLS:
             self.shell(name, args, c)
         elif name in INTERPRETERS or re.fullmatch(r"python\d(?:\.\d+)?|perl\d*|ruby\d*(?:\.\d+)?|php\d*|node\d*", name):
             self.interpreter(name, args, c)
@@ -849,11 +858,7 @@ class Judge:
         self.stdin_secret(name, host, c)
         self.add("send", host, "network", name)
 
-    def c_ncat(self, args: list[Word], c: Cmd) -> None:
-        self.c_nc(args, c, "ncat")
 
-    def c_netcat(self, args: list[Word], c: Cmd) -> None:
-        self.c_nc(args, c, "netcat")
 
     def c_socat(self, args: list[Word], c: Cmd) -> None:
         words = " ".join(_first(w) for w in args)
@@ -865,8 +870,6 @@ class Judge:
         self.stdin_secret("socat", host, c)
         self.add("send", host, "network", "socat")
 
-    def c_telnet(self, args: list[Word], c: Cmd) -> None:
-        self.c_nc(args, c, "telnet")
 
     def c_ssh(self, args: list[Word], c: Cmd) -> None:
         _, pos = _opts_and_args(args, frozenset({"-i", "-p", "-o", "-F", "-l", "-L", "-R", "-D", "-J", "-W", "-c",
@@ -963,8 +966,6 @@ class Judge:
         if broad or any(p in vital for p in pats) or (name == "killall" and "-a" in words):
             self.add("kill", " ".join(pats) or "processes", "process", name + " " + " ".join(words))
 
-    def c_killall(self, args: list[Word], c: Cmd) -> None:
-        self.c_pkill(args, c, "killall")
 
     def c_killall5(self, args: list[Word], c: Cmd) -> None:
         self.add("kill", "every process", "process", "killall5")
@@ -993,8 +994,6 @@ class Judge:
                 ("-P" in words or "--policy" in words) and "ACCEPT" in words):
             self.add("tamper", "firewall", "system", name + " " + " ".join(words))
 
-    def c_ip6tables(self, args: list[Word], c: Cmd) -> None:
-        self.c_iptables(args, c, "ip6tables")
 
     def c_nft(self, args: list[Word], c: Cmd) -> None:
         words = [_first(w) for w in args]
@@ -1156,27 +1155,16 @@ class Judge:
                 (pos[:2] == ["state", "rm"]) or (pos[:1] == ["workspace"] and "delete" in pos):
             self.add("teardown", "infrastructure", "remote", name + " " + " ".join(pos[:2]))
 
-    def c_tofu(self, args: list[Word], c: Cmd) -> None:
-        self.c_terraform(args, c, "tofu")
 
-    def c_terragrunt(self, args: list[Word], c: Cmd) -> None:
-        self.c_terraform(args, c, "terragrunt")
 
     def c_pulumi(self, args: list[Word], c: Cmd, name: str = "pulumi") -> None:
         words = [_first(w) for w in args if not _first(w).startswith("-")]
         if any(w in ("destroy", "remove", "rm") for w in words) and not (name == "pulumi" and words[:1] == ["config"]):
             self.add("teardown", "stack", "remote", name + " " + " ".join(words[:2]))
 
-    def c_cdk(self, args: list[Word], c: Cmd) -> None:
-        self.c_pulumi(args, c, "cdk")
 
-    def c_cdktf(self, args: list[Word], c: Cmd) -> None:
-        self.c_pulumi(args, c, "cdktf")
 
-    def c_serverless(self, args: list[Word], c: Cmd) -> None:
-        self.c_pulumi(args, c, "serverless")
 
-    c_sls = c_serverless
 
     def c_aws(self, args: list[Word], c: Cmd) -> None:
         pos = _cli_positionals(args, frozenset({"--region", "--profile", "--output", "--endpoint-url", "--query",
@@ -1242,8 +1230,6 @@ class Judge:
             if "--dry-run" not in " ".join(words):
                 self.add("publish", f"{name} {pos[0]}", "remote", f"{name} {pos[0]}")
 
-    def c_oc(self, args: list[Word], c: Cmd) -> None:
-        self.c_kubectl(args, c, "oc")
 
     def c_helm(self, args: list[Word], c: Cmd) -> None:
         pos = _cli_positionals(args, frozenset({"-n", "--namespace", "--kube-context", "--kubeconfig"}))
@@ -1328,11 +1314,7 @@ class Judge:
         elif verb == "exec" and len(pos) > 2:
             pass
 
-    def c_podman(self, args: list[Word], c: Cmd) -> None:
-        self.c_docker(args, c, "podman")
 
-    def c_nerdctl(self, args: list[Word], c: Cmd) -> None:
-        self.c_docker(args, c, "nerdctl")
 
     def c_dropdb(self, args: list[Word], c: Cmd) -> None:
         self.add("teardown", "database", "remote", "dropdb")
@@ -1406,17 +1388,9 @@ class Judge:
         if "publish" in pos[:2] and "--dry-run" not in [_first(w) for w in args]:
             self.add("publish", f"{name} package", "remote", f"{name} publish")
 
-    def c_poetry(self, args: list[Word], c: Cmd) -> None:
-        self.c_cargo(args, c, "poetry")
 
-    def c_uv(self, args: list[Word], c: Cmd) -> None:
-        self.c_cargo(args, c, "uv")
 
-    def c_flit(self, args: list[Word], c: Cmd) -> None:
-        self.c_cargo(args, c, "flit")
 
-    def c_hatch(self, args: list[Word], c: Cmd) -> None:
-        self.c_cargo(args, c, "hatch")
 
     def c_gem(self, args: list[Word], c: Cmd) -> None:
         if args and _first(args[0]) in ("push", "yank"):

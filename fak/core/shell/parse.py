@@ -21,6 +21,7 @@ import tree_sitter as ts
 import tree_sitter_bash as tsb
 
 from fak.core.shell.targets import UNKNOWN, Where, resolve
+from fak.core.shellnorm import unescape as ansi_c
 
 SECRET = "\x01"  # marks an expansion of a secret-looking variable: SECRET + name + UNKNOWN
 # What an unknown command output is made of, after its UNKNOWN: a download, decoded text, a local tool's output
@@ -42,8 +43,6 @@ _BRACE_WORDS = re.compile(r"\{[^{}\s]*,[^{}\s]*\}")
 _UNQUOTED = frozenset({"concatenation", "simple_expansion", "expansion", "command_substitution", "word"})
 _OP_NOISE = re.compile(r"[0-9\s]")
 _PRINTERS = frozenset({"echo", "printf"})
-_ESC = re.compile(r"\\(x[0-9a-fA-F]{1,2}|u[0-9a-fA-F]{4}|[0-7]{1,3}|.)", re.S)
-_SIMPLE_ESC = {"n": "\n", "t": "\t", "r": "\r", "a": "\a", "b": "\b", "e": "\x1b", "f": "\f", "v": "\v"}
 
 
 class ShellParseError(ValueError):
@@ -73,18 +72,6 @@ class Cmd:
     heredoc: str | None = None  # text fed on stdin by << or <<<
     pipeline: list[Cmd] = field(default_factory=list)  # every command of its pipeline, itself included
     dynamic_name: bool = False  # the command word itself is not known
-
-
-def ansi_c(s: str) -> str:
-    def one(m: re.Match[str]) -> str:
-        e = m.group(1)
-        if e[0] in "xu" and len(e) > 1:
-            return chr(int(e[1:], 16))
-        if e[0] in "01234567":
-            return chr(int(e, 8) & 0xFF)
-        return _SIMPLE_ESC.get(e, e)
-
-    return _ESC.sub(one, s)
 
 
 class Walker:
