@@ -222,3 +222,17 @@ def test_tests_mirror_the_code() -> None:
     loose = sorted(p.name for p in tests.glob("*.py") if p.name not in ("conftest.py", "test_layout.py",
                                                                       "test_suite_setup.py"))
     assert loose == [], f"tests outside the mirror: {loose}"
+
+
+def test_test_file_names_are_unique() -> None:
+    """pytest imports test modules by basename (no __init__.py under tests/): two test_x.py in different
+    folders stop the whole collection, so a mirrored test takes a name of its own."""
+    seen: dict[str, Path] = {}
+    dupes = []
+    for p in sorted((ROOT / "tests").rglob("test_*.py")):
+        if "node_modules" in p.parts:
+            continue
+        if p.name in seen:
+            dupes.append(f"{seen[p.name].relative_to(ROOT)} and {p.relative_to(ROOT)}")
+        seen.setdefault(p.name, p)
+    assert not dupes, dupes
