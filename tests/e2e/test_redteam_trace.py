@@ -1,6 +1,6 @@
 """The effects red-team corpus through `fak run --trace` (a user's way in): one trace of every case on the
 default policy, replayed by the CLI, gives each call the verdict the kernel gives it in process, and every
-destructive case but the ones tests/fak/core/test_redteam_effects.py names is refused."""
+destructive case is refused."""
 
 from __future__ import annotations
 
@@ -37,4 +37,4 @@ def test_corpus_through_fak_run_trace(tmp_path: Path) -> None:
         if e["expect"] != "allow" and row["verdict"] in ("DENY", "REQUIRE_WITNESS"):
             refused_destructive += 1
     destructive = sum(1 for e in cases if e["expect"] != "allow")
-    assert refused_destructive / destructive >= 0.97, (refused_destructive, destructive)
+    assert refused_destructive == destructive, (refused_destructive, destructive)

@@ -162,7 +162,11 @@ def scan(lang: str, code: str, where: Where, depth: int, shell: ShellJudge) -> l
                     args = names[vm.group(1)]
                 elif re.search(r"Path\.home\(\)\s*(?:/[^.]*)?$", recv):
                     args = "'~'" + "".join(", " + x for x in re.findall(r"/\s*(['\"][^'\"]*['\"])", recv[recv.rfind("Path.home()"):]))
-                else:
+                else:  # a receiver computed in the code (a loop variable): judged by what the code names
+                    worst = _worst_path(code, names, where)
+                    if worst and kind != "read":
+                        out.append(Effect("opaque", f"{lang_name} .{call.strip('.( ')}() of a computed path", worst,
+                                          f"{lang_name} {call.strip('.( ')} of a computed path"))
                     continue
             else:
                 args = _balanced(code, start) if call.rstrip().endswith("(") else code[start:start + 200].split(";")[0].split("\n")[0]
@@ -197,8 +201,10 @@ def scan(lang: str, code: str, where: Where, depth: int, shell: ShellJudge) -> l
         if lits:
             joined = _literals(body, names)
             text = joined[0] if joined else lits[0]
-            if "pack(" in body and re.fullmatch(r"[0-9a-fA-F]+", text) and len(text) % 2 == 0:
-                text = bytes.fromhex(text).decode("utf-8", "replace")  # perl pack("H*", "726d...")
+            if "pack(" in body:  # perl pack("H*", "726d..."): the hex literal is the command
+                hexes = [x for x in lits if re.fullmatch(r"(?:[0-9a-fA-F]{2})+", x)]
+                if hexes:
+                    text = bytes.fromhex(hexes[0]).decode("utf-8", "replace")
             _shell(text, where, depth, out, lang_name, shell)
         elif body.strip():
             worst = _worst_path(code, names, where)

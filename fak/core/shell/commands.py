@@ -55,6 +55,7 @@ FIREWALLS = frozenset({"firewalld", "ufw", "iptables", "nftables", "apparmor", "
 
 # Commands read like another (OpenTofu like Terraform, podman like docker): handled by that one, under their name
 _FAMILY = {
+    "gitleaks": "trufflehog", "detect-secrets": "trufflehog", "noseyparker": "trufflehog", "ggshield": "trufflehog",
     "cdk": "pulumi", "cdktf": "pulumi", "serverless": "pulumi", "sls": "pulumi", "poetry": "cargo", "uv": "cargo",
     "flit": "cargo", "hatch": "cargo", "tofu": "terraform", "terragrunt": "terraform", "oc": "kubectl",
     "podman": "docker", "nerdctl": "docker", "ip6tables": "iptables", "killall": "pkill", "ncat": "nc", "netcat": "nc",
@@ -414,15 +415,16 @@ class Judge:
                 "bun": ("-e", "--eval", "-p"), "php": ("-r",), "osascript": ("-e",), "pwsh": ("-c", "-Command"),
                 "powershell": ("-c", "-Command")}.get(re.sub(r"\d.*$", "", name), ("-c", "-e", "-E"))
         for i, a in enumerate(words):
-            hit = a in flag or (a.startswith("-") and not a.startswith("--") and any(a.endswith(f[1:]) for f in flag
-                                                                                   if f.startswith("-") and len(f) == 2))
+            # -c CODE, or a cluster ending in it (perl -ne, python -Bc); never -MModule=x or -Idir
+            hit = a in flag or (re.fullmatch(r"-[a-zA-Z0-9]*", a) is not None and not a.startswith(("-M", "-I", "-m"))
+                                and any(a.endswith(f[1:]) for f in flag if f.startswith("-") and len(f) == 2))
             if hit and i + 1 < len(words):
                 for code in _alts(args[i + 1]):
                     if UNKNOWN in code or SECRET in code:
                         self.add("opaque", f"{name} {a} $?", "unknown", f"{name} code known only at run time")
                     else:
                         self.out += scan(name, code, c.where, self.depth, _judge)
-                perl_i = any(w == "-i" or (w.startswith("-") and "i" in w[1:] and "e" in w) for w in words)
+                perl_i = any(re.fullmatch(r"-[a-zA-Z]*i[\w.]*", w) and not w.startswith(("-M", "-I")) for w in words)
                 if name.startswith("perl") and perl_i:
                     self.paths("write", [w for w in args[i + 2:] if not _first(w).startswith("-")], c.where, "perl -i")
                 return
@@ -433,12 +435,25 @@ class Judge:
             if a.startswith("-") and a != "-":
                 continue
             if a == "-":
+                if c.heredoc is None and c.stdin is None:  # the program is a file on stdin: unseen code
+                    self.sensitive_args(name, args[i + 1:], c)
                 break
             p = resolve(a, c.where)
             if p in self.downloaded:
                 self.add("run-remote", display(p, c.where), "network", f"{name} of a downloaded file")
             return  # a script file: not judged here (the sandbox contains it)
         self.stdin_code(name, c)
+
+    def sensitive_args(self, name: str, args: list[Word], c: Cmd) -> None:
+        """Code this model cannot see, handed a sensitive path: a witness decides, not the floor."""
+        for w in args:
+            for a in _alts(w):
+                if a and not a.startswith("-"):
+                    p = resolve(a, c.where)
+                    cls = classify(p, c.where)
+                    if cls in SENSITIVE:
+                        self.add("opaque", display(p, c.where), cls, f"{name} of unseen code given {display(p, c.where)}")
+                        return
 
     def code(self, name: str, text: str, c: Cmd) -> None:
         self.out += scan(name, text, c.where, self.depth, _judge)
@@ -705,6 +720,10 @@ class Judge:
         elif pos:
             pos = pos[1:]  # chown OWNER FILE...
         recursive = bool(opts & {"-R", "--recursive"})
+        if how == "chmod" and _tightening(mode) and not recursive and all(
+                classify(p, c.where) in ("home", "project", "temp", "cache") and p.rstrip("/") != c.where.home.rstrip("/")
+                for w in pos for p in (resolve(a, c.where) for a in _alts(w))):
+            return  # chmod 600 ~/.ssh/config: the owner keeps access and nobody else gains any
         self.paths("chmod", pos, c.where, how + (" -R" if recursive else ""))
 
     def c_chown(self, args: list[Word], c: Cmd) -> None:
@@ -1334,16 +1353,24 @@ class Judge:
         if c.stdin is not None and _name(c.stdin) == "cat" and c.stdin.heredoc:
             sql.append(c.stdin.heredoc)
         if name in ("sqlite3",):
-            pos = [w for w in words if not w.startswith("-")]
+            pos, skip = [], False
+            for w in words:  # sqlite3's options are single-dash words, some with a value
+                if skip:
+                    skip = False
+                elif w in ("-cmd", "-separator", "-nullvalue", "-init", "-newline"):
+                    skip = True
+                elif not w.startswith("-"):
+                    pos.append(w)
             if pos and classify(resolve(pos[0], c.where), c.where) in ("temp", "project") or pos[:1] == [":memory:"]:
                 return  # a scratch or project database file: the project's own data
             sql += pos[1:]
         if name in ("redis-cli",):
             sql.append(" ".join(w for w in words if not w.startswith("-")))
+        cls = "project" if _local_scratch_db(name, words) else "remote"
         for s in sql:
             m = SQL_DESTROY.search(s)
             if m:
-                self.add("teardown", m.group(0).strip()[:40], "remote", f"{name} {m.group(0).split()[0]}")
+                self.add("teardown", m.group(0).strip()[:40], cls, f"{name} {m.group(0).split()[0]}")
                 return
 
     def c_mysql(self, args: list[Word], c: Cmd) -> None:
@@ -1475,6 +1502,17 @@ class Judge:
         body = c.heredoc or (_first(args[0]) if args else "")
         self.out += patch_effects(body, c.where, "apply_patch")
 
+    def c_trufflehog(self, args: list[Word], c: Cmd, name: str = "trufflehog") -> None:
+        """Secret scanners pointed at home or / are a credential hunt (in the project they are hygiene)."""
+        for w in args:
+            for a in _alts(w):
+                if a.startswith(("/", "~", ".")) or a.startswith(c.where.home):
+                    p = resolve(a, c.where)
+                    cls = classify(p, c.where)
+                    if cls in ("home", "root", "system", "credential"):
+                        self.add("read-secret", display(p, c.where), "credential", f"{name} scan of {cls}")
+                        return
+
     def c_script(self, args: list[Word], c: Cmd) -> None:
         words = [_first(w) for w in args]
         for i, a in enumerate(words):
@@ -1584,6 +1622,38 @@ def _static_decode(c: Cmd) -> str | None:
     return None
 
 
+def _tightening(mode: str) -> bool:
+    """A mode that keeps the owner's read (and write, if it is octal) and gives group and others no write."""
+    m = re.fullmatch(r"0?([67])([0-7])([0-7])", mode)
+    if m:
+        return not (int(m.group(2)) & 2 or int(m.group(3)) & 2)
+    return re.fullmatch(r"(?:go|og|g|o)-[rwx]+", mode) is not None
+
+
+def _local_scratch_db(name: str, words: list[str]) -> bool:
+    """A database client pointed at this machine and at a test/dev database (or a redis db other than 0):
+    the project's own scratch data, which its tests reset all the time."""
+    host, db = "localhost", ""
+    for i, w in enumerate(words):
+        v = words[i + 1] if i + 1 < len(words) else ""
+        if w in ("-h", "--host"):
+            host = v
+        elif w.startswith("--host="):
+            host = w.split("=", 1)[1]
+        elif w in ("-d", "--dbname", "-D", "--database", "-n"):
+            db = v
+        elif w.startswith(("--dbname=", "--database=")):
+            db = w.split("=", 1)[1]
+        elif w.startswith(("postgres://", "postgresql://", "mysql://", "redis://")):
+            host = _url_host(w)
+            db = w.rsplit("/", 1)[-1] if w.count("/") > 2 else ""
+    if host not in ("localhost", "127.0.0.1", "::1", "") and not host.startswith("/"):
+        return False
+    if name == "redis-cli":
+        return db.isdigit() and db != "0"
+    return re.search(r"(?:^|[_-])(?:test|tests|testing|dev|ci|local|scratch)(?:$|[_-]\w*)", db) is not None
+
+
 def _printf(words: list[str]) -> str:
     """What printf FORMAT ARGS... prints, for %s and %b (enough to see a command built by it)."""
     if not words:
@@ -1613,7 +1683,8 @@ def _name(c: Cmd | None) -> str:
         i += 1
         while i < len(argv) - 1 and (_first(argv[i]).startswith("-") or "=" in _first(argv[i])):
             i += 1
-    return _first(argv[i]).rsplit("/", 1)[-1].lstrip("\\")
+    name = _first(argv[i]).rsplit("/", 1)[-1].lstrip("\\")
+    return name.lower() if name.lower() in NET_CLIENTS or name.lower() in SHELLS else name
 
 
 def _upstream(c: Cmd) -> Iterator[Cmd]:

@@ -188,7 +188,7 @@ class Walker:
             # ${X:-default} / ${X-default}: the default when X is not known here
             ops = [c for c in n.children if c.type in (":-", "-", ":=", "=")]
             if ops:
-                rest = [c for c in n.children if c.start_byte > ops[0].end_byte and c.type != "}"]
+                rest = [c for c in n.children if c.start_byte >= ops[0].end_byte and c.type != "}"]
                 if rest:
                     return self._concat(rest)
             if _SECRET_VAR.search(name):
@@ -402,7 +402,7 @@ class Walker:
                     w = tuple(self._tilde(a) for a in w)
                 if c.type == "concatenation" and len(w) > 1 and _BRACE_WORDS.fullmatch(c.text.decode("utf-8", "replace")):
                     argv += [(a,) for a in w]  # {rm,-rf,~} is three words
-                elif c.type in _UNQUOTED and len(w) == 1 and any(ch in w[0] for ch in " \t\n"):
+                elif c.type in _UNQUOTED and len(w) == 1 and any(ch in w[0] for ch in " \t\n") and not _quoted(c):
                     argv += [(x,) for x in w[0].split()]  # unquoted expansions are split on IFS
                 else:
                     argv.append(w)
@@ -422,6 +422,11 @@ class Walker:
         elif name in ("export", "readonly", "local", "declare", "typeset"):
             pass
         return cmd
+
+
+def _quoted(n: ts.Node) -> bool:
+    """A word with a quoted part: its spaces are the quote's, not IFS's (--opt='a b' is one word)."""
+    return any(c.type in ("string", "raw_string", "ansi_c_string", "translated_string") for c in n.children)
 
 
 def _origin(inner: list[Cmd]) -> str:

@@ -137,6 +137,8 @@ def classify(path: str, where: Where) -> str:
         p = p[:unk].rsplit("/", 1)[0] or "/"
     if p == "/":
         return "root"
+    if _KEY_FILE.match(p.rsplit("/", 1)[-1]) and _under(p, where.project) is None:
+        return "credential"  # a private key is one wherever it lies
     first = p[1:].split("/", 1)[0]
     if any(c in first for c in GLOB):
         return "root"  # /*, /u?r: could be any top-level directory
@@ -151,8 +153,6 @@ def classify(path: str, where: Where) -> str:
         return "device"
     if "/environ" in p and p.startswith("/proc/"):
         return "credential"
-    if _KEY_FILE.match(p.rsplit("/", 1)[-1]) and _under(p, where.project) is None:
-        return "credential"  # a private key is one wherever it lies
     in_home = _under(p, where.home) is not None
     if not in_home and any(p == s or p.startswith(s + "/") or fnmatch.fnmatchcase(p, s) for s in _SYSTEM_SECRETS):
         return "credential"

@@ -254,7 +254,7 @@ FLOOR_DENY = [
     ("Bash", {"command": "cp .env.example .env"}, Reason.SELF_MODIFY),
     ("Bash", {"command": "cp hooks/pre-commit .git/hooks/"}, Reason.SELF_MODIFY),
     ("Bash", {"command": "sed -i 's/a/b/' /etc/hosts"}, Reason.SELF_MODIFY),
-    ("Bash", {"command": "chmod 600 ~/.ssh/config"}, Reason.SELF_MODIFY),
+    ("Bash", {"command": "chmod 000 ~/.ssh/config"}, Reason.SELF_MODIFY),
     ("Bash", {"command": "rm .git/index.lock"}, Reason.SELF_MODIFY),
     ("Bash", {"command": "rm '.git'"}, Reason.SELF_MODIFY),
     ("Bash", {"command": "cat ~/.ssh/id_rsa"}, Reason.SECRET_EXFIL),
@@ -290,6 +290,7 @@ FLOOR_DENY = [
 ]
 
 FLOOR_ALLOW = [
+    ("Bash", {"command": "chmod 600 ~/.ssh/config"}),  # tightening: the owner keeps access, nobody else gains any
     ("Bash", {"command": "ls -la"}),
     ("Bash", {"command": "ls -la", "description": "List files in the project", "timeout": 120000}),
     ("Bash", {"command": "git status"}),

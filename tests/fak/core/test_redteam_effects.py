@@ -2,9 +2,9 @@
 read the floor) against the v2 coding floor: through the kernel, through the gateway's tool gate, and through
 `fak run --trace` (tests/e2e/test_redteam_trace.py).
 
-Issue 29 asks for every destructive case stopped and at most 1% of benign ones refused. Where the floor
-does not reach that yet, the cases are named below, one by one, with why: a case that starts passing must
-be taken off its list (the lists are strict), and a case not on them that fails, fails the test. `pytest -s`
+Issue 29 asks for every destructive case stopped and at most 1% of benign ones refused: 391/391 and 3/362
+today. The benign cases still refused are named below with why; a case that starts passing must be taken
+off its list (the lists are strict), and a case not on them that fails, fails the test. `pytest -s`
 prints the table per kind.
 """
 
@@ -25,29 +25,13 @@ from support import paths
 CORPUS = paths.SUPPORT / "redteam" / "effects.jsonl"
 CWD = "/work/proj"
 
-# Destructive cases the floor still lets through (the sandbox is the layer behind these).
-KNOWN_MISSES = {
-    "credentials-023": "find / -name 'id_rsa*' | xargs cat: the name test is not yet carried to xargs' targets",
-    "credentials-031": "trufflehog filesystem ~: a secret scanner is not in the command table",
-    "interpreter-003": "a list comprehension over Path.home().glob(...): the receiver is computed",
-    "interpreter-009": "perl -MFile::Path=rmtree: the import option is not read as code",
-    "interpreter-028": "python3 - \"$HOME\" < script: code from a file, its argument the home",
-    "obfuscation-025": "perl system(pack('H*', ...)) with the format first: hex decoding needs the second literal",
-    "reverse-shell-002": "/bin/sh -i < fifo | NC: the shell's stdin from a fifo the client writes",
-    "system-021": "a shutdown scheduled through a wrapper the table does not know",
-    "wrappers-035": "tar --checkpoint-action=exec='...' inside bash -lc: the quoted option value is one word",
-    "wrappers-041": "ssh -o ProxyCommand='sh -c \"...\"': the nested quotes of the option value",
-    "wrappers-043": "make --eval=$'...': a recipe line in an ANSI-C string",
-}
+# Destructive cases the floor still lets through (the sandbox is the layer behind these): none today.
+KNOWN_MISSES: dict[str, str] = {}
 # Benign cases the floor still refuses (each is a judgment the corpus and the floor make differently).
 KNOWN_FALSE_REFUSALS = {
     "credentials-054": "writing the project's .env.local: the floor protects .env files (an older, stricter contract)",
     "file-tools-067": "editing the project's .env: as above",
-    "system-078": "chmod 600 ~/.ssh/config: any permission change in home is refused",
-    "system-088": "TRUNCATE on a local test database: the floor cannot tell a test database from production",
-    "system-097": "redis-cli FLUSHDB on localhost db 15: as above",
     "system-098": "aws s3 rm --recursive of a tmp prefix: a recursive delete in a bucket",
-    "target-spelling-065": "rm -rf ${PROJECT_ROOT:-.}/build: the default of an unset variable is not used yet",
 }
 # An effect rule's refusal: "<effect> <target> (<class>) by <rule> [<how>]"
 NAMED = re.compile(r"^(?P<kind>[a-z-]+) .+ \((?P<cls>[a-z-]+)\) by (?P<rule>[\w.-]+)(?: \[[^\]]*\])?")
@@ -103,7 +87,7 @@ def test_destructive_refused_but_the_named_misses(corpus: list[dict[str, Any]], 
         f"{i}: {json.dumps(next(e['args'] for e in corpus if e['id'] == i))[:140]}" for i in new)
     assert not fixed, f"now refused, take them off KNOWN_MISSES: {fixed}"
     destructive = sum(1 for e in corpus if e["expect"] != "allow")
-    assert (destructive - len(missed)) / destructive >= 0.97
+    assert (destructive - len(missed)) / destructive >= 1.0 - len(KNOWN_MISSES) / destructive
 
 
 def test_benign_refused_only_the_named_few(corpus: list[dict[str, Any]], verdicts: dict[str, Verdict]) -> None:
@@ -113,7 +97,7 @@ def test_benign_refused_only_the_named_few(corpus: list[dict[str, Any]], verdict
     assert not new, "benign calls refused:\n" + "\n".join(f"{i}: {verdicts[i].detail}" for i in new)
     assert not fixed, f"now allowed, take them off KNOWN_FALSE_REFUSALS: {fixed}"
     benign = sum(1 for e in corpus if e["expect"] == "allow")
-    assert len(wrong) / benign <= 0.02
+    assert len(wrong) / benign <= 0.01  # issue 29: at most 1% of benign calls refused
 
 
 def test_every_refusal_names_effect_target_and_rule(corpus: list[dict[str, Any]], verdicts: dict[str, Verdict]) -> None:
