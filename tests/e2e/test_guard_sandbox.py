@@ -16,10 +16,8 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import subprocess
 import sys
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,35 +27,13 @@ from agents.run import RefusingProxy, agent_env, bin_path, claude_argv, codex_en
 from fak.sandbox import find_bwrap
 from support import paths
 from support.fake_upstream import FakeUpstream, Offer, Proposal, Propose, one_by_one, shell_call
+from support.loopback import LoopbackServer
 
 pytestmark = [pytest.mark.agents,
               pytest.mark.skipif(find_bwrap() is None, reason="bubblewrap is not installed (apt-get install bubblewrap)")]
 TIMEOUT = 180
 KEY = "-----BEGIN OPENSSH PRIVATE KEY----- fak-planted-canary-key"
 ALLOW_ALL = {"version": "fak-policy/v1", "name": "allow-everything", "default": "allow"}
-
-
-class Listener:
-    """A TCP listener on the host's loopback that counts who reached it."""
-
-    def __init__(self) -> None:
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
-        self.hits = 0
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                c, _ = self.sock.accept()
-            except OSError:
-                return
-            self.hits += 1
-            with c:
-                c.sendall(b"HTTP/1.0 200 OK\r\nContent-Length: 14\r\n\r\nhost reached!\n")
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 def paired(*commands: str) -> Propose:
@@ -101,7 +77,7 @@ def session(tmp_path: Path, agent: str, sandbox: str, policy: dict | None) -> Ou
     if policy is not None:
         (tmp_path / "policy.json").write_text(json.dumps(policy))
         flags += ["--policy", str(tmp_path / "policy.json")]
-    lis = Listener()
+    lis = LoopbackServer()
     try:
         script = one_by_one(*commands(lis.port)) if policy is not None else paired(*commands(lis.port))
         with FakeUpstream(script) as up, RefusingProxy() as proxy:

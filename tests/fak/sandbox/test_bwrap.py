@@ -8,12 +8,10 @@ from __future__ import annotations
 import fcntl
 import os
 import pty
-import socket
 import struct
 import subprocess
 import sys
 import termios
-import threading
 from pathlib import Path
 
 import pytest
@@ -23,6 +21,7 @@ from fak.sandbox import Relay, SandboxSpec, bwrap_argv, contain, find_bwrap
 from fak.sandbox.bwrap import RELAY
 from fak.sandbox.seccomp import filter_fd, tiocsti_filter
 from fak.tools.shell import run_shell
+from support.loopback import LoopbackServer
 
 needs_bwrap = pytest.mark.skipif(find_bwrap() is None, reason="bubblewrap is not installed (apt-get install bubblewrap)")
 
@@ -131,26 +130,6 @@ def test_seccomp_refuses_tiocsti_on_the_controlling_terminal() -> None:
         assert out["plain"] == "injected"  # the hole the filter closes is open on this kernel
 
 
-class Listener:
-    """A TCP listener on the host's loopback counting connections."""
-
-    def __init__(self) -> None:
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
-        self.hits = 0
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                c, _ = self.sock.accept()
-            except OSError:
-                return
-            self.hits += 1
-            c.sendall(b"HTTP/1.0 200 OK\r\nContent-Length: 6\r\n\r\nhost!\n")
-            c.close()
-
-
 @needs_bwrap
 def test_the_engines_bash_in_and_out_of_the_sandbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     home, proj, outside = tmp_path / "home", tmp_path / "proj", tmp_path / "outside"
@@ -159,7 +138,7 @@ def test_the_engines_bash_in_and_out_of_the_sandbox(tmp_path: Path, monkeypatch:
     (home / ".ssh" / "id_ed25519").write_text("PRIVATE KEY\n")
     (home / "canary").write_text("alive\n")
     monkeypatch.setenv("HOME", str(home))  # the user's home, as the engine's caller has it
-    lis = Listener()
+    lis = LoopbackServer()
     cmd = (f"echo in > inside.txt; cat {home}/.ssh/id_ed25519; echo out > {outside}/x.txt; "
            f"curl -s -m 5 http://127.0.0.1:{lis.port}/ || echo no-network; echo t > /tmp/fak-sandbox-probe; "
            f"rm -rf {home}")

@@ -5,13 +5,13 @@ and an allowed name that resolves to loopback does not lead back into the host."
 from __future__ import annotations
 
 import socket
-import threading
 from pathlib import Path
 
 import pytest
 
 from fak.errors import FakError
 from fak.sandbox.proxy import AllowList, NetProxy
+from support.loopback import LoopbackServer, echo_first_line
 
 
 def test_allow_list_matches_names_ports_and_subdomains() -> None:
@@ -41,26 +41,6 @@ def test_bad_entries_are_one_line(entry: str) -> None:
         AllowList([entry])
 
 
-class Echo:
-    """A TCP server on the host's loopback: answers an HTTP request line with what it got."""
-
-    def __init__(self) -> None:
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                c, _ = self.sock.accept()
-            except OSError:
-                return
-            with c:
-                data = c.recv(65536)
-                first = data.split(b"\r\n", 1)[0]
-                c.sendall(b"HTTP/1.0 200 OK\r\n\r\ngot " + first)
-
-
 def ask(path: Path, request: bytes) -> bytes:
     with socket.socket(socket.AF_UNIX) as s:
         s.settimeout(10)
@@ -76,7 +56,7 @@ def ask(path: Path, request: bytes) -> bytes:
 
 
 def test_the_proxy_passes_allowed_and_refuses_the_rest(tmp_path: Path) -> None:
-    echo = Echo()
+    echo = LoopbackServer(echo_first_line, read=True)
     proxy = NetProxy(AllowList([f"127.0.0.1:{echo.port}", "localhost"]), tmp_path / "proxy.sock")
     proxy.start()
     try:
