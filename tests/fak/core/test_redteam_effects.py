@@ -144,3 +144,22 @@ def test_gateway_tool_gate_agrees_with_the_kernel(corpus: list[dict[str, Any]], 
             continue
         adj, emitted = decide(kernel, e["tool"], json.dumps(e["args"]).encode(), frozenset({e["tool"]}), e["id"])
         assert (emitted is None) == refused(verdicts[e["id"]]), (e["id"], adj.verdict, verdicts[e["id"]].detail)
+
+
+def test_plain_commands_skip_the_parser_with_the_same_effects(corpus: list[dict[str, Any]]) -> None:
+    """Text bash only splits on blanks (`git status --short`) is judged as its argv without tree-sitter:
+    the effects must be the parser's, on every such command of the corpus and a few of our own."""
+    from fak.core.shell import _PLAIN, Where, effects
+    from fak.core.shell.commands import Judge
+
+    where = Where(CWD, "/home/dev")
+    plain = [c for e in corpus for c in [e["args"].get("command") or e["args"].get("cmd")]
+             if isinstance(c, str) and _PLAIN.fullmatch(c.strip())]
+    plain += ["rm -rf /", "git push -f origin main", "kill -9 -1", "chmod -R 777 /", "crontab x.txt",
+              "pytest -q # a comment", "dd if=/dev/zero of=/dev/sda", "shred -u -n 3 /home/dev/.ssh/id_ed25519"]
+    assert len(plain) > 100
+    for c in plain:
+        j = Judge()
+        j.script(c, where)
+        assert effects(c, where) == j.out, c
+    assert effects("rm -rf /", where) and not effects("pytest -q # rm -rf /", where)
