@@ -547,25 +547,13 @@ class Judge:
                 self.paths("write", [expr[j + 1]], c.where, "find " + a)
 
     def c_mv(self, args: list[Word], c: Cmd) -> None:
-        opts, pos = _opts_and_args(args, frozenset({"-t", "--target-directory", "-S", "--suffix"}))
-        words = [_first(w) for w in args]
-        if "-t" in words:
-            dest = [args[words.index("-t") + 1]] if words.index("-t") + 1 < len(args) else []
-            src = pos
-        else:
-            src, dest = pos[:-1], pos[-1:]
+        src, dest = _sources_and_dest(args, frozenset({"-t", "--target-directory", "-S", "--suffix"}))
         self.paths("delete", src, c.where, "mv")
         self.paths("write", dest, c.where, "mv")
 
     def c_cp(self, args: list[Word], c: Cmd, how: str = "cp") -> None:
-        opts, pos = _opts_and_args(args, frozenset({"-t", "--target-directory", "-S", "--suffix", "-m", "--mode",
-                                                    "-o", "-g", "--owner", "--group"}))
-        words = [_first(w) for w in args]
-        if "-t" in words:
-            dest = [args[words.index("-t") + 1]] if words.index("-t") + 1 < len(args) else []
-            src = pos
-        else:
-            src, dest = pos[:-1], pos[-1:]
+        src, dest = _sources_and_dest(args, frozenset({"-t", "--target-directory", "-S", "--suffix", "-m", "--mode",
+                                                       "-o", "-g", "--owner", "--group"}))
         self.paths("read", src, c.where, how)
         self.paths("write", dest, c.where, how)
 
@@ -1620,6 +1608,16 @@ def _static_decode(c: Cmd) -> str | None:
     except (ValueError, binascii.Error):
         return None
     return None
+
+
+def _sources_and_dest(args: list[Word], with_value: frozenset[str]) -> tuple[list[Word], list[Word]]:
+    """cp/mv/install: what is read or moved, and where it goes (the last word, or -t DIR)."""
+    _, pos = _opts_and_args(args, with_value)
+    words = [_first(w) for w in args]
+    if "-t" in words:
+        i = words.index("-t") + 1
+        return pos, [args[i]] if i < len(args) else []
+    return pos[:-1], pos[-1:]
 
 
 def _tightening(mode: str) -> bool:
