@@ -21,12 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fak.errors import FakError
+from fak.sandbox.relay import pipe
 
 log = logging.getLogger("fak.sandbox")
 HEAD_LIMIT = 64 * 1024
 HEAD_TIMEOUT = 30.0
 CONNECT_TIMEOUT = 10.0
-CHUNK = 65536
 
 
 @dataclass(frozen=True)
@@ -235,17 +235,6 @@ class NetProxy:
         else:
             up_w.write(tail)
         try:
-            await asyncio.gather(_pipe(reader, up_w), _pipe(up_r, writer))
+            await asyncio.gather(pipe(reader, up_w), pipe(up_r, writer))
         finally:
             up_w.close()
-
-
-async def _pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
-    try:
-        while data := await src.read(CHUNK):
-            dst.write(data)
-            await dst.drain()
-        if dst.can_write_eof():
-            dst.write_eof()
-    except (ConnectionError, OSError):
-        pass

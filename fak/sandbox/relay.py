@@ -41,7 +41,8 @@ def parse(argv: list[str]) -> tuple[list[tuple[int, str]], list[str]]:
     return listens, command
 
 
-async def _pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+    """Copy src to dst until EOF (the proxy's tunnels use it too: this module stays standard library only)."""
     try:
         while data := await src.read(CHUNK):
             dst.write(data)
@@ -59,7 +60,7 @@ async def _handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, pa
         writer.close()
         return
     try:
-        await asyncio.gather(_pipe(reader, up_w), _pipe(up_r, writer))
+        await asyncio.gather(pipe(reader, up_w), pipe(up_r, writer))
     finally:
         for w in (up_w, writer):
             w.close()
