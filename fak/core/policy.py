@@ -341,10 +341,6 @@ class Policy:
             return Verdict.deny(r.reason, self.by, detail)
         return Verdict.of(r.verdict, Reason.UNWITNESSED if r.reason is Reason.POLICY_BLOCK else r.reason, self.by, detail)
 
-    def effects(self, call: ToolCall) -> tuple[object, ...]:
-        """The call's effects as this policy's tool model reads them (empty for a v1 policy)."""
-        return self.model.effects(call) if self.model is not None else ()
-
     def write_targets(self, call: ToolCall, fields: list[str]) -> list[str]:
         out: list[str] = []
         for f in fields:

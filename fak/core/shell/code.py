@@ -156,7 +156,6 @@ def scan(lang: str, code: str, where: Where, depth: int, shell: ShellJudge) -> l
                 pm = re.search(r"(?:Path|PurePath|pathlib\.Path)\s*\(([^()]*(?:\([^()]*\)[^()]*)*)\)\s*(?:/\s*[^.]+)?$", recv)
                 vm = re.search(r"([A-Za-z_]\w*)\s*$", recv)
                 if pm:
-                    args = pm.group(1) + (recv[pm.end(1) + 1:] if "/" in recv[pm.end(1) + 1:] else "")
                     args = re.sub(r"\)\s*/\s*", ", ", pm.group(0)[pm.group(0).index("(") + 1:])
                 elif vm and vm.group(1) in names:
                     args = names[vm.group(1)]

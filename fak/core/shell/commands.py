@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 from fak.core.shell.code import scan
 from fak.core.shell.effect import SENSITIVE, Effect
-from fak.core.shell.parse import DECODED, LOCAL, NET, SECRET, Cmd, ShellParseError, Walker, Word, literal, parse
+from fak.core.shell.parse import DECODED, LOCAL, NET, SECRET, Cmd, Walker, Word, literal, parse
 from fak.core.shell.patch import patch_effects
 from fak.core.shell.targets import UNKNOWN, Where, classify, covers_all, display, is_history, is_persist, resolve
 
@@ -118,11 +118,7 @@ class Judge:
         if self.depth > MAX_DEPTH:
             self.add("opaque", "nested shell", "unknown", how or "sh -c")
             return
-        try:
-            w = parse(text, where, depth=self.depth)
-        except ShellParseError as exc:
-            raise exc
-        self.walker(w)
+        self.walker(parse(text, where, depth=self.depth))  # ShellParseError: the caller fails closed
 
     def argv(self, argv: list[str], where: Where) -> None:
         self.walker(literal(argv, where))
@@ -310,8 +306,6 @@ class Judge:
                                                  "cryptsetup", "hdparm", "badblocks", "mdadm", "lvremove",
                                                  "vgremove", "pvremove", "nvme", "sg_format", "diskutil", "dmsetup"):
             self.device_tool(name, args, c)
-        if c.stdin is not None and name in SHELLS | INTERPRETERS:
-            return
 
     # -- families -----------------------------------------------------------------------------
     def shell_text(self, text: Word, c: Cmd, how: str) -> None:
@@ -754,7 +748,6 @@ class Judge:
                 files.add(words[i + 1])
             elif a.startswith(("--post-file=", "--body-file=", "--upload-file=")):
                 files.add(a.split("=", 1)[1])
-            val = words[i + 1] if i + 1 < len(words) else ""
             vals = _alts(args[i + 1]) if i + 1 < len(args) else ("",)
             if a in ("-d", "--data", "--data-binary", "--data-raw", "--data-urlencode", "-F", "--form", "--json",
                      "-T", "--upload-file", "--post-file", "--body-file", "-H", "--header", "-u", "--user",
@@ -767,7 +760,6 @@ class Judge:
                 sent.append(a[a.index("@"):])
             elif SECRET in a:
                 sent.append(a)
-            del val
         for s in sent:
             if SECRET in s:
                 var = s.split(SECRET, 1)[1].split(UNKNOWN, 1)[0]
@@ -782,12 +774,7 @@ class Judge:
                 if cls in ("credential", "home", "system", "project-env"):
                     self.add("send", host, "credential", f"{name} uploading {display(p, c.where)}")
                     return
-            elif s in ("@-", "-") or "@-" in s:
-                self.stdin_secret(name, host, c)
-        if any(a in ("-d", "--data", "--data-binary", "-T", "--upload-file", "-F") for a in words) or name in ("nc",):
-            self.stdin_secret(name, host, c)
-        else:
-            self.stdin_secret(name, host, c)
+        self.stdin_secret(name, host, c)  # what is piped in may be sent (-d @-, -T -, or a bare body)
         # downloads to a file, remembered for a later `sh FILE` / `chmod +x FILE && ./FILE`
         for i, a in enumerate(words):
             if a in ("-o", "--output", "-O", "--output-document") and i + 1 < len(words) and not (name == "curl" and a == "-O"):
@@ -906,9 +893,6 @@ class Judge:
                 self.path("read", words[i + 1], c.where, "openssl")
             if a == "-out" and i + 1 < len(words):
                 self.path("write", words[i + 1], c.where, "openssl")
-
-    def c_mkfifo(self, args: list[Word], c: Cmd) -> None:
-        pass
 
     def c_crontab(self, args: list[Word], c: Cmd) -> None:
         words = [_first(w) for w in args]
@@ -1034,8 +1018,6 @@ class Judge:
             a = _first(w)
             if re.match(r"^(?:HISTFILE=(?:/dev/null|$)|HISTSIZE=0|HISTFILESIZE=0)", a):
                 self.add("tamper", "shell history", "home", "export " + a)
-            if re.match(r"^(?:LD_PRELOAD|LD_LIBRARY_PATH|PROMPT_COMMAND|BASH_ENV|ENV)=", a):
-                pass
         if not args or (len(args) == 1 and _first(args[0]) == "-p"):
             self.env_dump(c)
 
@@ -1115,8 +1097,6 @@ class Judge:
             self.add("read-secret", "git credentials", "credential", "git credential " + rest[0])
         elif sub == "init" and "--template" in " ".join(rest):
             self.add("persist", "git template", "project-git", "git init --template")
-        elif sub == "remote" and rest[:1] == ["add"]:
-            pass
 
     def git_push(self, rest: list[str]) -> None:
         force = any(w in ("-f", "--force", "--force-with-lease", "--force-if-includes") or w.startswith("--force")
@@ -1318,8 +1298,6 @@ class Judge:
             self.add("teardown", f"every {name} container", "remote", f"{name} {verb} $({name} ps -aq)")
         elif verb == "push" or (verb == "image" and pos[1:2] == ["push"]) or (verb == "buildx" and "--push" in words):
             self.add("publish", f"{name} image", "remote", f"{name} push")
-        elif verb == "exec" and len(pos) > 2:
-            pass
 
 
 
@@ -1392,7 +1370,7 @@ class Judge:
             if "--dry-run" not in [_first(w) for w in args]:
                 self.add("publish", f"{name} package", "remote", f"{name} {pos[0]}")
 
-    c_yarn = c_pnpm = c_bun_ = c_npm
+    c_yarn = c_pnpm = c_npm
 
     def c_twine(self, args: list[Word], c: Cmd) -> None:
         if args and _first(args[0]) == "upload":
@@ -1479,12 +1457,6 @@ class Judge:
     def c_sysctl(self, args: list[Word], c: Cmd) -> None:
         if any(_first(w) == "-w" or ("=" in _first(w) and not _first(w).startswith("-")) for w in args):
             self.add("write", "kernel parameters", "device", "sysctl -w")
-
-    def c_swapoff(self, args: list[Word], c: Cmd) -> None:
-        pass
-
-    def c_chmod_(self, args: list[Word], c: Cmd) -> None:  # (placeholder name never dispatched)
-        pass
 
     def c_apply_patch(self, args: list[Word], c: Cmd) -> None:
         body = c.heredoc or (_first(args[0]) if args else "")
