@@ -276,7 +276,7 @@ def test_forced_destructive_call_shows_refused_with_reason(page) -> None:  # typ
     page.press("#prompt", "Enter")
     card = page.wait_for_selector(".msg.assistant .call.refused", timeout=60000)
     text = card.inner_text()
-    assert "DENY" in text and "Bash" in text and "POLICY_BLOCK" in text and "home directory" in text
+    assert "DENY" in text and "Bash" in text and "POLICY_BLOCK" in text and "delete ~ (home) by floor.delete-home" in text
     assert "policy:coding-floor" in text
     color = card.evaluate("e => getComputedStyle(e).color")
     assert color == "rgb(185, 28, 28)"  # red
