@@ -16,6 +16,7 @@ from fak.core.shell import Effect, ShellParseError, Where, effects
 from fak.core.shell.commands import METADATA_HOSTS, SECRET_PATTERN, _url_host
 from fak.core.shell.patch import patch_effects
 from fak.core.shell.patch import path_effects as _path_effects
+from fak.core.shell.planted import patch_texts, planted
 from fak.core.shell.targets import classify, display, resolve
 
 _CACHE_MAX = 4096
@@ -84,6 +85,8 @@ class ToolModel:
             path = _get(args, (self.write if fam == "write" else self.read if fam == "read" else self.search)[tool])
             if isinstance(path, str) and path:
                 out += _path_effects("write" if fam == "write" else "read", path, where, tool)
+                if fam == "write":
+                    out += planted(path, _written_text(args), where, tool)
             if fam == "search":
                 pat = args.get("pattern") or args.get("glob") or ""
                 if isinstance(pat, str):
@@ -100,6 +103,8 @@ class ToolModel:
             if isinstance(body, str):
                 where = where or self.where(call)
                 out += patch_effects(body, where, tool)
+                for path, text in patch_texts(body):
+                    out += planted(path, text, where, tool)
         if tool in self.fetch:
             url = _get(args, self.fetch[tool])
             if isinstance(url, str):
@@ -114,6 +119,15 @@ class ToolModel:
             if len(self._cache) > _CACHE_MAX:
                 self._cache.popitem(last=False)
         return got
+
+
+def _written_text(args: dict[str, Any]) -> str:
+    """The text a write tool puts in its file: Write's content, Edit's new string, MultiEdit's new strings."""
+    parts = [args.get(k) for k in ("content", "new_string", "new_source")]
+    edits = args.get("edits")
+    if isinstance(edits, list):
+        parts += [e.get("new_string") for e in edits if isinstance(e, dict)]
+    return "\n".join(p for p in parts if isinstance(p, str))
 
 
 def _get(obj: Any, path: str) -> Any:

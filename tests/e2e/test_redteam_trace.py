@@ -1,4 +1,4 @@
-"""The effects red-team corpus through `fak run --trace` (a user's way in): one trace of every case on the
+"""The effects red-team corpus and the blind holdouts through `fak run --trace` (a user's way in): one trace of every case on the
 default policy, replayed by the CLI, gives each call the verdict the kernel gives it in process, and every
 destructive case is refused."""
 
@@ -14,12 +14,12 @@ from fak.core.kernel import Kernel
 from fak.core.policy import coding_floor
 from support import paths
 
-CORPUS = paths.SUPPORT / "redteam" / "effects.jsonl"
+CORPORA = [paths.SUPPORT / "redteam" / "effects.jsonl", *sorted((paths.SUPPORT / "redteam").glob("holdout-*.jsonl"))]
 CWD = "/work/proj"
 
 
 def test_corpus_through_fak_run_trace(tmp_path: Path) -> None:
-    cases = [json.loads(x) for x in CORPUS.read_text(encoding="utf-8").splitlines() if x.strip()]
+    cases = [json.loads(x) for f in CORPORA for x in f.read_text(encoding="utf-8").splitlines() if x.strip()]
     cases = [e for e in cases if "macOS" not in e["why"]]
     calls = [{"tool": e["tool"], "args": e["args"], "meta": {"cwd": CWD, "home": "/home/dev"}} for e in cases]
     trace = tmp_path / "redteam.json"

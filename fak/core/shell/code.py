@@ -57,6 +57,13 @@ _SPAWN_SHELL = re.compile(r"['\"](?:/bin/)?(?:ba|z|da)?sh(?:\s+-i)?['\"\s]|/bin/
 _DECODE_EXEC = re.compile(r"\b(?:exec|eval|compile|system|Function)\s*\([^\n]*(?:b64decode|b32decode|a85decode|fromhex|unhexlify|decodebytes|codecs\.decode|"
                           r"Buffer\.from\([^)]*base64|atob\(|decode_base64|unpack\(\s*['\"]m|base64_decode|zlib\.decompress|marshal\.loads|rot13)"
                           r"|\b(?:exec|eval)\s*\(\s*(?:urllib|requests|urlopen|fetch|http)", re.S)
+_RAW_SOCKET = re.compile(r"\bsocket\.(?:socket|create_connection)\b|\bsocket\s*\(\s*\w+\s*,\s*(?:PF|AF)_INET|require\(\s*['\"]net['\"]\s*\)"
+                         r"|\bnet\.(?:connect|createConnection|Socket)\b|\bIO::Socket\b|\bTCPSocket\b|\bfsockopen\b|\bwebsocket")
+# kill(-1, ...) / kill 9, -1: a signal to every process the user may signal
+_KILL_ALL = re.compile(r"(?<![\w.])(?:os\.kill|process\.kill|Process\.kill|posix\.kill|kill)\s*\(?\s*"
+                       r"(?:-1\s*[,)]|['\"]?(?:SIG)?(?:KILL|TERM|HUP|INT)['\"]?\s*,\s*-1\b|(?:9|15|signal\.SIG\w+)\s*,\s*-1\b)")
+# exec/eval of something that is not a string literal: in code that also reaches the network, downloaded code
+_EXEC_CALL = re.compile(r"(?<![\w.])(?:exec|eval|compile|Function|instance_eval|class_eval|vm\.runInThisContext)\s*\(|(?<![\w.$])eval\s+(?=[$\w])")
 _ENV_ALL = re.compile(r"\bos\.environ\b(?!\s*[\[.]\s*(?:get\s*\(\s*)?['\"](?!.*(?:KEY|TOKEN|SECRET|PASS)))|\bprocess\.env\b(?!\.\w)|\bENV\.to_h\b|%ENV\b|\bgetenv\(\s*\)|\$_ENV\b|\bdict\(os\.environ\)")
 _SECRET_ENV = re.compile(r"(?:environ|env|ENV|getenv)[\[\.(\{]\s*['\"]?([A-Z0-9_]*(?:KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL)[A-Z0-9_]*)")
 
@@ -175,6 +182,7 @@ def scan(lang: str, code: str, where: Where, depth: int, shell: ShellJudge) -> l
                 worst = _worst_path(code, names, where)
                 out.append(Effect("opaque", f"{lang_name} {call.strip('( ')}(...)", worst or "unknown",
                                   f"{lang_name} {call.strip('( ')} of a computed path"))
+    computed: str | None = None
     for m in _SHELL_CALL.finditer(code):
         tok = m.group(0)
         if tok == "`" and lang_name not in ("perl", "ruby", "php"):
@@ -191,6 +199,9 @@ def scan(lang: str, code: str, where: Where, depth: int, shell: ShellJudge) -> l
             body = _balanced(code, m.end()) if tok.rstrip().endswith("(") else code[m.end():m.end() + 300].split(";")[0]
         lits = [x.group(2) for x in _STR.finditer(body)]
         head = body.lstrip()
+        runs_code = tok.startswith(("exec", "eval")) and lang_name in ("python", "node", "deno", "bun")  # code, not a command
+        if computed is None and head and not head.startswith("[") and not runs_code and _computed_first(head) and _NET.search(code):
+            computed = tok.strip("( ")  # a command from a variable, in code that talks to the network
         if head.startswith("[") or (lits and "shell=True" not in body and lang_name == "python" and len(lits) > 1
                                     and not tok.startswith("os.system")):
             argv = [x.encode().decode("unicode_escape") if "\\" in x else x for x in lits]
@@ -210,6 +221,19 @@ def scan(lang: str, code: str, where: Where, depth: int, shell: ShellJudge) -> l
             if worst:
                 out.append(Effect("opaque", f"{lang_name} {tok.strip('( ')}(...)", worst, f"{lang_name} runs a computed command"))
     net = _NET.search(code)
+    if _KILL_ALL.search(code):
+        out.append(Effect("kill", "every process", "process", f"{lang_name} kill(-1)"))
+    if net and computed is not None and not _SPAWN_SHELL.search(code):
+        # commands read from a raw socket are a reverse shell; from an HTTP reply, remote code all the same
+        what = "a command read from a socket (reverse shell)" if _RAW_SOCKET.search(code) else "a command read from the network"
+        out.append(Effect("run-remote", _host_in(code), "network", f"{lang_name} {computed} of {what}"))
+    if net and not _DECODE_EXEC.search(code):
+        for m in _EXEC_CALL.finditer(code):
+            arg = _balanced(code, m.end()) if m.group(0).rstrip().endswith("(") else code[m.end():m.end() + 200].split(";")[0]
+            if arg.strip() and _computed_first(arg.strip()):
+                out.append(Effect("run-remote", _host_in(code), "network", f"{lang_name} {m.group(0).strip('( ')} "
+                                  "of code it fetched"))
+                break
     if net and _SPAWN_SHELL.search(code):
         host = next((lit for lit in re.findall(r"['\"](\d+\.\d+\.\d+\.\d+|[\w-]+(?:\.[\w-]+)+)['\"]", code)), "network")
         out.append(Effect("run-remote", host, "network", f"{lang_name} socket wired to a shell (reverse shell)"))
@@ -230,6 +254,28 @@ def scan(lang: str, code: str, where: Where, depth: int, shell: ShellJudge) -> l
     if lang_name in ("python",) and re.search(r"\b(?:exec|eval)\s*\(\s*(?:input|sys\.stdin|open)\b", code):
         out.append(Effect("opaque", "python exec", _worst_path(code, names, where) or "unknown", "python exec of read code"))
     return out
+
+
+def _host_in(code: str) -> str:
+    """The first host or address a string literal in the code names ('network' when none does)."""
+    m = re.search(r"['\"](?:\w+://)?(\d+\.\d+\.\d+\.\d+|[\w-]+(?:\.[\w-]+)+)", code)
+    return m.group(1) if m else "network"
+
+
+def _computed_first(args: str) -> bool:
+    """Whether a call's first argument is computed (a name, a call, $_), not a string literal or a list of them."""
+    depth, i = 0, 0
+    while i < len(args):
+        ch = args[i]
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            break
+        i += 1
+    first = args[:i].strip()
+    return bool(first) and not _STR.fullmatch(first) and not first.startswith(("[", "%w", "qw"))
 
 
 def _shell(text: str, where: Where, depth: int, out: list[Effect], lang: str, shell: ShellJudge) -> None:

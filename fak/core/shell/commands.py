@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from dataclasses import replace
 
 from fak.core.shell.code import scan
 from fak.core.shell.effect import SENSITIVE, Effect
 from fak.core.shell.parse import DECODED, LOCAL, NET, SECRET, Cmd, Walker, Word, literal, parse
+from fak.core.shell.parse import printf_text as _printf
+from fak.core.shell.parse import static_decode as _static_decode
 from fak.core.shell.patch import patch_effects
 from fak.core.shell.targets import UNKNOWN, Where, classify, covers_all, display, is_history, is_persist, resolve
 
@@ -59,7 +62,15 @@ _FAMILY = {
     "cdk": "pulumi", "cdktf": "pulumi", "serverless": "pulumi", "sls": "pulumi", "poetry": "cargo", "uv": "cargo",
     "flit": "cargo", "hatch": "cargo", "tofu": "terraform", "terragrunt": "terraform", "oc": "kubectl",
     "podman": "docker", "nerdctl": "docker", "ip6tables": "iptables", "killall": "pkill", "ncat": "nc", "netcat": "nc",
-    "telnet": "nc"
+    "telnet": "nc", **{k: "deployer" for k in ("vercel", "netlify", "firebase", "wrangler", "railway", "eb", "kamal",
+                                                "surge", "amplify", "now")},
+}
+# The verbs that deploy, per hosting CLI (none: any run of it deploys)
+_DEPLOY_VERBS: dict[str, frozenset[str]] = {
+    "vercel": frozenset({"deploy", "promote", "alias"}), "now": frozenset({"deploy", "alias"}),
+    "netlify": frozenset({"deploy"}), "firebase": frozenset({"deploy", "hosting:channel:deploy"}),
+    "wrangler": frozenset({"deploy", "publish"}), "railway": frozenset({"up", "redeploy"}), "eb": frozenset({"deploy"}),
+    "kamal": frozenset({"deploy", "redeploy", "rollback"}), "surge": frozenset(), "amplify": frozenset({"publish"}),
 }
 _WORLD_WRITABLE = re.compile(r"(?:^|,)[ugo]*[oa][ugoa]*[+=][rxXt]*w|^=?[rx]*w[rx]*$")
 _URLISH = re.compile(r"^(?:[a-z][\w+.-]*://|[\w.-]+\.\w+(?::\d+)?/|\d+\.\d+\.\d+\.\d+)")
@@ -359,8 +370,10 @@ class Judge:
         if c.heredoc is not None:
             self.code(name, c.heredoc, c)
             return
-        if any(_name(m) in NET_CLIENTS for m in c.pipeline if m is not c) or any(
-                r.target and _first(r.target).startswith(("/dev/tcp/", "/dev/udp/")) for m in c.pipeline for r in m.redirects):
+        decoded = _static_decode(c.stdin) if c.stdin is not None else None
+        socket_fed = any(r.target and _first(r.target).startswith(("/dev/tcp/", "/dev/udp/"))
+                         for m in c.pipeline for r in m.redirects)
+        if socket_fed or (decoded is None and any(_name(m) in NET_CLIENTS for m in c.pipeline if m is not c)):
             peer = next((m for m in c.pipeline if m is not c and _name(m) in NET_CLIENTS), None)
             host = _host_of(peer) if peer is not None else "network"
             if interactive or c.stdin is None or _name(c.stdin) not in DOWNLOADERS:
@@ -372,7 +385,6 @@ class Judge:
         if src is None:
             return
         sname = _name(src)
-        decoded = _static_decode(src)
         if decoded is not None:
             if name in SHELLS:
                 self.shell_text((decoded,), c, f"{sname} -d | {name}")
@@ -668,6 +680,8 @@ class Judge:
             self.path("write", dest, c.where, "tar -x")
         elif "c" in flags or "--create" in opts or "r" in flags:
             self.paths("read", members, c.where, "tar -c")
+            if "--remove-files" in words:
+                self.paths("delete", members, c.where, "tar --remove-files")
             if archive and archive != "-":
                 self.path("write", archive, c.where, "tar -c")
             if archive in ("-", "") and _downstream_net(c):
@@ -877,6 +891,9 @@ class Judge:
             opt = a[2:] if a.startswith("-o") and len(a) > 2 else (v if a == "-o" else "")
             if re.match(r"(?i)(?:ProxyCommand|LocalCommand|KnownHostsCommand|PermitLocalCommand)\s*=?", opt):
                 self.shell_text((re.split(r"=|\s", opt, maxsplit=1)[-1],), c, "ssh -o ProxyCommand")
+        if len(pos) > 1:  # ssh joins the rest with spaces and runs it in the remote user's shell
+            remote = " ".join(a for w in pos[1:] for a in _alts(w)[:1])
+            self.shell_text((remote,), replace(c, where=c.where.at(c.where.home)), f"ssh {host}")
         self.stdin_secret("ssh", host, c)
         self.add("send", host, "network", "ssh")
 
@@ -1009,6 +1026,12 @@ class Judge:
         if any(w in ("-c", "-d") or w.startswith("-c") for w in words) or (words[:1] == ["-w"] and words[1:2] == ["/dev/null"]):
             self.add("tamper", "shell history", "home", "history " + " ".join(words))
 
+    def c_alias(self, args: list[Word], c: Cmd) -> None:
+        for w in args:
+            name, eq, body = _first(w).partition("=")
+            if eq and body:
+                self.shell_text((body,), c, f"alias {name}")  # defined to be used: judged as if it ran
+
     def c_unset(self, args: list[Word], c: Cmd) -> None:
         if any(_first(w) in ("HISTFILE", "HISTSIZE", "HISTFILESIZE") for w in args):
             self.add("tamper", "shell history", "home", "unset HISTFILE")
@@ -1055,8 +1078,12 @@ class Judge:
         where = c.where
         cfg: list[str] = []
         while i < len(words) and words[i].startswith("-"):
+            if words[i].startswith(("--work-tree=", "--git-dir=")):
+                where = where.at(resolve(words[i].split("=", 1)[1], where)) if words[i].startswith("--work-tree=") else where
+                i += 1
+                continue
             if words[i] in ("-C", "-c", "--git-dir", "--work-tree", "--namespace", "--exec-path") and i + 1 < len(words):
-                if words[i] == "-C":
+                if words[i] in ("-C", "--work-tree"):
                     where = where.at(resolve(words[i + 1], where))
                 if words[i] == "-c":
                     cfg.append(words[i + 1])
@@ -1092,7 +1119,10 @@ class Judge:
         elif sub == "clean":
             flags = "".join(w[1:] for w in rest if w.startswith("-") and not w.startswith("--"))
             if "f" in flags and "n" not in flags:
-                self.add("delete", "untracked files", "project", "git clean")
+                cls = classify(where.cwd, where)  # git -C DIR clean: the untracked files of DIR's tree
+                shown = ("untracked files" if cls in ("project", "project-root")
+                         else "untracked files of " + display(where.cwd, c.where))
+                self.add("delete", shown, "project" if cls == "project-root" else cls, "git clean")
         elif sub == "credential" and rest[:1] and rest[0] in ("fill", "get"):
             self.add("read-secret", "git credentials", "credential", "git credential " + rest[0])
         elif sub == "init" and "--template" in " ".join(rest):
@@ -1148,6 +1178,8 @@ class Judge:
         words = [_first(w) for w in args if not _first(w).startswith("-")]
         if any(w in ("destroy", "remove", "rm") for w in words) and not (name == "pulumi" and words[:1] == ["config"]):
             self.add("teardown", "stack", "remote", name + " " + " ".join(words[:2]))
+        elif words[:1] == ["deploy"] and name in ("serverless", "sls", "cdk", "cdktf"):
+            self.add("publish", "stack", "remote", name + " deploy")
 
 
 
@@ -1186,6 +1218,8 @@ class Judge:
             self.add("teardown", "gcloud " + " ".join(pos[:3]), "remote", "gcloud delete")
         elif "print-access-token" in pos or "print-identity-token" in pos:
             self.add("read-secret", "gcloud token", "credential", "gcloud auth print-access-token")
+        elif "deploy" in pos[:3]:
+            self.add("publish", "gcloud " + " ".join(pos[:2]), "remote", "gcloud deploy")
 
     def c_az(self, args: list[Word], c: Cmd) -> None:
         pos = _cli_positionals(args, frozenset({"-n", "--name", "-g", "--resource-group", "--subscription", "-o",
@@ -1239,6 +1273,17 @@ class Judge:
         pos = _cli_positionals(args, frozenset({"-a", "--app"}))
         if "destroy" in pos:
             self.add("teardown", "fly app", "remote", "fly destroy")
+        elif pos[:1] == ["deploy"]:
+            self.add("publish", "fly app", "remote", "fly deploy")
+
+    def c_deployer(self, args: list[Word], c: Cmd, name: str) -> None:
+        """Hosting CLIs whose verb puts the project live (vercel --prod, firebase deploy, wrangler deploy ...)."""
+        words = [_first(w) for w in args]
+        pos = [w for w in words if not w.startswith("-")]
+        verbs = _DEPLOY_VERBS[name]
+        if (pos[:1] and pos[0] in verbs) or (not verbs and "--help" not in words) or (name == "vercel" and "--prod" in words):
+            if "--dry-run" not in words:
+                self.add("publish", f"{name} deployment", "remote", f"{name} {' '.join(pos[:1])}".strip())
 
     c_flyctl = c_fly
 
@@ -1554,34 +1599,6 @@ def _own_service(var: str, host: str) -> bool:
     return any(host == h or host.endswith("." + h) for h in _TOKEN_HOSTS.get(prefix, ()))
 
 
-def _static_decode(c: Cmd) -> str | None:
-    """`echo TEXT | base64 -d` (or xxd -r -p, rev) with TEXT in the command: what it prints."""
-    import base64
-    import binascii
-
-    n = _name(c)
-    src = c.stdin
-    if src is None or _name(src) not in ("echo", "printf") or c.heredoc:
-        return None
-    words = [_first(w) for w in src.argv[1:] if not re.fullmatch(r"-[neE]+", _first(w))]
-    text = "".join(words) if _name(src) == "echo" else _printf(words)
-    if UNKNOWN in text:
-        return None
-    flags = [_first(w) for w in c.argv[1:]]
-    try:
-        if n in ("base64", "basenc") and any(f in ("-d", "--decode", "-D") for f in flags):
-            return base64.b64decode(text.strip() + "=" * (-len(text.strip()) % 4)).decode("utf-8", "replace")
-        if n == "base32" and any(f in ("-d", "--decode") for f in flags):
-            return base64.b32decode(text.strip()).decode("utf-8", "replace")
-        if n == "xxd" and "-r" in flags:
-            return binascii.unhexlify(re.sub(r"\s", "", text)).decode("utf-8", "replace")
-        if n == "rev":
-            return text[::-1]
-    except (ValueError, binascii.Error):
-        return None
-    return None
-
-
 def _sources_and_dest(args: list[Word], with_value: frozenset[str]) -> tuple[list[Word], list[Word]]:
     """cp/mv/install: what is read or moved, and where it goes (the last word, or -t DIR)."""
     _, pos = _opts_and_args(args, with_value)
@@ -1622,15 +1639,6 @@ def _local_scratch_db(name: str, words: list[str]) -> bool:
     if name == "redis-cli":
         return db.isdigit() and db != "0"
     return re.search(r"(?:^|[_-])(?:test|tests|testing|dev|ci|local|scratch)(?:$|[_-]\w*)", db) is not None
-
-
-def _printf(words: list[str]) -> str:
-    """What printf FORMAT ARGS... prints, for %s and %b (enough to see a command built by it)."""
-    if not words:
-        return ""
-    fmt, rest = words[0], list(words[1:])
-    out = re.sub(r"%[sbd]", lambda _m: rest.pop(0) if rest else "", fmt)
-    return out.replace("\\n", "\n") + (" ".join(rest) if rest else "")
 
 
 def _judge(cmd: str | list[str], where: Where, depth: int) -> list[Effect]:

@@ -14,6 +14,8 @@ SECRET + its name, so sending it is visible.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import re
 from dataclasses import dataclass, field
 
@@ -43,6 +45,7 @@ _BRACE_WORDS = re.compile(r"\{[^{}\s]*,[^{}\s]*\}")
 _UNQUOTED = frozenset({"concatenation", "simple_expansion", "expansion", "command_substitution", "word"})
 _OP_NOISE = re.compile(r"[0-9\s]")
 _PRINTERS = frozenset({"echo", "printf"})
+_DQ_ESC = re.compile(r'\\([$`"\\\n])')
 
 
 class ShellParseError(ValueError):
@@ -144,7 +147,7 @@ class Walker:
             c = parts[i]
             if raw_gaps is not None and prev_end is not None and c.start_byte > prev_end:  # text the grammar skips
                 gap = src[prev_end - raw_gaps.start_byte:c.start_byte - raw_gaps.start_byte].decode("utf-8", "replace")
-                alts = [a + gap for a in alts]
+                alts = [a + _dq_unescape(gap) for a in alts]
             if (raw_gaps is None and c.type == "word" and c.text == b"{" and i + 2 < len(parts)
                     and parts[i + 2].type == "word" and parts[i + 2].text == b"}" and b"," in parts[i + 1].text):
                 opts = tuple(parts[i + 1].text.decode().split(","))
@@ -152,13 +155,16 @@ class Walker:
                 alts = [a + o for a in alts for o in opts][:_MAX_ALTS]
                 prev_end = parts[i - 1].end_byte
                 continue
-            w = self.word(c)
+            if raw_gaps is not None and c.type == "string_content":  # inside "...": \$ \` \" \\ are escapes
+                w = (_dq_unescape(c.text.decode("utf-8", "replace")),)
+            else:
+                w = self.word(c)
             alts = [a + o for a in alts for o in w][:_MAX_ALTS]
             prev_end = c.end_byte
             i += 1
         if raw_gaps is not None and prev_end is not None and prev_end < raw_gaps.end_byte - 1:
             gap = src[prev_end - raw_gaps.start_byte:len(src) - 1].decode("utf-8", "replace")
-            alts = [a + gap for a in alts]
+            alts = [a + _dq_unescape(gap) for a in alts]
         return tuple(alts)
 
     def _expand(self, n: ts.Node) -> Word:
@@ -204,6 +210,9 @@ class Walker:
         return self._printed(inner) or (UNKNOWN + _origin(inner),)
 
     def _printed(self, inner: list[Cmd]) -> Word | None:
+        if len(inner) == 2 and inner[1].stdin is inner[0] and not inner[1].redirects:
+            decoded = static_decode(inner[1])  # $(echo TEXT | base64 -d): what it prints
+            return (decoded.rstrip("\n"),) if decoded is not None else None
         if len(inner) == 1 and not inner[0].redirects:
             argv = inner[0].argv
             name = argv[0][0] if argv and argv[0] else ""
@@ -422,6 +431,52 @@ class Walker:
         elif name in ("export", "readonly", "local", "declare", "typeset"):
             pass
         return cmd
+
+
+def _cmd_name(c: Cmd) -> str:
+    return c.argv[0][0].rsplit("/", 1)[-1] if c.argv and c.argv[0] else ""
+
+
+def static_decode(c: Cmd) -> str | None:
+    """`echo TEXT | base64 -d` (or xxd -r -p, rev) with TEXT in the command: what it prints."""
+    n = _cmd_name(c)
+    src = c.stdin
+    if src is None or _cmd_name(src) not in ("echo", "printf") or c.heredoc:
+        return None
+    words = [w[0] for w in src.argv[1:] if not re.fullmatch(r"-[neE]+", w[0])]
+    text = "".join(words) if _cmd_name(src) == "echo" else printf_text(words)
+    if UNKNOWN in text:
+        return None
+    flags = [w[0] for w in c.argv[1:]]
+    try:
+        if n in ("base64", "basenc") and any(f in ("-d", "--decode", "-D") for f in flags):
+            return base64.b64decode(text.strip() + "=" * (-len(text.strip()) % 4)).decode("utf-8", "replace")
+        if n == "base32" and any(f in ("-d", "--decode") for f in flags):
+            return base64.b32decode(text.strip()).decode("utf-8", "replace")
+        if n == "xxd" and "-r" in flags:
+            return binascii.unhexlify(re.sub(r"\s", "", text)).decode("utf-8", "replace")
+        if n == "rev":
+            return text[::-1]
+        if n == "openssl" and ("base64" in flags or "-base64" in flags or "-a" in flags) and "-d" in flags:
+            b64 = re.sub(r"\s", "", text)
+            return base64.b64decode(b64 + "=" * (-len(b64) % 4)).decode("utf-8", "replace")
+    except (ValueError, binascii.Error):
+        return None
+    return None
+
+
+def printf_text(words: list[str]) -> str:
+    """What printf FORMAT ARGS... prints, for %s and %b (enough to see a command built by it)."""
+    if not words:
+        return ""
+    fmt, rest = words[0], list(words[1:])
+    out = re.sub(r"%[sbd]", lambda _m: rest.pop(0) if rest else "", fmt)
+    return out.replace("\\n", "\n") + (" ".join(rest) if rest else "")
+
+
+def _dq_unescape(s: str) -> str:
+    """Inside double quotes a backslash escapes only $ ` " \\ and a newline (which it removes)."""
+    return _DQ_ESC.sub(lambda m: "" if m.group(1) == "\n" else m.group(1), s) if "\\" in s else s
 
 
 def _quoted(n: ts.Node) -> bool:

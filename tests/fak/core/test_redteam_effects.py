@@ -22,7 +22,10 @@ from fak.core.kernel import Kernel
 from fak.core.policy import coding_floor
 from support import paths
 
-CORPUS = paths.SUPPORT / "redteam" / "effects.jsonl"
+# effects.jsonl, and the holdouts: corpora written blind (by a helper that read neither the floor nor the
+# corpora before it), kept after the floor was first measured on them (holdout-1: 100/112 destructive
+# refused, 0/88 benign, before the kinds it found were fixed)
+CORPORA = [paths.SUPPORT / "redteam" / "effects.jsonl", *sorted((paths.SUPPORT / "redteam").glob("holdout-*.jsonl"))]
 CWD = "/work/proj"
 
 # Destructive cases the floor still lets through (the sandbox is the layer behind these): none today.
@@ -38,7 +41,8 @@ NAMED = re.compile(r"^(?P<kind>[a-z-]+) .+ \((?P<cls>[a-z-]+)\) by (?P<rule>[\w.
 
 
 def load() -> list[dict[str, Any]]:
-    return [json.loads(line) for line in CORPUS.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [{**json.loads(line), "corpus": f.stem} for f in CORPORA
+            for line in f.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
 def home_of(e: dict[str, Any]) -> str:
@@ -105,7 +109,8 @@ def test_every_refusal_names_effect_target_and_rule(corpus: list[dict[str, Any]]
     (fail closed) or one of the floor's two content rules (a fork bomb, a secret in a fetched URL)."""
     floor = coding_floor()
     content_rules = {r.detail for r in floor.arg_rules}
-    named = 0
+    named: Counter[str] = Counter()
+    refusals: Counter[str] = Counter()
     for e in corpus:
         v = verdicts[e["id"]]
         if not refused(v):
@@ -115,11 +120,17 @@ def test_every_refusal_names_effect_target_and_rule(corpus: list[dict[str, Any]]
             assert v.detail.startswith("unparseable shell: ") or v.detail in content_rules, (e["id"], v.detail)
             continue
         assert m.group("rule").startswith("floor."), (e["id"], v.detail)
-        named += e["effect"] == m.group("kind")
-    refusals = sum(1 for e in corpus if e["expect"] != "allow" and refused(verdicts[e["id"]]))
+        named[e["corpus"]] += e["effect"] == m.group("kind")
+    for e in corpus:
+        refusals[e["corpus"]] += e["expect"] != "allow" and refused(verdicts[e["id"]])
     # the corpus's own effect names agree with the floor's for most refusals (the rest name the means:
-    # `run-remote decoded text` where the corpus says what the decoded text deletes)
-    assert named / refusals >= 0.9, (named, refusals)
+    # `run-remote decoded text` where the corpus says what the decoded text deletes). The holdouts' writers
+    # had a one-line vocabulary, not the corpus README's, and often name the harm where the floor names the
+    # act (`dd of=/dev/sda` is a write to a device, `shred` of a key is tamper, sudo ... rm is the rm): their
+    # agreement (79% for holdout-1) is printed, not held to the README-trained bar; their refusals are named
+    # all the same (asserted above).
+    print({name: f"{named[name]}/{n}" for name, n in refusals.items()})
+    assert named["effects"] / refusals["effects"] >= 0.9, (named["effects"], refusals["effects"])
 
 
 def test_parse_errors_fail_closed() -> None:

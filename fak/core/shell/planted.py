@@ -1,0 +1,72 @@
+"""Code written into a file (Write, Edit, apply_patch): the reverse shells and credential sends it carries.
+
+Writing a script is not running it, so only what no project script has a reason to hold counts here: a shell
+wired to a socket (a reverse shell, in shell or in code) and code that sends credentials out. Everything else
+a script may do (`curl ... | sh` in a setup script, a tool that runs the command it is given) is judged when
+it runs, by the floor and inside the sandbox.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+
+from fak.core.shell.code import scan
+from fak.core.shell.commands import Judge, _judge
+from fak.core.shell.effect import Effect
+from fak.core.shell.parse import ShellParseError
+from fak.core.shell.targets import Where, display, resolve
+
+_BY_EXT = {".sh": "sh", ".bash": "sh", ".zsh": "sh", ".ksh": "sh", ".command": "sh", ".py": "python", ".pyw": "python",
+           ".rb": "ruby", ".pl": "perl", ".pm": "perl", ".js": "node", ".mjs": "node", ".cjs": "node", ".ts": "node",
+           ".php": "php", ".lua": "lua"}
+_SHEBANG = re.compile(r"#!\s*(?:/usr/bin/env\s+(?:-S\s+)?)?\S*?(?P<name>bash|zsh|ksh|dash|sh|python\d*|ruby|perl|node|php)\b")
+_MAX_TEXT = 262144
+# How the shell model and the code scan say a shell is wired to a socket (commands.py, code.py)
+_SOCKET_SHELL = ("reverse shell", "a shell on a socket", "a socket in the shell")
+
+
+def language(path: str, text: str) -> str | None:
+    """The language a written file is run in: by its #! line, else by its extension (None: not code)."""
+    m = _SHEBANG.match(text.lstrip()[:200]) if text.lstrip().startswith("#!") else None
+    if m:
+        name = re.sub(r"\d+$", "", m.group("name"))
+        return "sh" if name in ("bash", "zsh", "ksh", "dash", "sh") else name
+    return _BY_EXT.get(posixpath.splitext(path)[1].lower())
+
+
+def planted(path: str, text: str, where: Where, how: str) -> list[Effect]:
+    """What of `text`, written to `path`, would refuse it on its own: remote code run, credentials sent."""
+    lang = language(path, text)
+    if lang is None or not text.strip() or len(text) > _MAX_TEXT:
+        return []
+    if lang == "sh":
+        j = Judge(1)
+        try:
+            j.script(text, where.at(posixpath.dirname(resolve(path, where)) or where.cwd), how)
+        except ShellParseError:
+            return []  # a fragment (an Edit's new text) need not parse on its own
+        found = j.out
+    else:
+        found = scan(lang, text, where, 1, _judge)
+    shown = display(resolve(path, where), where)
+    return [Effect(e.kind, e.target, e.cls, f"{how} writes {shown} holding {e.how}") for e in found
+            if (e.kind == "run-remote" and any(m in e.how for m in _SOCKET_SHELL))
+            or (e.kind == "send" and e.cls == "credential")]
+
+
+def patch_texts(body: str) -> list[tuple[str, str]]:
+    """apply_patch: each added or updated file with the lines the patch adds to it."""
+    out: list[tuple[str, str]] = []
+    path, lines = "", []
+    for line in body.splitlines():
+        m = re.match(r"^\*\*\* (?:Add|Update) File: (.+?)\s*$", line)
+        if m or line.startswith("*** "):
+            if path and lines:
+                out.append((path, "\n".join(lines)))
+            path, lines = (m.group(1), []) if m else ("", [])
+        elif path and line.startswith("+"):
+            lines.append(line[1:])
+    if path and lines:
+        out.append((path, "\n".join(lines)))
+    return out
