@@ -17,12 +17,12 @@ from collections.abc import Callable
 
 from fak.core.shell.effect import SENSITIVE, Effect
 from fak.core.shell.parse import ShellParseError
-from fak.core.shell.targets import UNKNOWN, Where, classify, display, resolve
+from fak.core.shell.targets import CREDENTIAL_STORES, UNKNOWN, Where, classify, display, resolve
 
 _HOME_EXPR = re.compile(
     r"os\.path\.expanduser\(\s*(['\"])~(?P<rest1>[^'\"]*)\1\s*\)|(?:pathlib\.)?Path\.home\(\)|Path\(\s*(['\"])~(?P<rest2>[^'\"]*)\3\s*\)\.expanduser\(\)"
     r"|os\.environ\[\s*['\"]HOME['\"]\s*\]|os\.environ\.get\(\s*['\"]HOME['\"][^)]*\)|os\.getenv\(\s*['\"]HOME['\"][^)]*\)"
-    r"|process\.env\.HOME|process\.env\[\s*['\"]HOME['\"]\s*\]|os\.homedir\(\)|require\(\s*['\"]os['\"]\s*\)\.homedir\(\)"
+    r"|process\.env\.HOME|process\.env\[\s*['\"]HOME['\"]\s*\]|\b\w+\.homedir\(\)|require\(\s*['\"]os['\"]\s*\)\.homedir\(\)"
     r"|ENV\[\s*['\"]HOME['\"]\s*\]|ENV\.fetch\(\s*['\"]HOME['\"]\s*\)|\$ENV\{\s*['\"]?HOME['\"]?\s*\}|Dir\.home|File\.expand_path\(\s*(['\"])~(?P<rest3>[^'\"]*)\5\s*\)"
     r"|getenv\(\s*['\"]HOME['\"]\s*\)|Deno\.env\.get\(\s*['\"]HOME['\"]\s*\)|os\.getenv\(\s*['\"]HOME['\"]\s*\)|\$_SERVER\[\s*['\"]HOME['\"]\s*\]|ENVIRON\[\s*\"HOME\"\s*\]"
 )
@@ -50,7 +50,7 @@ _SHELL_CALL = re.compile(
     r"|\b(?:child_process|cp|require\(\s*['\"]child_process['\"]\s*\))\.(?:exec|execSync|spawn|spawnSync|execFile|execFileSync)\s*\("
     r"|\bos\.execute\s*\(|(?<![\w.])(?:execSync|spawnSync|execFileSync|system|exec|spawn|popen|shell_exec|passthru|proc_open|qx|Open3\.\w+|IO\.popen|Kernel\.system|Deno\.run|Bun\.spawn(?:Sync)?)\s*\(?"
     r"|%x\{|`")
-_NET = re.compile(r"\bsocket\.(?:socket|create_connection)\b|\bsocket\s*\(\s*\w+\s*,\s*(?:PF|AF)_INET|require\(\s*['\"]net['\"]\s*\)|\burllib\b|\brequests\.\w+\s*\(|\bhttp\.client\b|\bhttpx\b|\bfetch\s*\(|\bnet\.(?:connect|createConnection|Socket)\b"
+_NET = re.compile(r"\bsocket\.(?:socket|create_connection)\b|\bsocket\s*\(\s*\w+\s*,\s*(?:PF|AF)_INET|require\(\s*['\"](?:node:)?(?:net|https?|dgram|tls)['\"]\s*\)|\burllib\b|\brequests\.\w+\s*\(|\bhttp\.client\b|\bhttpx\b|\bfetch\s*\(|\bnet\.(?:connect|createConnection|Socket)\b"
                   r"|\bhttps?\.(?:request|get)\s*\(|\bNet::HTTP\b|\bIO::Socket\b|\bLWP::|\bTCPSocket\b|\bcurl_exec\b|\bfsockopen\b|\bsmtplib\b|\bftplib\b|\baiohttp\b|\bwebsocket", re.S)
 _SPAWN_SHELL = re.compile(r"['\"](?:/bin/)?(?:ba|z|da)?sh(?:\s+-i)?['\"\s]|/bin/(?:ba|z|da)?sh\b|\bpty\.spawn\b|\bos\.dup2\b|\bsubprocess\.\w+\([^)]*(?:/bin/(?:ba)?sh|['\"](?:ba)?sh['\"])|\bspawn\(\s*['\"](?:/bin/)?(?:ba)?sh['\"]"
                           r"|\bexec\s*\(\s*['\"]/bin/(?:ba)?sh|\bSTDIN\.reopen|\bIO\.popen\(\s*['\"](?:/bin/)?sh|\bproc_open\(\s*['\"](?:/bin/)?sh|-i['\"]\s*[\],)]")
@@ -221,6 +221,11 @@ def scan(lang: str, code: str, where: Where, depth: int, shell: ShellJudge) -> l
             if worst:
                 out.append(Effect("opaque", f"{lang_name} {tok.strip('( ')}(...)", worst, f"{lang_name} runs a computed command"))
     net = _NET.search(code)
+    if net and _HOME_EXPR.search(code) and not any(e.kind == "read-secret" for e in out):
+        # ['.npmrc', '.git-credentials'].map(n => read(homedir() + '/' + n)): stores named apart from the home
+        store = next((lit for lit in (m.group(2).strip("/") for m in _STR.finditer(code)) if _is_store(lit)), None)
+        if store is not None:
+            out.append(Effect("read-secret", "~/" + store, "credential", f"{lang_name} reads ~/{store}"))
     if _KILL_ALL.search(code):
         out.append(Effect("kill", "every process", "process", f"{lang_name} kill(-1)"))
     if net and computed is not None and not _SPAWN_SHELL.search(code):
@@ -254,6 +259,11 @@ def scan(lang: str, code: str, where: Where, depth: int, shell: ShellJudge) -> l
     if lang_name in ("python",) and re.search(r"\b(?:exec|eval)\s*\(\s*(?:input|sys\.stdin|open)\b", code):
         out.append(Effect("opaque", "python exec", _worst_path(code, names, where) or "unknown", "python exec of read code"))
     return out
+
+
+def _is_store(name: str) -> bool:
+    """A credential store's name relative to home (.npmrc, .aws/credentials, .ssh/id_rsa)."""
+    return bool(name) and any(name == s or name.startswith(s + "/") for s in CREDENTIAL_STORES if "*" not in s)
 
 
 def _host_in(code: str) -> str:

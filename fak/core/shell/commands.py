@@ -123,6 +123,7 @@ class Judge:
         self.out: list[Effect] = []
         self.downloaded: set[str] = set()  # files written by a downloader in this script
         self.written: dict[str, str] = {}  # files written with known text (echo '...' > f.sh), run later as scripts
+        self.links: dict[str, str] = {}  # symlinks this script made (ln -s TARGET LINK): LINK -> TARGET
 
     # -- entry points -------------------------------------------------------------------------
     def script(self, text: str, where: Where, how: str = "") -> None:
@@ -149,7 +150,7 @@ class Judge:
         if SECRET in raw:
             self.add(kind, raw.split(SECRET, 1)[1].split(UNKNOWN, 1)[0], "credential", how)
             return
-        p = resolve(raw, where)
+        p = self.follow(resolve(raw, where))
         cls = classify(p, where)
         shown = display(p, where)
         if kind in ("write", "delete") and cls not in ("null",):
@@ -164,6 +165,13 @@ class Judge:
                 self.add("read-secret", shown, cls, how)
             return
         self.add(kind, shown, cls, how)
+
+    def follow(self, p: str) -> str:
+        """A path through the symlinks this script made: /tmp/ws/x is ~/x after `ln -s ~ /tmp/ws`."""
+        for link, target in self.links.items():
+            if p == link or p.startswith(link + "/"):
+                return target + p[len(link):]
+        return p
 
     def paths(self, kind: str, words: list[Word], where: Where, how: str) -> None:
         for w in words:
@@ -276,6 +284,20 @@ class Judge:
             if name == "xargs":
                 self.xargs(args, c)
                 return
+            if name == "parallel" and any(_first(w) in (":::", "::::") for w in args):
+                words = [_first(w) for w in args]
+                sep = next(i for i, w in enumerate(words) if w in (":::", "::::"))
+                cmd = _skip_opts(args[:sep], {"-j", "--jobs", "-S", "--sshlogin", "--delay", "--timeout", "-n"})
+                fed = tuple(a for w in args[sep + 1:] if _first(w) not in (":::", "::::") for a in _alts(w))
+                if cmd and fed:
+                    argv = [tuple(x.replace("{}", f) for x in _alts(w) for f in fed) if "{}" in _first(w) else w
+                            for w in cmd]
+                    argv = argv if any("{}" in _first(w) for w in cmd) else [*argv, fed]
+                    if len(argv) == 1 and " " in _first(argv[0]):  # parallel 'rm -rf {}' ::: ...: one shell word
+                        self.shell_text(argv[0], c, "parallel")
+                        return
+                    self.run(argv, Cmd(argv, c.where))
+                return
             if name == "watch":
                 rest = _skip_opts(args, {"-n", "--interval", "-d"})
                 self.shell_text(tuple(" ".join(_first(w) for w in rest) for _ in (0,)), c, "watch")
@@ -336,7 +358,7 @@ class Judge:
                          how + " of text known only at run time")
                 continue
             sub = Judge(self.depth + 1)
-            sub.downloaded = self.downloaded
+            sub.downloaded, sub.links = self.downloaded, self.links
             sub.script(t, c.where, how)
             self.out += sub.out
 
@@ -570,6 +592,9 @@ class Judge:
         _, pos = _opts_and_args(args, frozenset({"-t", "-S"}))
         if len(pos) >= 2:
             self.paths("write", pos[-1:], c.where, "ln")
+            if len(pos) == 2:
+                link, target = resolve(_first(pos[1]), c.where).rstrip("/"), resolve(_first(pos[0]), c.where).rstrip("/")
+                self.links[link] = self.follow(target)
 
     def c_rsync(self, args: list[Word], c: Cmd) -> None:
         words = [_first(w) for w in args]
@@ -677,7 +702,7 @@ class Judge:
         members = [w for w in pos if _first(w) != archive]
         if "x" in flags or "--extract" in opts or "--get" in opts:
             dest = words[words.index("-C") + 1] if "-C" in words and words.index("-C") + 1 < len(words) else "."
-            self.path("write", dest, c.where, "tar -x")
+            self.extract(dest, c, "tar -x")
         elif "c" in flags or "--create" in opts or "r" in flags:
             self.paths("read", members, c.where, "tar -c")
             if "--remove-files" in words:
@@ -693,7 +718,14 @@ class Judge:
     def c_unzip(self, args: list[Word], c: Cmd) -> None:
         words = [_first(w) for w in args]
         if "-d" in words and words.index("-d") + 1 < len(words):
-            self.path("write", words[words.index("-d") + 1], c.where, "unzip -d")
+            self.extract(words[words.index("-d") + 1], c, "unzip -d")
+
+    def extract(self, dest: str, c: Cmd, how: str) -> None:
+        """An archive unpacked into home itself can drop any startup file there (.bashrc, .ssh/authorized_keys)."""
+        if self.follow(resolve(dest, c.where)).rstrip("/") == c.where.home.rstrip("/"):
+            self.add("persist", "~", "home", how + " into home (its startup files)")
+        else:
+            self.path("write", dest, c.where, how)
 
     def c_chmod(self, args: list[Word], c: Cmd, how: str = "chmod") -> None:
         opts, pos = _opts_and_args([w for w in args if not re.fullmatch(r"[-+=][rwxXstugo]+", _first(w))],
@@ -1258,6 +1290,8 @@ class Judge:
             self.add("teardown", "helm release " + " ".join(pos[1:2]), "remote", "helm " + pos[0])
         elif pos[:1] == ["push"]:
             self.add("publish", "helm chart", "remote", "helm push")
+        elif pos[:1] and pos[0] in ("install", "upgrade", "rollback") and "--dry-run" not in " ".join(_first(w) for w in args):
+            self.add("publish", "helm release " + " ".join(pos[1:2]), "remote", "helm " + pos[0])
 
     def c_eksctl(self, args: list[Word], c: Cmd) -> None:
         pos = _cli_positionals(args, frozenset())
@@ -1410,6 +1444,10 @@ class Judge:
 
     def c_npm(self, args: list[Word], c: Cmd, name: str = "npm") -> None:
         pos = [_first(w) for w in args if not _first(w).startswith("-")]
+        if pos[:2] == ["pkg", "set"] and any(p.startswith("scripts.") for p in pos[2:]):
+            pkg = resolve("package.json", c.where)
+            if classify(pkg, c.where) not in ("project", "temp"):  # a lifecycle script another repo will run
+                self.add("persist", display(pkg, c.where), classify(pkg, c.where), f"{name} pkg set scripts")
         if pos[:1] and pos[0] in ("publish", "unpublish", "deprecate") or pos[:2] in (["dist-tag", "add"], ["dist-tag", "rm"],
                                                                                       ["owner", "add"], ["owner", "rm"]):
             if "--dry-run" not in [_first(w) for w in args]:
@@ -1752,7 +1790,10 @@ def _fed(c: Cmd) -> list[str]:
             out += a.split()
         return out or [UNKNOWN]
     if n == "git" and words[:1] in (["ls-files"], ["diff"]):
-        return [src.where.cwd + "/" + UNKNOWN]
+        spec = [w for w in words[1:] if not w.startswith("-")]
+        narrowed = any(not covers_all(w) for w in spec) or any(w in ("-o", "--others", "-m", "--modified", "-d", "--deleted",
+                                                                     "--name-only", "-u", "--unmerged") for w in words)
+        return [src.where.cwd + "/" + ("*(selected)" if narrowed else UNKNOWN)]
     return [UNKNOWN]
 
 

@@ -45,6 +45,7 @@ _BRACE_WORDS = re.compile(r"\{[^{}\s]*,[^{}\s]*\}")
 _UNQUOTED = frozenset({"concatenation", "simple_expansion", "expansion", "command_substitution", "word"})
 _OP_NOISE = re.compile(r"[0-9\s]")
 _PRINTERS = frozenset({"echo", "printf"})
+_ARRAY_ALL = re.compile(r'"?\$\{(\w+)\[[@*]\]\}"?')
 _DQ_ESC = re.compile(r'\\([$`"\\\n])')
 
 
@@ -91,6 +92,7 @@ class Walker:
         self.vars.update({k: (v,) for k, v in where.env.items()})
         if vars:
             self.vars.update(vars)
+        self.arrays: dict[str, list[str]] = {}  # a=(x y z): "${a[@]}" is its words
         self.cmds: list[Cmd] = []
         self.opaque: list[str] = []  # constructs that hide a command (${!x}, eval of a variable)
 
@@ -182,7 +184,7 @@ class Walker:
             nm = nm.children[0]
         name = nm.text.decode()
         if name == "IFS":
-            return (" ",)
+            return (self._ifs()[0],)
         if name in ("@", "*") or name.isdigit():
             return (UNKNOWN,)
         val = self.vars.get(name)
@@ -310,11 +312,31 @@ class Walker:
             alts: list[str] = []
             for c in value.children:
                 if c.type not in ("(", ")"):
-                    alts += list(self.word(c))
+                    alts += [self._tilde(a) for a in self.word(c)]
             self.vars[key] = tuple(alts[:_MAX_ALTS]) or ("",)
+            self.arrays[key] = alts[:_MAX_ALTS * 4]
         else:
             w = self.word(value)
             self.vars[key] = tuple(self._tilde(a) for a in w)
+
+    def _array_words(self, n: ts.Node) -> list[Word]:
+        """"${a[@]}", ${a[*]}: the words of an array set earlier in the text ([] when `n` is not one)."""
+        if not self.arrays or n.type not in ("string", "expansion"):
+            return []
+        m = _ARRAY_ALL.fullmatch(n.text.decode("utf-8", "replace"))
+        return [(x,) for x in self.arrays.get(m.group(1), [])] if m else []
+
+    def _arg(self, n: ts.Node) -> Word:
+        """An argument word: expanded, and `~` at its start resolved."""
+        w = self.word(n)
+        return tuple(self._tilde(a) for a in w) if any(a.startswith("~") for a in w) else w
+
+    def _ifs(self) -> str:
+        ifs = self.vars.get("IFS")
+        return ifs[0] if ifs and ifs[0] and UNKNOWN not in ifs[0] else " \t\n"
+
+    def _split(self, s: str) -> list[str]:
+        return [x for x in re.split("[" + re.escape(self._ifs()) + "]+", s) if x]
 
     def _tilde(self, s: str) -> str:
         return resolve(s, self.where) if s.startswith("~") else s
@@ -343,12 +365,13 @@ class Walker:
         more: list[Cmd] = []
         for r in n.children_by_field_name("redirect"):
             if r.type == "file_redirect":
-                op = "".join(c.text.decode() for c in r.children if c.type not in ("file_descriptor",)
-                             and c != r.child_by_field_name("destination"))
-                dest = r.child_by_field_name("destination")
+                op = "".join(c.text.decode() for c in r.children if not c.is_named)  # >, >>, &>, <, >& ...
+                dests = r.children_by_field_name("destination")
                 fd = r.child_by_field_name("descriptor")
-                if dest is not None and target is not None:
-                    target.redirects.append(Redirect(_OP_NOISE.sub("", op), self.word(dest), fd.text.decode() if fd else ""))
+                if dests and target is not None:
+                    target.redirects.append(Redirect(_OP_NOISE.sub("", op), self.word(dests[0]), fd.text.decode() if fd else ""))
+                    # `find / -name k 2>/dev/null -exec cat {} +`: words after a redirect are still arguments
+                    target.argv += [self._arg(x) for x in dests[1:]]
             elif r.type == "heredoc_redirect":
                 bodies = [c for c in r.children if c.type == "heredoc_body"]
                 text = bodies[0].text.decode("utf-8", "replace") if bodies else ""
@@ -383,6 +406,8 @@ class Walker:
                 value = c.child_by_field_name("value")
                 if name is not None:
                     env[name.text.decode()] = self.word(value)[0] if value is not None else ""
+            elif c.type == "command_name" and (spliced := self._array_words(c.children[0] if c.children else c)):
+                argv += spliced  # "${cmd[@]}" as the command: its words are the argv
             elif c.type == "command_name":
                 w = self.word(c.children[0]) if c.children else ("",)
                 raw = c.text.decode("utf-8", "replace").strip("\"'${}")
@@ -390,15 +415,16 @@ class Walker:
                     w = (raw.lower(),)
                 if UNKNOWN in w[0] or SECRET in w[0]:
                     dynamic = True
-                if c.children and c.children[0].type in _UNQUOTED and any(ch in w[0] for ch in " \t\n"):
-                    argv += [(x,) for x in w[0].split()]  # rm${IFS}-rf${IFS}~ is three words
+                if c.children and c.children[0].type in _UNQUOTED and any(ch in w[0] for ch in self._ifs()):
+                    argv += [(x,) for x in self._split(w[0])]  # rm${IFS}-rf${IFS}~ is three words
                     continue
                 argv.append(w)
             elif c.type == "file_redirect":
-                dest = c.child_by_field_name("destination")
-                op = "".join(x.text.decode() for x in c.children if x.type not in ("file_descriptor",) and x != dest)
-                if dest is not None:
-                    redirects.append(Redirect(_OP_NOISE.sub("", op), self.word(dest)))
+                dests = c.children_by_field_name("destination")
+                op = "".join(x.text.decode() for x in c.children if not x.is_named)
+                if dests:
+                    redirects.append(Redirect(_OP_NOISE.sub("", op), self.word(dests[0])))
+                    argv += [self._arg(x) for x in dests[1:]]
             elif c.type == "herestring_redirect":
                 vals = [x for x in c.children if x.type != "<<<"]
                 if vals:
@@ -406,13 +432,17 @@ class Walker:
             elif c.type in ("word", "string", "raw_string", "concatenation", "simple_expansion", "expansion",
                             "command_substitution", "process_substitution", "number", "ansi_c_string",
                             "arithmetic_expansion", "translated_string", "brace_expression"):
+                spliced = self._array_words(c)
+                if spliced:
+                    argv += spliced
+                    continue
                 w = self.word(c)
                 if c.type in ("word", "concatenation") and any(a.startswith("~") for a in w):
                     w = tuple(self._tilde(a) for a in w)
                 if c.type == "concatenation" and len(w) > 1 and _BRACE_WORDS.fullmatch(c.text.decode("utf-8", "replace")):
                     argv += [(a,) for a in w]  # {rm,-rf,~} is three words
-                elif c.type in _UNQUOTED and len(w) == 1 and any(ch in w[0] for ch in " \t\n") and not _quoted(c):
-                    argv += [(x,) for x in w[0].split()]  # unquoted expansions are split on IFS
+                elif c.type in _UNQUOTED and len(w) == 1 and any(ch in w[0] for ch in self._ifs()) and not _quoted(c):
+                    argv += [(x,) for x in self._split(w[0])]  # unquoted expansions are split on IFS
                 else:
                     argv.append(w)
             elif c.type == "ERROR":
@@ -469,9 +499,9 @@ def printf_text(words: list[str]) -> str:
     """What printf FORMAT ARGS... prints, for %s and %b (enough to see a command built by it)."""
     if not words:
         return ""
-    fmt, rest = words[0], list(words[1:])
+    fmt, rest = ansi_c(words[0]), list(words[1:])  # the format's escapes: \NNN octal, \xHH, \n
     out = re.sub(r"%[sbd]", lambda _m: rest.pop(0) if rest else "", fmt)
-    return out.replace("\\n", "\n") + (" ".join(rest) if rest else "")
+    return out + (" ".join(rest) if rest else "")
 
 
 def _dq_unescape(s: str) -> str:

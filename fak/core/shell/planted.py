@@ -15,13 +15,15 @@ from fak.core.shell.code import scan
 from fak.core.shell.commands import Judge, _judge
 from fak.core.shell.effect import Effect
 from fak.core.shell.parse import ShellParseError
-from fak.core.shell.targets import Where, display, resolve
+from fak.core.shell.targets import Where, classify, display, resolve
 
 _BY_EXT = {".sh": "sh", ".bash": "sh", ".zsh": "sh", ".ksh": "sh", ".command": "sh", ".py": "python", ".pyw": "python",
            ".rb": "ruby", ".pl": "perl", ".pm": "perl", ".js": "node", ".mjs": "node", ".cjs": "node", ".ts": "node",
            ".php": "php", ".lua": "lua"}
 _SHEBANG = re.compile(r"#!\s*(?:/usr/bin/env\s+(?:-S\s+)?)?\S*?(?P<name>bash|zsh|ksh|dash|sh|python\d*|ruby|perl|node|php)\b")
 _MAX_TEXT = 262144
+_AUTORUN = re.compile(r"(?:^|/)\.vscode/tasks\.json$|(?:^|/)\.code-workspace$|\.code-workspace$")
+_FOLDER_OPEN = re.compile(r"[\"']runOn[\"']\s*:\s*[\"']folderOpen[\"']")
 # How the shell model and the code scan say a shell is wired to a socket (commands.py, code.py)
 _SOCKET_SHELL = ("reverse shell", "a shell on a socket", "a socket in the shell")
 
@@ -37,6 +39,9 @@ def language(path: str, text: str) -> str | None:
 
 def planted(path: str, text: str, where: Where, how: str) -> list[Effect]:
     """What of `text`, written to `path`, would refuse it on its own: remote code run, credentials sent."""
+    if _AUTORUN.search(path) and _FOLDER_OPEN.search(text):  # an editor task that runs when the folder opens
+        p = resolve(path, where)
+        return [Effect("persist", display(p, where), classify(p, where), f"{how} writes a task run on folder open")]
     lang = language(path, text)
     if lang is None or not text.strip() or len(text) > _MAX_TEXT:
         return []

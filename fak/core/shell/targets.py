@@ -31,6 +31,7 @@ _CREDENTIALS = (
     ".boto", ".config/doctl", ".fly", ".heroku", ".config/heroku", ".databrickscfg", ".huggingface/token",
     ".cache/huggingface/token", ".config/sops", ".gitlab-token", ".terraformrc",
 )
+CREDENTIAL_STORES = _CREDENTIALS  # for code that names them relative to a home it computes (code.py)
 _SSH_PUBLIC = ("*.pub", "known_hosts", "known_hosts.old", "config")
 # ~/.ssh entries and files in credential stores that hold no secret
 _NOT_SECRET = (".aws/config", ".docker/daemon.json", ".kube/cache", ".gnupg/pubring.kbx", ".gnupg/gpg.conf")
