@@ -285,18 +285,7 @@ class Judge:
                 self.xargs(args, c)
                 return
             if name == "parallel" and any(_first(w) in (":::", "::::") for w in args):
-                words = [_first(w) for w in args]
-                sep = next(i for i, w in enumerate(words) if w in (":::", "::::"))
-                cmd = _skip_opts(args[:sep], {"-j", "--jobs", "-S", "--sshlogin", "--delay", "--timeout", "-n"})
-                fed = tuple(a for w in args[sep + 1:] if _first(w) not in (":::", "::::") for a in _alts(w))
-                if cmd and fed:
-                    argv = [tuple(x.replace("{}", f) for x in _alts(w) for f in fed) if "{}" in _first(w) else w
-                            for w in cmd]
-                    argv = argv if any("{}" in _first(w) for w in cmd) else [*argv, fed]
-                    if len(argv) == 1 and " " in _first(argv[0]):  # parallel 'rm -rf {}' ::: ...: one shell word
-                        self.shell_text(argv[0], c, "parallel")
-                        return
-                    self.run(argv, Cmd(argv, c.where))
+                self.parallel(args, c)
                 return
             if name == "watch":
                 rest = _skip_opts(args, {"-n", "--interval", "-d"})
@@ -539,6 +528,23 @@ class Judge:
         else:
             argv = [*rest, tuple(fed)]
         self.run(argv, Cmd(argv, c.where, stdin=None))
+
+    def parallel(self, args: list[Word], c: Cmd) -> None:
+        """GNU parallel CMD ::: ARGS: CMD runs once per argument ({} stands for it, else it is appended)."""
+        words = [_first(w) for w in args]
+        sep = next(i for i, w in enumerate(words) if w in (":::", "::::"))
+        cmd = _skip_opts(args[:sep], {"-j", "--jobs", "-S", "--sshlogin", "--delay", "--timeout", "-n"})
+        fed = tuple(a for w in args[sep + 1:] if _first(w) not in (":::", "::::") for a in _alts(w))
+        if not cmd or not fed:
+            return
+        if any("{}" in _first(w) for w in cmd):
+            argv = [tuple(x.replace("{}", f) for x in _alts(w) for f in fed) if "{}" in _first(w) else w for w in cmd]
+        else:
+            argv = [*cmd, fed]
+        if len(cmd) == 1 and " " in _first(argv[0]):  # parallel 'rm -rf {}' ::: ...: one word, run by a shell
+            self.shell_text(argv[0], c, "parallel")
+        else:
+            self.run(argv, Cmd(argv, c.where))
 
     def env_dump(self, c: Cmd) -> None:
         if any(_name(m) in NET_CLIENTS for m in _downstream(c)):
