@@ -45,6 +45,11 @@ _BRACE_WORDS = re.compile(r"\{[^{}\s]*,[^{}\s]*\}")
 _UNQUOTED = frozenset({"concatenation", "simple_expansion", "expansion", "command_substitution", "word"})
 _OP_NOISE = re.compile(r"[0-9\s]")
 _PRINTERS = frozenset({"echo", "printf"})
+_BACKSLASH = re.compile(r"\\(.)", re.S)
+# Nodes that are a command's argument words (besides plain `word`, handled first)
+_ARG_NODES = frozenset({"string", "raw_string", "concatenation", "simple_expansion", "expansion", "command_substitution",
+                        "process_substitution", "number", "ansi_c_string", "arithmetic_expansion", "translated_string",
+                        "brace_expression"})
 _ARRAY_ALL = re.compile(r'"?\$\{(\w+)\[[@*]\]\}"?')
 _DQ_ESC = re.compile(r'\\([$`"\\\n])')
 
@@ -102,7 +107,7 @@ class Walker:
         if t == "word":
             s = n.text.decode("utf-8", "replace")
             if "\\" in s:
-                s = re.sub(r"\\(.)", r"\1", s, flags=re.S)
+                s = _BACKSLASH.sub(r"\1", s)
             return (s,)
         if t == "raw_string":
             return (n.text.decode("utf-8", "replace")[1:-1],)
@@ -400,52 +405,57 @@ class Walker:
         redirects: list[Redirect] = []
         dynamic = False
         here: str | None = None
+        ifs = self._ifs()
         for c in n.children:
-            if c.type == "variable_assignment":
+            t = c.type
+            if t == "word":  # the common case: a literal word (never split, `~` at its start resolved)
+                s = c.text.decode("utf-8", "replace")
+                if "\\" in s:
+                    s = _BACKSLASH.sub(r"\1", s)
+                argv.append((self._tilde(s),) if s.startswith("~") else (s,))
+            elif t == "variable_assignment":
                 name = c.child_by_field_name("name")
                 value = c.child_by_field_name("value")
                 if name is not None:
                     env[name.text.decode()] = self.word(value)[0] if value is not None else ""
-            elif c.type == "command_name" and (spliced := self._array_words(c.children[0] if c.children else c)):
+            elif t == "command_name" and (spliced := self._array_words(c.children[0] if c.children else c)):
                 argv += spliced  # "${cmd[@]}" as the command: its words are the argv
-            elif c.type == "command_name":
+            elif t == "command_name":
                 w = self.word(c.children[0]) if c.children else ("",)
                 raw = c.text.decode("utf-8", "replace").strip("\"'${}")
                 if (UNKNOWN in w[0] or SECRET in w[0]) and raw in TOOL_VARS:
                     w = (raw.lower(),)
                 if UNKNOWN in w[0] or SECRET in w[0]:
                     dynamic = True
-                if c.children and c.children[0].type in _UNQUOTED and any(ch in w[0] for ch in self._ifs()):
+                if c.children and c.children[0].type in _UNQUOTED and any(ch in w[0] for ch in ifs):
                     argv += [(x,) for x in self._split(w[0])]  # rm${IFS}-rf${IFS}~ is three words
                     continue
                 argv.append(w)
-            elif c.type == "file_redirect":
+            elif t == "file_redirect":
                 dests = c.children_by_field_name("destination")
                 op = "".join(x.text.decode() for x in c.children if not x.is_named)
                 if dests:
                     redirects.append(Redirect(_OP_NOISE.sub("", op), self.word(dests[0])))
                     argv += [self._arg(x) for x in dests[1:]]
-            elif c.type == "herestring_redirect":
+            elif t == "herestring_redirect":
                 vals = [x for x in c.children if x.type != "<<<"]
                 if vals:
                     here = self.word(vals[0])[0]
-            elif c.type in ("word", "string", "raw_string", "concatenation", "simple_expansion", "expansion",
-                            "command_substitution", "process_substitution", "number", "ansi_c_string",
-                            "arithmetic_expansion", "translated_string", "brace_expression"):
+            elif t in _ARG_NODES:
                 spliced = self._array_words(c)
                 if spliced:
                     argv += spliced
                     continue
                 w = self.word(c)
-                if c.type in ("word", "concatenation") and any(a.startswith("~") for a in w):
+                if t == "concatenation" and any(a.startswith("~") for a in w):
                     w = tuple(self._tilde(a) for a in w)
-                if c.type == "concatenation" and len(w) > 1 and _BRACE_WORDS.fullmatch(c.text.decode("utf-8", "replace")):
+                if t == "concatenation" and len(w) > 1 and _BRACE_WORDS.fullmatch(c.text.decode("utf-8", "replace")):
                     argv += [(a,) for a in w]  # {rm,-rf,~} is three words
-                elif c.type in _UNQUOTED and len(w) == 1 and any(ch in w[0] for ch in self._ifs()) and not _quoted(c):
+                elif t in _UNQUOTED and len(w) == 1 and any(ch in w[0] for ch in ifs) and not _quoted(c):
                     argv += [(x,) for x in self._split(w[0])]  # unquoted expansions are split on IFS
                 else:
                     argv.append(w)
-            elif c.type == "ERROR":
+            elif t == "ERROR":
                 raise ShellParseError(f"cannot parse shell near {c.text.decode('utf-8', 'replace')[:40]!r}")
         cmd = Cmd(argv, self.where, redirects, env, stdin, heredoc=here, dynamic_name=dynamic)
         if stdin is not None:
