@@ -75,7 +75,10 @@ class ToolModel:
         if tool in self.write or tool in self.read or tool in self.search or tool in self.patch or tool in self.fetch:
             fields = [_get(args, t[tool]) for t in (self.write, self.read, self.search, self.patch, self.fetch) if tool in t]
             where = self.where(call)
-            fam_key = (tool, json.dumps([fields, args.get("pattern"), args.get("glob")], default=str), where.cwd, where.home)
+            # the text a write puts in its file is part of the key: the same path with other content is judged anew
+            text = _written_text(args) if tool in self.write else ""
+            fam_key = (tool, json.dumps([fields, args.get("pattern"), args.get("glob"), text], default=str),
+                       where.cwd, where.home)
             hit = self._cache.get(fam_key)
             if hit is not None:
                 return hit

@@ -27,6 +27,7 @@ _HOME_EXPR = re.compile(
     r"|getenv\(\s*['\"]HOME['\"]\s*\)|Deno\.env\.get\(\s*['\"]HOME['\"]\s*\)|os\.getenv\(\s*['\"]HOME['\"]\s*\)|\$_SERVER\[\s*['\"]HOME['\"]\s*\]|ENVIRON\[\s*\"HOME\"\s*\]"
 )
 _STR = re.compile(r"[rbfu]{0,2}(\"\"\"|'''|\"|'|`)((?:\\.|(?!\1).)*)\1", re.S)
+_LITERAL_LOOP = re.compile(r"\bfor\s+(\w+)\s+in\s+([\[(]\s*(?:[rbu]?(['\"])[^'\"\n]*\3\s*,?\s*)+[\])]|%w[\[(][^\])]*[\])])")
 _ASSIGN = re.compile(r"(?:^|[;\n{(]|\b(?:my|let|const|var|local)\s)\s*\$?([A-Za-z_]\w*)\s*=\s*([^;\n]+)")
 
 # (regex over code, effect kind, how); the call's first argument is the target
@@ -49,6 +50,7 @@ _SHELL_CALL = re.compile(
     r"\bos\.(?:system|popen|exec\w*|spawn\w*)\s*\(|\bsubprocess\.(?:run|call|check_call|check_output|Popen|getoutput|getstatusoutput)\s*\("
     r"|\b(?:child_process|cp|require\(\s*['\"]child_process['\"]\s*\))\.(?:exec|execSync|spawn|spawnSync|execFile|execFileSync)\s*\("
     r"|\bos\.execute\s*\(|(?<![\w.])(?:execSync|spawnSync|execFileSync|system|exec|spawn|popen|shell_exec|passthru|proc_open|qx|Open3\.\w+|IO\.popen|Kernel\.system|Deno\.run|Bun\.spawn(?:Sync)?)\s*\(?"
+    r"|\bnew\s+ProcessBuilder\s*\(|\bRuntime\.getRuntime\(\)\.exec\s*\(|\bProcessBuilder\s*\("
     r"|%x\{|`")
 _NET = re.compile(r"\bsocket\.(?:socket|create_connection)\b|\bsocket\s*\(\s*\w+\s*,\s*(?:PF|AF)_INET|require\(\s*['\"](?:node:)?(?:net|https?|dgram|tls)['\"]\s*\)|\burllib\b|\brequests\.\w+\s*\(|\bhttp\.client\b|\bhttpx\b|\bfetch\s*\(|\bnet\.(?:connect|createConnection|Socket)\b"
                   r"|\bhttps?\.(?:request|get)\s*\(|\bNet::HTTP\b|\bIO::Socket\b|\bLWP::|\bTCPSocket\b|\bcurl_exec\b|\bfsockopen\b|\bsmtplib\b|\bftplib\b|\baiohttp\b|\bwebsocket", re.S)
@@ -59,9 +61,15 @@ _DECODE_EXEC = re.compile(r"\b(?:exec|eval|compile|system|Function)\s*\([^\n]*(?
                           r"|\b(?:exec|eval)\s*\(\s*(?:urllib|requests|urlopen|fetch|http)", re.S)
 _RAW_SOCKET = re.compile(r"\bsocket\.(?:socket|create_connection)\b|\bsocket\s*\(\s*\w+\s*,\s*(?:PF|AF)_INET|require\(\s*['\"]net['\"]\s*\)"
                          r"|\bnet\.(?:connect|createConnection|Socket)\b|\bIO::Socket\b|\bTCPSocket\b|\bfsockopen\b|\bwebsocket")
+_CHAR_CODES = re.compile(r"""(?:''|"")\.join\(\s*(?:map\(\s*chr\s*,\s*|\(?\s*chr\(\w+\)\s+for\s+\w+\s+in\s+)[\[(]([\dx,\s]+)[\])]\s*\)?\s*\)"""
+                         r"|\bbytes\(\s*\[([\dx,\s]+)\]\s*\)\.decode\(\s*\)|\bString\.fromCharCode\(\s*([\dx,\s]+)\)"
+                         r"|\[([\d,\s]+)\]\.pack\(\s*['\"][cCU]\*['\"]\s*\)")
 # kill(-1, ...) / kill 9, -1: a signal to every process the user may signal
 _KILL_ALL = re.compile(r"(?<![\w.])(?:os\.kill|process\.kill|Process\.kill|posix\.kill|kill)\s*\(?\s*"
                        r"(?:-1\s*[,)]|['\"]?(?:SIG)?(?:KILL|TERM|HUP|INT)['\"]?\s*,\s*-1\b|(?:9|15|signal\.SIG\w+)\s*,\s*-1\b)")
+_KILL_CALL = re.compile(r"(?<![\w.])(?:os\.kill|process\.kill|Process\.kill|kill)\s*\(")
+_EVERY_PID = re.compile(r"listdir\(\s*['\"]/proc['\"]|readdirSync\(\s*['\"]/proc['\"]|Dir\.(?:entries|children|glob)\(\s*['\"]/proc"
+                        r"|psutil\.(?:process_iter|pids)\(|glob\(\s*['\"]/proc/")
 # exec/eval of something that is not a string literal: in code that also reaches the network, downloaded code
 _EXEC_CALL = re.compile(r"(?<![\w.])(?:exec|eval|compile|Function|instance_eval|class_eval|vm\.runInThisContext)\s*\(|(?<![\w.$])eval\s+(?=[$\w])")
 _ENV_ALL = re.compile(r"\bos\.environ\b(?!\s*[\[.]\s*(?:get\s*\(\s*)?['\"](?!.*(?:KEY|TOKEN|SECRET|PASS)))|\bprocess\.env\b(?!\.\w)|\bENV\.to_h\b|%ENV\b|\bgetenv\(\s*\)|\$_ENV\b|\bdict\(os\.environ\)")
@@ -122,11 +130,13 @@ _IN_STRING_HOME = re.compile(r"\$ENV\{['\"]?HOME['\"]?\}|\$\{HOME\}|\$HOME\b|#\{
 
 def scan(lang: str, code: str, where: Where, depth: int, shell: ShellJudge) -> list[Effect]:
     out: list[Effect] = []
+    code = _CHAR_CODES.sub(_from_codes, code)  # ''.join(map(chr, [114, 109])), String.fromCharCode(...): 'rm' 
     # "$ENV{HOME}/.ssh", "#{Dir.home}/x" inside a string are home, as ~ is
     code = _STR.sub(lambda m: _IN_STRING_HOME.sub("~", m.group(0)) if "HOME" in m.group(0) or "home" in m.group(0) else m.group(0), code)
     if lang.startswith("awk") and "/inet/" in code:
         out.append(Effect("run-remote", "network", "network", "awk /inet/tcp (a shell on a socket)"))
     names: dict[str, str] = {}
+    loops = {m.group(1): m.group(2) for m in _LITERAL_LOOP.finditer(code)}  # for d in ('build', 'dist'): each one
     for m in _ASSIGN.finditer(code):
         rhs = m.group(2).strip()
         if _STR.search(rhs) or _HOME_EXPR.search(rhs):
@@ -135,7 +145,9 @@ def scan(lang: str, code: str, where: Where, depth: int, shell: ShellJudge) -> l
 
     def target_effects(kind: str, args: str, how: str) -> bool:
         got = False
-        for lit in _literals(args, names):
+        first = args.split(",")[0].strip()
+        lits = [x.group(2) for x in _STR.finditer(loops[first])] if first in loops else _literals(args, names)
+        for lit in lits:
             if not lit or "\n" in lit or len(lit) > 300:
                 continue
             if kind == "read" and not (lit.startswith(("/", "~", ".")) or "/" in lit):
@@ -202,8 +214,9 @@ def scan(lang: str, code: str, where: Where, depth: int, shell: ShellJudge) -> l
         runs_code = tok.startswith(("exec", "eval")) and lang_name in ("python", "node", "deno", "bun")  # code, not a command
         if computed is None and head and not head.startswith("[") and not runs_code and _computed_first(head) and _NET.search(code):
             computed = tok.strip("( ")  # a command from a variable, in code that talks to the network
-        if head.startswith("[") or (lits and "shell=True" not in body and lang_name == "python" and len(lits) > 1
-                                    and not tok.startswith("os.system")):
+        java_argv = "ProcessBuilder" in tok and len(lits) > 1  # new ProcessBuilder("sh", "-c", "...")
+        if head.startswith("[") or java_argv or (lits and "shell=True" not in body and lang_name == "python" and len(lits) > 1
+                                                 and not tok.startswith("os.system")):
             argv = [x.encode().decode("unicode_escape") if "\\" in x else x for x in lits]
             if argv:
                 out += shell(argv, where, depth + 1)
@@ -228,6 +241,8 @@ def scan(lang: str, code: str, where: Where, depth: int, shell: ShellJudge) -> l
             out.append(Effect("read-secret", "~/" + store, "credential", f"{lang_name} reads ~/{store}"))
     if _KILL_ALL.search(code):
         out.append(Effect("kill", "every process", "process", f"{lang_name} kill(-1)"))
+    elif _KILL_CALL.search(code) and _EVERY_PID.search(code):
+        out.append(Effect("kill", "every process", "process", f"{lang_name} kill of every pid it lists"))
     if net and computed is not None and not _SPAWN_SHELL.search(code):
         # commands read from a raw socket are a reverse shell; from an HTTP reply, remote code all the same
         what = "a command read from a socket (reverse shell)" if _RAW_SOCKET.search(code) else "a command read from the network"
@@ -259,6 +274,15 @@ def scan(lang: str, code: str, where: Where, depth: int, shell: ShellJudge) -> l
     if lang_name in ("python",) and re.search(r"\b(?:exec|eval)\s*\(\s*(?:input|sys\.stdin|open)\b", code):
         out.append(Effect("opaque", "python exec", _worst_path(code, names, where) or "unknown", "python exec of read code"))
     return out
+
+
+def _from_codes(m: re.Match[str]) -> str:
+    nums = next(g for g in m.groups() if g is not None)
+    try:
+        text = "".join(chr(int(x, 0)) for x in re.findall(r"0x[0-9a-fA-F]+|\d+", nums))
+    except (ValueError, OverflowError):
+        return m.group(0)
+    return repr(text) if "'" not in text else '"' + text.replace('"', '\\"') + '"'
 
 
 def _is_store(name: str) -> bool:

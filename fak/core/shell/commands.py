@@ -72,6 +72,7 @@ _DEPLOY_VERBS: dict[str, frozenset[str]] = {
     "wrangler": frozenset({"deploy", "publish"}), "railway": frozenset({"up", "redeploy"}), "eb": frozenset({"deploy"}),
     "kamal": frozenset({"deploy", "redeploy", "rollback"}), "surge": frozenset(), "amplify": frozenset({"publish"}),
 }
+_SECRET_NAMES = re.compile(r"KEY|TOKEN|SECRET|PASS|CREDENTIAL|OPENAI|ANTHROPIC|AWS_|GITHUB|STRIPE|GH_|HF_", re.I)
 _WORLD_WRITABLE = re.compile(r"(?:^|,)[ugo]*[oa][ugoa]*[+=][rxXt]*w|^=?[rx]*w[rx]*$")
 _URLISH = re.compile(r"^(?:[a-z][\w+.-]*://|[\w.-]+\.\w+(?::\d+)?/|\d+\.\d+\.\d+\.\d+)")
 _TAR_RUNS = ("--checkpoint-action=exec=", "--to-command=", "--use-compress-program=", "--rsh-command=", "--info-script=")
@@ -121,7 +122,7 @@ class Judge:
     def __init__(self, depth: int = 0) -> None:
         self.depth = depth
         self.out: list[Effect] = []
-        self.downloaded: set[str] = set()  # files written by a downloader in this script
+        self.downloaded: set[str] = set()  # files written by a downloader (or a decoder) in this script
         self.written: dict[str, str] = {}  # files written with known text (echo '...' > f.sh), run later as scripts
         self.links: dict[str, str] = {}  # symlinks this script made (ln -s TARGET LINK): LINK -> TARGET
 
@@ -190,6 +191,8 @@ class Judge:
                             self.add("run-remote", host, "network", "a shell on a socket (reverse shell)")
                         continue
                     self.path("write", t, c.where, _name(c) + " " + r.op)
+                    if _decodes(c):  # base64 -d > f: running f later runs decoded code
+                        self.downloaded.add(resolve(t, c.where))
                     if _name(c) in ("echo", "printf") and len(c.argv) > 1:
                         text = " ".join(_first(w) for w in c.argv[1:] if not _first(w).startswith("-"))
                         self.written[resolve(t, c.where)] = text
@@ -445,6 +448,9 @@ class Judge:
                 if name.startswith("perl") and perl_i:
                     self.paths("write", [w for w in args[i + 2:] if not _first(w).startswith("-")], c.where, "perl -i")
                 return
+            if a == "-m" and i + 1 < len(words) and words[i + 1] == "http.server":
+                self.serve(args[i + 2:], c, f"{name} -m http.server")
+                return
             if a == "-m" and i + 1 < len(words):
                 # python -m twine upload: the module is a command of its own
                 self.run([(words[i + 1].split(".")[0],), *args[i + 2:]], c)
@@ -460,6 +466,16 @@ class Judge:
                 self.add("run-remote", display(p, c.where), "network", f"{name} of a downloaded file")
             return  # a script file: not judged here (the sandbox contains it)
         self.stdin_code(name, c)
+
+    def serve(self, args: list[Word], c: Cmd, how: str) -> None:
+        """A static file server: what it serves is sent to whoever asks (home serves its keys with it)."""
+        words = [_first(w) for w in args]
+        d = next((words[i + 1] for i, a in enumerate(words[:-1]) if a in ("--directory", "-d", "-h", "--root")), None)
+        d = d or next((a.split("=", 1)[1] for a in words if a.startswith("--directory=")), None) or "."
+        p = self.follow(resolve(d, c.where))
+        cls = classify(p, c.where)
+        if cls in ("home", "root", "credential", "system", "agent-state"):
+            self.add("send", display(p, c.where), "credential", how + " of " + display(p, c.where))
 
     def sensitive_args(self, name: str, args: list[Word], c: Cmd) -> None:
         """Code this model cannot see, handed a sensitive path: a witness decides, not the floor."""
@@ -547,9 +563,13 @@ class Judge:
             self.run(argv, Cmd(argv, c.where))
 
     def env_dump(self, c: Cmd) -> None:
-        if any(_name(m) in NET_CLIENTS for m in _downstream(c)):
-            peer = next(m for m in _downstream(c) if _name(m) in NET_CLIENTS)
+        """env / printenv with no name: the environment, sent out, or filtered for its keys into the context."""
+        down = _downstream(c)
+        peer = next((m for m in down if _name(m) in NET_CLIENTS), None)
+        if peer is not None:
             self.add("send", "the environment", "credential", f"{_name(c)} | {_name(peer)} {_host_of(peer)}")
+        elif any(_name(m) in SEARCHERS and any(_SECRET_NAMES.search(a) for w in m.argv[1:] for a in _alts(w)) for m in down):
+            self.add("read-secret", "the environment's keys", "credential", f"{_name(c)} | grep for keys")
 
     def device_tool(self, name: str, args: list[Word], c: Cmd) -> None:
         _, pos = _opts_and_args(args, frozenset({"-t", "-L", "-b", "-n", "-c"}))
@@ -1139,7 +1159,11 @@ class Judge:
             if key in ("core.sshcommand", "core.fsmonitor", "core.pager", "core.editor", "core.hookspath") or \
                     key.startswith(("alias.", "credential.helper", "filter.", "diff.external")):
                 self.add("opaque", f"git -c {kv}"[:60], "unknown", "a git setting that runs a command")
-        if sub == "push":
+        if sub == "submodule" and "foreach" in rest[:2]:
+            cmd = [w for w in rest[rest.index("foreach") + 1:] if not w.startswith("--")]
+            if cmd:
+                self.shell_text((" ".join(cmd),), c, "git submodule foreach")
+        elif sub == "push":
             self.git_push(rest)
         elif sub == "config":
             self.git_config(rest, where)
@@ -1149,11 +1173,11 @@ class Judge:
             self.add("history", "the reflog", "project-git", "git reflog " + rest[0])
         elif sub == "gc" and any(w.startswith("--prune=now") or w == "--prune=all" for w in rest):
             self.add("history", "unreachable objects", "project-git", "git gc --prune=now")
-        elif sub == "update-ref" and "-d" in rest and any(_branch(w) in MAIN_BRANCHES for w in rest):
-            self.add("history", next(w for w in rest if _branch(w) in MAIN_BRANCHES), "remote", "git update-ref -d")
+        elif sub == "update-ref" and "-d" in rest and any(_shared(_branch(w)) for w in rest):
+            self.add("history", next(w for w in rest if _shared(_branch(w))), "remote", "git update-ref -d")
         elif sub == "branch" and any(w in ("-D", "-d", "--delete") or (w.startswith("-") and "D" in w) for w in rest) and \
-                any(w in MAIN_BRANCHES for w in rest):
-            self.add("history", next(w for w in rest if w in MAIN_BRANCHES), "remote", "git branch -D")
+                any(_shared(w) for w in rest):
+            self.add("history", next(w for w in rest if _shared(w)), "remote", "git branch -D")
         elif sub == "clean":
             flags = "".join(w[1:] for w in rest if w.startswith("-") and not w.startswith("--"))
             if "f" in flags and "n" not in flags:
@@ -1182,10 +1206,10 @@ class Judge:
             plus = r.startswith("+")
             src, _, dst = r.lstrip("+").partition(":")
             b = _branch(dst or src)
-            if b in MAIN_BRANCHES and (force or plus):
+            if _shared(b) and (force or plus):
                 self.add("history", b, "remote", "git push --force" if force else f"git push +{r.lstrip('+')}")
                 return
-            if b in MAIN_BRANCHES and (deleting or (r.startswith(":"))):
+            if _shared(b) and (deleting or (r.startswith(":"))):
                 self.add("history", b, "remote", "git push --delete")
                 return
 
@@ -1209,6 +1233,8 @@ class Judge:
         if "destroy" in pos or ("apply" in pos and ("-destroy" in words or "--destroy" in words)) or \
                 (pos[:2] == ["state", "rm"]) or (pos[:1] == ["workspace"] and "delete" in pos):
             self.add("teardown", "infrastructure", "remote", name + " " + " ".join(pos[:2]))
+        elif pos[:1] == ["apply"]:  # changes shared infrastructure: a person confirms, as for kubectl apply
+            self.add("publish", "infrastructure", "remote", name + " apply")
 
 
 
@@ -1277,6 +1303,14 @@ class Judge:
                                                 "-l", "--selector", "--cluster", "--user", "-f", "--filename",
                                                 "-c", "--container"}))
         words = [_first(w) for w in args]
+        if pos[:2] == ["config", "view"] and ("--raw" in words or "--flatten" in words):
+            self.add("read-secret", "kubeconfig tokens", "credential", f"{name} config view --raw")
+            return
+        if pos[:1] == ["exec"] and "--" in words:  # the command runs inside the pod: judged as it is
+            inner = args[words.index("--") + 1:]
+            if inner:
+                self.run(inner, Cmd(inner, c.where.at("/")))
+            return
         recreated = {"pod", "pods", "po", "job", "jobs", "event", "events", "ev"}
         if pos[:1] == ["delete"] and len(pos) > 1 and pos[1].split("/")[0] in recreated and "--all" not in words:
             pass  # a pod or job is recreated by its controller
@@ -1448,8 +1482,18 @@ class Judge:
     def c_cqlsh(self, args: list[Word], c: Cmd) -> None:
         self.c_psql(args, c, "cqlsh", ("-e", "--execute"))
 
+    def c_pip(self, args: list[Word], c: Cmd, name: str = "pip") -> None:
+        pos = [_first(w) for w in args if not _first(w).startswith("-")]
+        if pos[:2] in (["config", "set"], ["config", "edit"]) and any(re.search(r"index-url|trusted-host|find-links", p)
+                                                                       for p in pos[2:3]):
+            self.add("persist", "pip " + pos[2], "home", f"{name} config set (where every later install comes from)")
+
+    c_pip3 = c_pip
+
     def c_npm(self, args: list[Word], c: Cmd, name: str = "npm") -> None:
         pos = [_first(w) for w in args if not _first(w).startswith("-")]
+        if pos[:2] == ["config", "set"] and any(p.split("=")[0].endswith("registry") for p in pos[2:3]):
+            self.add("persist", "npm registry", "home", f"{name} config set registry (where every later install comes from)")
         if pos[:2] == ["pkg", "set"] and any(p.startswith("scripts.") for p in pos[2:]):
             pkg = resolve("package.json", c.where)
             if classify(pkg, c.where) not in ("project", "temp"):  # a lifecycle script another repo will run
@@ -1601,12 +1645,15 @@ class Judge:
         self.paths("write", pos[:1], c.where, "zip")
 
     def c_make(self, args: list[Word], c: Cmd) -> None:
-        for w in args:
-            a = _first(w)
-            if a.startswith("--eval="):
-                for line in a.split("=", 1)[1].splitlines():
-                    if line.startswith("\t"):
-                        self.shell_text((line[1:],), c, "make --eval recipe")
+        words = [_first(w) for w in args]
+        recipes = [a.split("=", 1)[1] for a in words if a.startswith("--eval=")]
+        files = [words[i + 1] for i, a in enumerate(words[:-1]) if a in ("-f", "--file", "--makefile")]
+        if c.heredoc is not None and any(f in ("-", "/dev/stdin") for f in files):
+            recipes.append(c.heredoc)  # make -f /dev/stdin <<EOF: the makefile is the heredoc
+        for text in recipes:
+            for line in text.splitlines():
+                if line.startswith("\t"):  # a recipe line runs in a shell, with $$ for $
+                    self.shell_text((line[1:].replace("$$", "$"),), c, "make recipe")
 
     def c_ztcp(self, args: list[Word], c: Cmd) -> None:
         self.add("run-remote", _first(args[0]) if args else "network", "network", "zsh ztcp (a socket in the shell)")
@@ -1773,6 +1820,11 @@ def _branch(ref: str) -> str:
     return r
 
 
+def _shared(branch: str) -> bool:
+    """A branch others build on: main, master, ..., and the families under them (release/2.x)."""
+    return branch in MAIN_BRANCHES or branch.split("/", 1)[0] in MAIN_BRANCHES
+
+
 def _fed(c: Cmd) -> list[str]:
     """What a command reads on stdin, as targets: find/ls roots, echo's words, else UNKNOWN."""
     src = c.stdin
@@ -1806,6 +1858,14 @@ def _fed(c: Cmd) -> list[str]:
 _FIND_NARROW = frozenset({"-name", "-iname", "-path", "-ipath", "-wholename", "-iwholename", "-regex", "-iregex",
                           "-newer", "-mtime", "-mmin", "-atime", "-amin", "-ctime", "-cmin", "-size", "-empty",
                           "-user", "-group", "-perm", "-links", "-inum", "-samefile", "-lname", "-ilname"})
+
+
+def _decodes(c: Cmd) -> bool:
+    """A command that prints decoded bytes: base64 -d, xxd -r, openssl base64 -d, uudecode, gunzip of them."""
+    flags = [_first(w) for w in c.argv[1:]]
+    n = _name(c)
+    return (n in ("base64", "base32", "basenc") and any(f in ("-d", "--decode", "-D") for f in flags)) or \
+        (n == "xxd" and "-r" in flags) or (n == "openssl" and "-d" in flags) or n == "uudecode"
 
 
 def _find_parts(args: list[Word]) -> tuple[list[Word], list[Word], list[Word]]:

@@ -22,6 +22,8 @@ _BY_EXT = {".sh": "sh", ".bash": "sh", ".zsh": "sh", ".ksh": "sh", ".command": "
            ".php": "php", ".lua": "lua"}
 _SHEBANG = re.compile(r"#!\s*(?:/usr/bin/env\s+(?:-S\s+)?)?\S*?(?P<name>bash|zsh|ksh|dash|sh|python\d*|ruby|perl|node|php)\b")
 _MAX_TEXT = 262144
+# npm lifecycle scripts that run on install, unasked: "postinstall": "..."
+_LIFECYCLE = re.compile(r'"(?:pre|post)?(?:install|prepare|prepublish|preuninstall|postuninstall)"\s*:\s*"((?:\\.|[^"\\])*)"')
 _AUTORUN = re.compile(r"(?:^|/)\.vscode/tasks\.json$|(?:^|/)\.code-workspace$|\.code-workspace$")
 _FOLDER_OPEN = re.compile(r"[\"']runOn[\"']\s*:\s*[\"']folderOpen[\"']")
 # How the shell model and the code scan say a shell is wired to a socket (commands.py, code.py)
@@ -42,21 +44,31 @@ def planted(path: str, text: str, where: Where, how: str) -> list[Effect]:
     if _AUTORUN.search(path) and _FOLDER_OPEN.search(text):  # an editor task that runs when the folder opens
         p = resolve(path, where)
         return [Effect("persist", display(p, where), classify(p, where), f"{how} writes a task run on folder open")]
+    if path.endswith("package.json"):  # lifecycle scripts run by every `npm install` of the package
+        return [e for cmd in _LIFECYCLE.findall(text) for e in _shell_planted(path, cmd.encode().decode("unicode_escape"),
+                                                                             where, how, every_run_remote=True)]
     lang = language(path, text)
     if lang is None or not text.strip() or len(text) > _MAX_TEXT:
         return []
     if lang == "sh":
-        j = Judge(1)
-        try:
-            j.script(text, where.at(posixpath.dirname(resolve(path, where)) or where.cwd), how)
-        except ShellParseError:
-            return []  # a fragment (an Edit's new text) need not parse on its own
-        found = j.out
-    else:
-        found = scan(lang, text, where, 1, _judge)
+        return _shell_planted(path, text, where, how)
+    return _kept(path, scan(lang, text, where, 1, _judge), where, how)
+
+
+def _shell_planted(path: str, text: str, where: Where, how: str, every_run_remote: bool = False) -> list[Effect]:
+    j = Judge(1)
+    try:
+        j.script(text, where.at(posixpath.dirname(resolve(path, where)) or where.cwd), how)
+    except ShellParseError:
+        return []  # a fragment (an Edit's new text) need not parse on its own
+    return _kept(path, j.out, where, how, every_run_remote)
+
+
+def _kept(path: str, found: list[Effect], where: Where, how: str, every_run_remote: bool = False) -> list[Effect]:
+    """The effects a written file is refused for, named by the file that holds them."""
     shown = display(resolve(path, where), where)
     return [Effect(e.kind, e.target, e.cls, f"{how} writes {shown} holding {e.how}") for e in found
-            if (e.kind == "run-remote" and any(m in e.how for m in _SOCKET_SHELL))
+            if (e.kind == "run-remote" and (every_run_remote or any(m in e.how for m in _SOCKET_SHELL)))
             or (e.kind == "send" and e.cls == "credential")]
 
 

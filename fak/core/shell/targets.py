@@ -224,6 +224,8 @@ def is_persist(path: str, where: Where) -> bool:
         return True
     if any(fnmatch.fnmatchcase(p, g) for g in PERSIST_SYSTEM):
         return True
+    if p.rsplit("/", 1)[-1] in ("sitecustomize.py", "usercustomize.py") and _under(p, where.project) is None:
+        return True  # imported by every Python that starts, wherever the site directory is
     parts = p.split("/")
     if ".git" in parts:
         i = parts.index(".git")

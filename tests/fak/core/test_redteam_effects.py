@@ -24,8 +24,8 @@ from support import paths
 
 # effects.jsonl, and the holdouts: corpora written blind (by a helper that read neither the floor nor the
 # corpora before it), kept after the floor was first measured on them (holdout-1: 100/112 destructive
-# refused, 0/88 benign; holdout-2, written after holdout-1's kinds were fixed: 99/110, 1/90) and the kinds
-# each found were fixed (tests/support/redteam/README.md)
+# refused, 0/88 benign; holdout-2, written after holdout-1's kinds were fixed: 99/110, 1/90; holdout-3,
+# after holdout-2's: 134/150, 1/150) and the kinds each found were fixed (tests/support/redteam/README.md)
 CORPORA = [paths.SUPPORT / "redteam" / "effects.jsonl", *sorted((paths.SUPPORT / "redteam").glob("holdout-*.jsonl"))]
 CWD = "/work/proj"
 
