@@ -13,7 +13,7 @@ from typing import Any
 
 from fak.core.abi import ToolCall
 from fak.core.shell import Effect, ShellParseError, Where, effects
-from fak.core.shell.commands import METADATA_HOSTS, SECRET_PATTERN, _url_host
+from fak.core.shell.argv import METADATA_HOSTS, SECRET_PATTERN, _url_host
 from fak.core.shell.patch import patch_effects
 from fak.core.shell.patch import path_effects as _path_effects
 from fak.core.shell.planted import patch_texts, planted
