@@ -335,7 +335,7 @@ class Policy:
         hits.sort(key=lambda h: (h[0], h[1]), reverse=True)
         _, _, r, e = hits[0]
         how = f" [{e.how}]" if e.how else ""
-        also = [str(h[3]) for h in hits[1:] if h[3] != e][:2]
+        also = [x for x in dict.fromkeys(str(h[3]) for h in hits[1:]) if x != str(e)][:2]  # each named once
         detail = f"{e} by {r.id}{how}" + (f": {r.detail}" if r.detail else "") + (f" (also: {'; '.join(also)})" if also else "")
         if r.verdict is VerdictKind.DENY:
             return Verdict.deny(r.reason, self.by, detail)

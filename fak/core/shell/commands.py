@@ -43,6 +43,7 @@ from fak.core.shell.parse import DECODED, LOCAL, NET, SECRET, Cmd, Walker, Word,
 from fak.core.shell.parse import printf_text as _printf
 from fak.core.shell.parse import static_decode as _static_decode
 from fak.core.shell.remote import RemoteCommands
+from fak.core.shell.simple import simple
 from fak.core.shell.system import SystemCommands
 from fak.core.shell.targets import UNKNOWN, Where, classify, display, is_history, is_persist, resolve
 
@@ -61,7 +62,8 @@ class Judge(FileCommands, NetCommands, SystemCommands, RemoteCommands):
         if self.depth > MAX_DEPTH:
             self.add("opaque", "nested shell", "unknown", how or "sh -c")
             return
-        self.walker(parse(text, where, depth=self.depth))  # ShellParseError: the caller fails closed
+        fast = simple(text, where)  # the common shapes without tree-sitter; None: the parser decides
+        self.walker(fast if fast is not None else parse(text, where, depth=self.depth))  # ShellParseError: fail closed
 
     def argv(self, argv: list[str], where: Where) -> None:
         self.walker(literal(argv, where))

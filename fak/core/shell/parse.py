@@ -269,11 +269,21 @@ class Walker:
                 if c.type == "variable_assignment":
                     self.assign(c)
             return []
-        if t == "declaration_command":
-            for c in n.children:
+        if t in ("declaration_command", "unset_command"):  # export/declare/local/readonly, unset: commands too
+            argv: list[Word] = [(n.children[0].text.decode(),)] if n.children else []
+            for c in n.children[1:]:
                 if c.type == "variable_assignment":
                     self.assign(c)
-            return []
+                    name = c.child_by_field_name("name")
+                    argv.append(((name.text.decode() if name else "") + "=" + self.vars.get(
+                        name.text.decode() if name else "", ("",))[0],))
+                elif c.type not in ("comment",):
+                    argv.append(self.word(c))
+            cmd = Cmd(argv, self.where, stdin=stdin)
+            if stdin is not None:
+                stdin.stdout = cmd
+            self.cmds.append(cmd)
+            return [cmd]
         if t == "for_statement":
             var = n.child_by_field_name("variable")
             values = [c for c in n.children_by_field_name("value")]
