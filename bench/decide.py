@@ -6,6 +6,9 @@ cache hit, "v2 cold" a command never seen before (each call's text differs), whi
 
     python bench/decide.py [--batches 200] [--batch 500] [--parsers]
 
+Last, the median over what agents send: every benign call of the red-team corpora, each judged once by
+a fresh kernel (cold) and by one that has seen them (warm), v1 beside v2.
+
 --parsers times tree-sitter-bash against bashlex (if installed) on a sample of agent commands: the
 measurement behind fak/core/shell/parse.py's choice.
 """
@@ -92,8 +95,43 @@ def main() -> None:
         m3, b3 = bench(v2, tool, args, want, max(a.batches // 4, 5), a.batch, cold=True) if shell else (m2, b2)
         label = f"{want} {tool} {json.dumps(args)[:44]}"
         print(f"{label:60} {m1:10.2f} {m2:8.2f} {m3:8.2f}   [{b1:.2f} {b2:.2f} {b3:.2f}]")
+    corpus_mix(v1, v2)
     if a.parsers:
         parsers()
+
+
+def corpus_mix(v1: Kernel, v2: Kernel) -> None:
+    """The median decision over what agents send: every benign call of the red-team corpora (Claude Code's,
+    Codex's and aider's tool shapes, written by people who had not read the floor), each judged once by a
+    fresh kernel (cold: nothing cached), then again (warm: the agent repeats itself)."""
+    from pathlib import Path
+
+    files = sorted((Path(__file__).resolve().parents[1] / "tests" / "support" / "redteam").glob("*.jsonl"))
+    calls = [json.loads(x) for f in files for x in f.read_text(encoding="utf-8").splitlines() if x.strip()]
+    calls = [e for e in calls if e.get("expect") == "allow" and "tool" in e]
+    meta = {"cwd": "/work/proj", "home": "/home/dev"}
+    print()
+    print(f"{len(calls)} benign corpus calls, each once    {'median us':>10} {'p90 us':>8}   shell only: median")
+    for label, make in (("v1 (regexes)", lambda: Kernel([coding_floor(FLOOR_V1_NAME)])),
+                        ("v2 cold", lambda: Kernel([coding_floor()])), ("v2 warm", None)):
+        rounds = []
+        for _ in range(5):
+            kernel = make() if make is not None else v2
+            if make is None:  # warm: the same kernel has seen every call once
+                for e in calls:
+                    kernel.submit(ToolCall.from_args(e["tool"], e["args"], meta=meta))
+            ts, shell = [], []
+            for e in calls:
+                c = ToolCall.from_args(e["tool"], e["args"], meta=meta)
+                t0 = time.perf_counter_ns()
+                kernel.submit(c)
+                dt = (time.perf_counter_ns() - t0) / 1000.0
+                ts.append(dt)
+                if e["tool"] in ("Bash", "exec_command", "shell", "run_command"):
+                    shell.append(dt)
+            rounds.append((statistics.median(ts), sorted(ts)[int(0.9 * len(ts))], statistics.median(shell)))
+        med, p90, sh = (statistics.median(r[i] for r in rounds) for i in range(3))
+        print(f"{label:40} {med:10.2f} {p90:8.2f}   {sh:8.2f}")
 
 
 def _v1_agrees(kernel: Kernel, tool: str, args: dict[str, object], want: str) -> bool:

@@ -195,6 +195,7 @@ class Policy:
     unparseable: VerdictKind = VerdictKind.DENY
     version: str = VERSION
     _plans: dict[str, _Plan] = field(default_factory=dict, repr=False)
+    _rule_of: dict[tuple[str, str, str], EffectRule | None] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         self.by = f"policy:{self.name}"
@@ -324,11 +325,9 @@ class Policy:
             return Verdict.of(self.unparseable, reason, self.by, f"unparseable shell: {exc}")
         hits: list[tuple[int, int, EffectRule, Any]] = []
         for e in effects:
-            for r in self.effect_rules:
-                if r.matches(e.kind, e.cls, call.tool):
-                    if r.verdict is not VerdictKind.ALLOW:
-                        hits.append((RANK[r.verdict], _NAMES_FIRST.get(e.kind, 0), r, e))
-                    break  # the first rule that names an effect decides it; an allow rule exempts it
+            r = self._effect_rule(e.kind, e.cls, call.tool)
+            if r is not None and r.verdict is not VerdictKind.ALLOW:  # an allow rule exempts the effect
+                hits.append((RANK[r.verdict], _NAMES_FIRST.get(e.kind, 0), r, e))
         if not hits:
             return None
         # The most restrictive verdict; among equals the effect that says most (the rm under a sudo)
@@ -340,6 +339,19 @@ class Policy:
         if r.verdict is VerdictKind.DENY:
             return Verdict.deny(r.reason, self.by, detail)
         return Verdict.of(r.verdict, Reason.UNWITNESSED if r.reason is Reason.POLICY_BLOCK else r.reason, self.by, detail)
+
+    def _effect_rule(self, kind: str, cls: str, tool: str) -> EffectRule | None:
+        """The first effect rule that names (kind, class) for this tool; remembered, as the rules are fixed."""
+        key = (kind, cls, tool)
+        try:
+            return self._rule_of[key]
+        except KeyError:
+            pass
+        r = next((r for r in self.effect_rules if r.matches(kind, cls, tool)), None)
+        if len(self._rule_of) >= _PLAN_CACHE_MAX:
+            self._rule_of.clear()
+        self._rule_of[key] = r
+        return r
 
     def write_targets(self, call: ToolCall, fields: list[str]) -> list[str]:
         out: list[str] = []

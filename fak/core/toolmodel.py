@@ -5,7 +5,7 @@ and aider-style names by default), so a policy can teach fak a new agent's tools
 
 from __future__ import annotations
 
-import json
+import functools
 import os
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -44,7 +44,7 @@ class ToolModel:
         cwd = next((args[f] for f in self.cwd_field if isinstance(args.get(f), str) and args[f].startswith("/")), None)
         base = str(meta.get("cwd") or os.getcwd())
         home = str(meta.get("home") or os.environ.get("HOME") or os.path.expanduser("~"))
-        return Where(cwd or base, home, str(meta.get("project") or base))
+        return _where(cwd or base, home, str(meta.get("project") or base))
 
     def effects(self, call: ToolCall) -> tuple[Effect, ...]:
         """The call's effects. ShellParseError when a shell tool's command is not shell."""
@@ -77,8 +77,7 @@ class ToolModel:
             where = self.where(call)
             # the text a write puts in its file is part of the key: the same path with other content is judged anew
             text = _written_text(args) if tool in self.write else ""
-            fam_key = (tool, json.dumps([fields, args.get("pattern"), args.get("glob"), text], default=str),
-                       where.cwd, where.home)
+            fam_key = (tool, repr(fields), repr(args.get("pattern")), repr(args.get("glob")), text, where.cwd, where.home)
             hit = self._cache.get(fam_key)
             if hit is not None:
                 return hit
@@ -122,6 +121,11 @@ class ToolModel:
             if len(self._cache) > _CACHE_MAX:
                 self._cache.popitem(last=False)
         return got
+
+
+@functools.lru_cache(maxsize=256)
+def _where(cwd: str, home: str, project: str) -> Where:
+    return Where(cwd, home, project)  # calls come from a few places: one record each (Where is frozen)
 
 
 def _written_text(args: dict[str, Any]) -> str:

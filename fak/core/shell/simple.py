@@ -3,7 +3,7 @@
 `cd src && pytest -q tests/test_app.py 2>&1 | tail -20`, `rg -n 'def main' --glob '*.py' | head`,
 `git diff --stat; git status --short`: words of plain characters and plain quotes, joined by `&&`, `||`,
 `;` and `|`, with `N>file`, `>>file`, `<file` and `N>&M` redirects. Nothing in such text expands (no `$`,
-backquote, backslash, brace, parenthesis, `#`, `!`, newline or leading NAME=), so its words are what bash
+backquote, backslash, brace, parenthesis, `!`, newline or leading NAME=; a `#` comment is dropped), so its words are what bash
 would pass, and the Walker's commands can be built directly: the same Cmd records (pipelines linked,
 `cd` followed, `~` resolved) the parser's walk gives, at a third of its cost. Anything else returns None
 and takes the parser (tests/fak/core/test_redteam_effects.py proves both give the same effects on every
@@ -26,6 +26,7 @@ _REDIRS = frozenset({">", ">>", ">&", "<"})
 _RESERVED = frozenset({"if", "then", "else", "elif", "fi", "for", "while", "until", "do", "done", "case", "esac", "in",
                        "function", "select", "time", "coproc", "{", "}", "!", "[[", "]]"})
 _WORD_START = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_./:,+@%^=~*?-'\"")
+_COMMENT = re.compile(r"(?:^|(?<=[ \t]))#")
 _QUOTED = re.compile(r"'([^']*)'|\"([^\"]*)\"")
 
 
@@ -33,6 +34,9 @@ def simple(text: str, where: Where) -> Walker | None:
     """The Walker the parser would give for `text`, or None when the text is not of the simple shape."""
     if "\n" in text or "\r" in text or "\x0b" in text or "\x0c" in text:
         return None
+    cut = _COMMENT.search(text) if "#" in text else None
+    if cut is not None:  # `# ...` to the end is a comment; one inside quotes leaves a quote open, and None below
+        text = text[:cut.start()]
     w = Walker(where)
     argv: list[Word] = []
     redirects: list[Redirect] = []

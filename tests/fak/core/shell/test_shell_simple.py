@@ -45,6 +45,7 @@ OURS = [
     "echo hi>out", "echo a2>out", "x 2>&1 >/dev/null | y", "cd && ls ~", "cd - && ls", "cd ~/x && rm -rf .",
     "ls ~ '~' \"~\" ~/a", "true ||false", "a|b|c", "cat < in.txt", "echo 'a b' \"c d\" e'f'\"g\"", "rm -rf *",
     "git log --format='%h %s' -5", "export HISTFILE=/dev/null", "unset HISTFILE", "grep -rn 'rm -rf /' src",
+    "pytest -q # a comment", "rm -rf ~ # cleanup", "#only a comment; rm -rf ~", "git status --short # 3.1",
 ]
 
 
@@ -63,7 +64,7 @@ def test_simple_text_gives_the_parsers_effects() -> None:
 @pytest.mark.parametrize("text", [
     "", "  ", ";a", "a && ", "a |", "| a", "a && && b", "echo $HOME", "echo `id`", "echo \"$(id)\"", "a & b", "a &> f",
     "cat <<EOF\nx\nEOF", "echo 'open", "FOO=1 cmd", "while true; do x; done", "if a; then b; fi", "{ a; }", "(a)",
-    "echo {a,b}", "echo a\\ b", "ls # comment", "a\nb", "[[ -f x ]] && y", "! a", "echo \"a$b\"", "echo hi >",
+    "echo {a,b}", "echo a\\ b", "echo 'a #b'", "echo a#b", "a\nb", "[[ -f x ]] && y", "! a", "echo \"a$b\"", "echo hi >",
 ])
 def test_anything_else_takes_the_parser(text: str) -> None:
     assert simple(text, WHERE) is None
