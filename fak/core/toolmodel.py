@@ -72,6 +72,7 @@ class ToolModel:
                 self._cache.popitem(last=False)
             return got
         fam_key = None
+        text = ""  # what a write tool puts in its file
         if tool in self.write or tool in self.read or tool in self.search or tool in self.patch or tool in self.fetch:
             fields = [_get(args, t[tool]) for t in (self.write, self.read, self.search, self.patch, self.fetch) if tool in t]
             where = self.where(call)
@@ -82,13 +83,13 @@ class ToolModel:
             if hit is not None:
                 return hit
         if tool in self.write or tool in self.read or tool in self.search:
-            where = self.where(call)
+            where = where or self.where(call)  # set with the cache key above
             fam = "write" if tool in self.write else "read" if tool in self.read else "search"
             path = _get(args, (self.write if fam == "write" else self.read if fam == "read" else self.search)[tool])
             if isinstance(path, str) and path:
                 out += _path_effects("write" if fam == "write" else "read", path, where, tool)
                 if fam == "write":
-                    out += planted(path, _written_text(args), where, tool)
+                    out += planted(path, text, where, tool)
             if fam == "search":
                 pat = args.get("pattern") or args.get("glob") or ""
                 if isinstance(pat, str):

@@ -274,16 +274,12 @@ class Walker:
             for c in n.children[1:]:
                 if c.type == "variable_assignment":
                     self.assign(c)
-                    name = c.child_by_field_name("name")
-                    argv.append(((name.text.decode() if name else "") + "=" + self.vars.get(
-                        name.text.decode() if name else "", ("",))[0],))
-                elif c.type not in ("comment",):
+                    node = c.child_by_field_name("name")
+                    key = node.text.decode() if node is not None else ""
+                    argv.append((key + "=" + self.vars.get(key, ("",))[0],))
+                elif c.type != "comment":
                     argv.append(self.word(c))
-            cmd = Cmd(argv, self.where, stdin=stdin)
-            if stdin is not None:
-                stdin.stdout = cmd
-            self.cmds.append(cmd)
-            return [cmd]
+            return [self.emit(Cmd(argv, self.where, stdin=stdin))]
         if t == "for_statement":
             var = n.child_by_field_name("variable")
             values = [c for c in n.children_by_field_name("value")]
@@ -467,19 +463,17 @@ class Walker:
                     argv.append(w)
             elif t == "ERROR":
                 raise ShellParseError(f"cannot parse shell near {c.text.decode('utf-8', 'replace')[:40]!r}")
-        cmd = Cmd(argv, self.where, redirects, env, stdin, heredoc=here, dynamic_name=dynamic)
-        if stdin is not None:
-            stdin.stdout = cmd
+        return self.emit(Cmd(argv, self.where, redirects, env, stdin, heredoc=here, dynamic_name=dynamic))
+
+    def emit(self, cmd: Cmd) -> Cmd:
+        """A simple command read: linked to the one piping into it, kept in order, and a `cd` followed."""
+        if cmd.stdin is not None:
+            cmd.stdin.stdout = cmd
         self.cmds.append(cmd)
-        name = argv[0][0] if argv else ""
-        if name in ("cd", "pushd") and len(argv) >= 2 and argv[1][0] != "-":
-            self.where = self.where.at(resolve(argv[1][0], self.where))
+        argv = cmd.argv
+        if argv and argv[0][0] in ("cd", "pushd") and (len(argv) == 1 or argv[1][0] != "-"):
+            self.where = self.where.at(resolve(argv[1][0], self.where) if len(argv) >= 2 else self.where.home)
             self.vars["PWD"] = (self.where.cwd,)
-        elif name in ("cd", "pushd") and len(argv) == 1:
-            self.where = self.where.at(self.where.home)
-            self.vars["PWD"] = (self.where.cwd,)
-        elif name in ("export", "readonly", "local", "declare", "typeset"):
-            pass
         return cmd
 
 

@@ -24,7 +24,7 @@ _SHEBANG = re.compile(r"#!\s*(?:/usr/bin/env\s+(?:-S\s+)?)?\S*?(?P<name>bash|zsh
 _MAX_TEXT = 262144
 # npm lifecycle scripts that run on install, unasked: "postinstall": "..."
 _LIFECYCLE = re.compile(r'"(?:pre|post)?(?:install|prepare|prepublish|preuninstall|postuninstall)"\s*:\s*"((?:\\.|[^"\\])*)"')
-_AUTORUN = re.compile(r"(?:^|/)\.vscode/tasks\.json$|(?:^|/)\.code-workspace$|\.code-workspace$")
+_AUTORUN = re.compile(r"(?:^|/)\.vscode/tasks\.json$|\.code-workspace$")
 _FOLDER_OPEN = re.compile(r"[\"']runOn[\"']\s*:\s*[\"']folderOpen[\"']")
 # How the shell model and the code scan say a shell is wired to a socket (commands.py, code.py)
 _SOCKET_SHELL = ("reverse shell", "a shell on a socket", "a socket in the shell")

@@ -3,11 +3,11 @@
 `cd src && pytest -q tests/test_app.py 2>&1 | tail -20`, `rg -n 'def main' --glob '*.py' | head`,
 `git diff --stat; git status --short`: words of plain characters and plain quotes, joined by `&&`, `||`,
 `;` and `|`, with `N>file`, `>>file`, `<file` and `N>&M` redirects. Nothing in such text expands (no `$`,
-backquote, backslash, brace, parenthesis, `!`, newline or leading NAME=; a `#` comment is dropped), so its words are what bash
-would pass, and the Walker's commands can be built directly: the same Cmd records (pipelines linked,
-`cd` followed, `~` resolved) the parser's walk gives, at a third of its cost. Anything else returns None
-and takes the parser (tests/fak/core/test_redteam_effects.py proves both give the same effects on every
-such command of the corpora).
+backquote, backslash, brace, parenthesis, `!`, newline or leading NAME=; a `#` comment is dropped), so its
+words are what bash would pass, and the Walker's commands can be built directly: the same Cmd records
+(Walker.emit links the pipeline and follows `cd`; `~` resolved) the parser's walk gives, at a fraction of
+its cost. Anything else returns None and takes the parser (tests/fak/core/shell/test_shell_simple.py
+proves both give the same effects on every such command of the corpora).
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def simple(text: str, where: Where) -> Walker | None:
             continue
         op_or_end = tok or None
         if argv:
-            members.append(_command(w, argv, redirects, members[-1] if members else None))
+            members.append(w.emit(Cmd(argv, w.where, redirects, {}, members[-1] if members else None)))
         elif redirects or not (op_or_end is None and prev_op == ";"):
             return None  # nothing before a separator (only a last `;` may close nothing)
         argv, redirects = [], []
@@ -74,20 +74,6 @@ def simple(text: str, where: Where) -> Walker | None:
             members = []
         prev_op = op_or_end
     return w
-
-
-def _command(w: Walker, argv: list[Word], redirects: list[Redirect], stdin: Cmd | None) -> Cmd:
-    cmd = Cmd(argv, w.where, redirects, {}, stdin)
-    if stdin is not None:
-        stdin.stdout = cmd
-    w.cmds.append(cmd)
-    name = argv[0][0]
-    if name in ("cd", "pushd"):  # as Walker.command follows it
-        if len(argv) >= 2 and argv[1][0] != "-":
-            w.where = w.where.at(resolve(argv[1][0], w.where))
-        elif len(argv) == 1:
-            w.where = w.where.at(w.where.home)
-    return cmd
 
 
 def _link(members: list[Cmd]) -> None:
