@@ -52,15 +52,18 @@ _SHELL_CALL = re.compile(
     r"|\bos\.execute\s*\(|(?<![\w.])(?:execSync|spawnSync|execFileSync|system|exec|spawn|popen|shell_exec|passthru|proc_open|qx|Open3\.\w+|IO\.popen|Kernel\.system|Deno\.run|Bun\.spawn(?:Sync)?)\s*\(?"
     r"|\bnew\s+ProcessBuilder\s*\(|\bRuntime\.getRuntime\(\)\.exec\s*\(|\bProcessBuilder\s*\("
     r"|%x\{|`")
-_NET = re.compile(r"\bsocket\.(?:socket|create_connection)\b|\bsocket\s*\(\s*\w+\s*,\s*(?:PF|AF)_INET|require\(\s*['\"](?:node:)?(?:net|https?|dgram|tls)['\"]\s*\)|\burllib\b|\brequests\.\w+\s*\(|\bhttp\.client\b|\bhttpx\b|\bfetch\s*\(|\bnet\.(?:connect|createConnection|Socket)\b"
-                  r"|\bhttps?\.(?:request|get)\s*\(|\bNet::HTTP\b|\bIO::Socket\b|\bLWP::|\bTCPSocket\b|\bcurl_exec\b|\bfsockopen\b|\bsmtplib\b|\bftplib\b|\baiohttp\b|\bwebsocket", re.S)
+# Code that opens a raw socket (a reverse shell needs one), and code that reaches the network at all
+_RAW_SOCKET = re.compile(r"\bsocket\.(?:socket|create_connection)\b|\bsocket\s*\(\s*\w+\s*,\s*(?:PF|AF)_INET"
+                         r"|require\(\s*['\"](?:node:)?(?:net|dgram|tls)['\"]\s*\)|\bnet\.(?:connect|createConnection|Socket)\b"
+                         r"|\bIO::Socket\b|\bTCPSocket\b|\bfsockopen\b|\bwebsocket")
+_NET = re.compile(_RAW_SOCKET.pattern + r"|require\(\s*['\"](?:node:)?https?['\"]\s*\)|\burllib\b|\brequests\.\w+\s*\(|\bhttp\.client\b"
+                  r"|\bhttpx\b|\bfetch\s*\(|\bhttps?\.(?:request|get)\s*\(|\bNet::HTTP\b|\bLWP::|\bcurl_exec\b|\bsmtplib\b"
+                  r"|\bftplib\b|\baiohttp\b", re.S)
 _SPAWN_SHELL = re.compile(r"['\"](?:/bin/)?(?:ba|z|da)?sh(?:\s+-i)?['\"\s]|/bin/(?:ba|z|da)?sh\b|\bpty\.spawn\b|\bos\.dup2\b|\bsubprocess\.\w+\([^)]*(?:/bin/(?:ba)?sh|['\"](?:ba)?sh['\"])|\bspawn\(\s*['\"](?:/bin/)?(?:ba)?sh['\"]"
                           r"|\bexec\s*\(\s*['\"]/bin/(?:ba)?sh|\bSTDIN\.reopen|\bIO\.popen\(\s*['\"](?:/bin/)?sh|\bproc_open\(\s*['\"](?:/bin/)?sh|-i['\"]\s*[\],)]")
 _DECODE_EXEC = re.compile(r"\b(?:exec|eval|compile|system|Function)\s*\([^\n]*(?:b64decode|b32decode|a85decode|fromhex|unhexlify|decodebytes|codecs\.decode|"
                           r"Buffer\.from\([^)]*base64|atob\(|decode_base64|unpack\(\s*['\"]m|base64_decode|zlib\.decompress|marshal\.loads|rot13)"
                           r"|\b(?:exec|eval)\s*\(\s*(?:urllib|requests|urlopen|fetch|http)", re.S)
-_RAW_SOCKET = re.compile(r"\bsocket\.(?:socket|create_connection)\b|\bsocket\s*\(\s*\w+\s*,\s*(?:PF|AF)_INET|require\(\s*['\"]net['\"]\s*\)"
-                         r"|\bnet\.(?:connect|createConnection|Socket)\b|\bIO::Socket\b|\bTCPSocket\b|\bfsockopen\b|\bwebsocket")
 _CHAR_CODES = re.compile(r"""(?:''|"")\.join\(\s*(?:map\(\s*chr\s*,\s*|\(?\s*chr\(\w+\)\s+for\s+\w+\s+in\s+)[\[(]([\dx,\s]+)[\])]\s*\)?\s*\)"""
                          r"|\bbytes\(\s*\[([\dx,\s]+)\]\s*\)\.decode\(\s*\)|\bString\.fromCharCode\(\s*([\dx,\s]+)\)"
                          r"|\[([\d,\s]+)\]\.pack\(\s*['\"][cCU]\*['\"]\s*\)")
@@ -255,7 +258,7 @@ def scan(lang: str, code: str, where: Where, depth: int, shell: ShellJudge) -> l
                                   "of code it fetched"))
                 break
     if net and _SPAWN_SHELL.search(code):
-        host = next((lit for lit in re.findall(r"['\"](\d+\.\d+\.\d+\.\d+|[\w-]+(?:\.[\w-]+)+)['\"]", code)), "network")
+        host = _host_in(code)
         out.append(Effect("run-remote", host, "network", f"{lang_name} socket wired to a shell (reverse shell)"))
     if _DECODE_EXEC.search(code):
         out.append(Effect("run-remote", "decoded code", "unknown", f"{lang_name} runs decoded or downloaded code"))
