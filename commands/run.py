@@ -38,6 +38,10 @@ def register(app: typer.Typer) -> None:
         block_tokens: int | None = sched_flags.BLOCK_TOKENS,
         preempt: str | None = sched_flags.PREEMPT,
         victim: str | None = sched_flags.VICTIM,
+        prefix_cache_gib: float | None = sched_flags.PREFIX_CACHE_GIB,
+        kv_cache_dir: str | None = sched_flags.KV_CACHE_DIR,
+        no_kv_cache_dir: bool = sched_flags.NO_KV_CACHE_DIR,
+        kv_cache_disk_gib: float | None = sched_flags.KV_CACHE_DISK_GIB,
     ) -> None:
         """Replay a trace through the kernel, or run a model on a prompt."""
         from fak.errors import FakError
@@ -46,7 +50,8 @@ def register(app: typer.Typer) -> None:
         if plain and q4k:
             raise FakError("--plain and --q4k contradict each other: resident (--q4k) is the default")
         flags = {"max_running": max_running, "kv_blocks": kv_blocks, "block_tokens": block_tokens,
-                 "preempt": preempt, "victim": victim}
+                 "preempt": preempt, "victim": victim,
+                 **sched_flags.cache_flags(prefix_cache_gib, kv_cache_dir, no_kv_cache_dir, kv_cache_disk_gib)}
         if trace is not None:
             from commands.run_trace import run_trace
 

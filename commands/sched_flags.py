@@ -10,3 +10,21 @@ KV_BLOCKS = typer.Option(None, "--kv-blocks", help="Scheduler: KV budget in bloc
 BLOCK_TOKENS = typer.Option(None, "--block-tokens", help="Scheduler: tokens per KV block (16) [FAK_BLOCK_TOKENS].")
 PREEMPT = typer.Option(None, "--preempt", help="Scheduler: swap | recompute [FAK_PREEMPT].")
 VICTIM = typer.Option(None, "--victim", help="Scheduler: most-recent | cost-aware [FAK_VICTIM].")
+PREFIX_CACHE_GIB = typer.Option(None, "--prefix-cache-gib", help="Prefix cache: GiB of KV kept in memory for "
+                                "reuse (default a quarter of RAM) [FAK_PREFIX_CACHE_GIB].")
+KV_CACHE_DIR = typer.Option(None, "--kv-cache-dir", help="Prefix cache on disk: KV that survives a restart "
+                            "(default ~/.cache/fak/kv/<model>) [FAK_KV_CACHE_DIR, 'off' disables].")
+NO_KV_CACHE_DIR = typer.Option(False, "--no-kv-cache-dir", help="No KV on disk (nothing persisted, nothing read).")
+KV_CACHE_DISK_GIB = typer.Option(None, "--kv-cache-disk-gib", help="Bound of the KV on disk, LRU (default 20) "
+                                 "[FAK_KV_CACHE_DISK_GIB].")
+
+
+def cache_flags(prefix_cache_gib: float | None, kv_cache_dir: str | None, no_kv_cache_dir: bool,
+                kv_cache_disk_gib: float | None) -> dict[str, object]:
+    """The prefix-cache flags as SchedOptions.resolve keywords (--no-kv-cache-dir wins over a directory)."""
+    from fak.errors import FakError
+
+    if no_kv_cache_dir and kv_cache_dir is not None:
+        raise FakError("--kv-cache-dir and --no-kv-cache-dir contradict each other")
+    return {"prefix_cache_gib": prefix_cache_gib, "kv_cache_dir": "off" if no_kv_cache_dir else kv_cache_dir,
+            "kv_cache_disk_gib": kv_cache_disk_gib}

@@ -29,6 +29,10 @@ def register(app: typer.Typer) -> None:
         block_tokens: int | None = sched_flags.BLOCK_TOKENS,
         preempt: str | None = sched_flags.PREEMPT,
         victim: str | None = sched_flags.VICTIM,
+        prefix_cache_gib: float | None = sched_flags.PREFIX_CACHE_GIB,
+        kv_cache_dir: str | None = sched_flags.KV_CACHE_DIR,
+        no_kv_cache_dir: bool = sched_flags.NO_KV_CACHE_DIR,
+        kv_cache_disk_gib: float | None = sched_flags.KV_CACHE_DISK_GIB,
         live: bool = typer.Option(False, "--live", help="A live view of the engine in this terminal (stderr)."),
         json_logs: bool = typer.Option(False, "--json-logs", help="Log one JSON object per line (with an access log)."),
         policy: str | None = typer.Option(None, "--policy", help="Policy JSON for the tool calls the model proposes "
@@ -70,7 +74,9 @@ def register(app: typer.Typer) -> None:
         if max_queue < 0:
             raise FakError(f"--max-queue {max_queue}: expected a non-negative integer")
         sched = SchedOptions.resolve(max_running=max_running, kv_blocks=kv_blocks, block_tokens=block_tokens,
-                                     preempt=preempt, victim=victim)
+                                     preempt=preempt, victim=victim,
+                                     **sched_flags.cache_flags(prefix_cache_gib, kv_cache_dir, no_kv_cache_dir,
+                                                               kv_cache_disk_gib))
         from engine.gguf.aliases import default_model, resolve_model
 
         name = gguf or default_model()

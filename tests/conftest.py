@@ -3,7 +3,8 @@
 Caches: fak keeps the assembled Gemma GGUF and the built tokenizers under $XDG_CACHE_HOME/fak
 (the tokenizers under $FAK_TOKENIZER_CACHE when set). A stale entry there (a builder change that forgot
 to bump its version, a file left by another checkout) would let a test pass on yesterday's result, so
-the session points both at a temporary directory; subprocesses inherit it. The Gemma file is then
+the session points both at a temporary directory; subprocesses inherit it. KV on disk is off
+(FAK_KV_CACHE_DIR=off) unless a test names a directory. The Gemma file is then
 assembled once per run (~1 s) and its tokenizer built once (the cold path is tested too). numba's
 cache (__pycache__/*.nbi) stays: numba keys it on the source file's stamp itself, and recompiling
 every kernel would cost minutes.
@@ -32,6 +33,9 @@ def fresh_caches(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("XDG_CACHE_HOME", str(root))
         mp.setenv("FAK_TOKENIZER_CACHE", str(root / "fak" / "tokenizers"))
+        # KV on disk would carry one test's prompts into the next (a prefix hit where a test expects a cold
+        # prefill): off for the suite; the tests of the disk tier give their own directory
+        mp.setenv("FAK_KV_CACHE_DIR", "off")
         yield root
     shutil.rmtree(root, ignore_errors=True)  # the assembled model is 250 MB: do not keep one per run
 

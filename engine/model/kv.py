@@ -14,7 +14,7 @@ import numpy as np
 from engine.errors import EngineError
 
 
-def _physical_memory() -> int:
+def physical_memory() -> int:
     try:
         return int(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
     except (ValueError, OSError, AttributeError):  # not on this platform: no ceiling
@@ -55,9 +55,9 @@ class BlockPool:
         # Python ints: an absurd --kv-blocks / --block-tokens is a clear error, not a numpy ValueError or
         # MemoryError (or minutes building a free list of 10**20 ids)
         nbytes = 2 * n_layers * cap * block_tokens * n_kv_heads * head_dim * np.dtype(dtype).itemsize
-        if nbytes > _physical_memory():
+        if nbytes > physical_memory():
             raise EngineError(f"KV pool of {cap} blocks x {block_tokens} tokens needs {nbytes / 2**30:,.1f} GiB, "
-                              f"more than this machine's {_physical_memory() / 2**30:,.1f} GiB")
+                              f"more than this machine's {physical_memory() / 2**30:,.1f} GiB")
         try:
             self.k = np.zeros(shape, dtype=dtype)
             self.v = np.zeros(shape, dtype=dtype)

@@ -26,6 +26,7 @@ from engine.sched.api import Topology
 from engine.sched.lane import FinishReason, Handle, LaneResult, LaneState, Request, now
 from engine.sched.prefix_cache import chain_hashes, shareable_blocks
 from engine.sched.router import Route, Router
+from engine.sched.scheduler import default_prefix_cache_bytes
 from engine.sched.stats import SchedStats, merge_stats
 
 T = TypeVar("T")
@@ -62,17 +63,19 @@ class PDCluster:
     def __init__(self, model: Any, *, decode_workers: int = 2, transport: str = "inproc", tokenizer: Any = None,
                  eos_ids: tuple[int, ...] | None = None, block_tokens: int = 16, prefill_chunk: int = 64,
                  prefill_budget: int = 256, kv_blocks: int | None = None, max_running: int = 0,
-                 prefix_cache_blocks: int = 256, batch_prefill: bool = True, blas_chunks: bool = True,
+                 prefix_cache_bytes: int | None = None, batch_prefill: bool = True, blas_chunks: bool = True,
                  balance_abs: int = 4, balance_rel: float = 1.5, shm_bytes: int = 64 << 20,
                  key: bytes = b"") -> None:
         if decode_workers < 1:
             raise EngineError(f"decode_workers must be >= 1, got {decode_workers}")
         self.block_tokens = block_tokens
         self.tokenizer = tokenizer
+        if prefix_cache_bytes is None:  # the machine's default share, split between the prefill and decode pools
+            prefix_cache_bytes = default_prefix_cache_bytes() // (1 + decode_workers)
         self.on_finish: Callable[[LaneResult], None] | None = None  # every finished request (metrics)
         self.prefill = PrefillWorker(model, block_tokens=block_tokens, prefill_chunk=prefill_chunk,
                                      batch_prefill=batch_prefill, blas_chunks=blas_chunks,
-                                     prefix_cache_blocks=prefix_cache_blocks, key=key)
+                                     prefix_cache_bytes=prefix_cache_bytes, key=key)
         names = [f"decode-{i}" for i in range(decode_workers)]
         self.router = Router(names, balance_abs=balance_abs, balance_rel=balance_rel)
         self._lock = threading.Lock()
@@ -89,7 +92,7 @@ class PDCluster:
                              listener=lambda kind, hs, name=name: self.router.publish(name, kind, hs),
                              tokenizer=tokenizer, eos_ids=eos_ids, block_tokens=block_tokens,
                              prefill_chunk=prefill_chunk, prefill_budget=prefill_budget, kv_blocks=kv_blocks,
-                             max_running=max_running, prefix_cache_blocks=prefix_cache_blocks,
+                             max_running=max_running, prefix_cache_bytes=prefix_cache_bytes,
                              batch_prefill=batch_prefill, blas_chunks=blas_chunks)
             w.sched.on_finish = lambda result, name=name: self._finished(name, result)
             self._senders[name], self.decoders[name] = tx, w

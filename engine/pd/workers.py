@@ -29,7 +29,7 @@ from engine.model.kv import KVExhausted
 from engine.sched.lane import Handle, Request
 from engine.sched.preemption import attach
 from engine.sched.prefix_cache import PrefixCache, chain_hashes, shareable_blocks
-from engine.sched.scheduler import NativeScheduler
+from engine.sched.scheduler import NativeScheduler, default_prefix_cache_bytes
 from engine.sched.trust import KVDescriptor
 from engine.wire.blocks import export_blocks, import_blocks
 from engine.wire.frame import Descriptor, FrameError, KVLayout, decode_frame
@@ -100,7 +100,7 @@ class PrefillWorker:
     """Prompt prefill on its own growable pool with its own prefix cache; `prefill` runs on its thread."""
 
     def __init__(self, model: Any, *, block_tokens: int = 16, prefill_chunk: int = 64, batch_prefill: bool = True,
-                 blas_chunks: bool = True, prefix_cache: bool = True, prefix_cache_blocks: int = 256,
+                 blas_chunks: bool = True, prefix_cache: bool = True, prefix_cache_bytes: int | None = None,
                  key: bytes = b"", thread: bool = True) -> None:
         from engine.model.session import Session, forward_batch
 
@@ -108,7 +108,9 @@ class PrefillWorker:
         self.model = model
         self.pool = model.new_pool(None, block_tokens)
         self.prefix = PrefixCache(self.pool) if prefix_cache else None
-        self.prefix_cache_blocks = prefix_cache_blocks
+        if prefix_cache_bytes is None:
+            prefix_cache_bytes = default_prefix_cache_bytes()
+        self.prefix_cache_blocks = prefix_cache_bytes // max(1, self.pool.block_bytes)
         self.chunk = prefill_chunk
         self.batch_prefill = batch_prefill
         self.blas_chunks = batch_prefill and blas_chunks and prefill_chunk % block_tokens == 0  # as NativeScheduler

@@ -283,6 +283,7 @@ class Lane:
     preemptions: int = 0
     prefix_hit_tokens: int = 0
     prefix_checked: bool = False  # the prefix cache was consulted for the current session
+    disk_checked: bool = False  # the prefix cache's disk tier was consulted (once per lane)
     prompt_hashes: list[int] | None = None  # chained hashes of full prompt blocks (computed once)
     pinned_until: float = 0.0
     first_token_at: float | None = None

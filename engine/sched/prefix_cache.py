@@ -8,6 +8,10 @@ Trust (engine/sched/trust.py): every entry carries the KVDescriptor of the lane 
 Hashes are seeded by the scope and a lookup matches only entries of its own scope, so scopes never
 share blocks (the public scope "" hashes exactly as an unscoped cache did); a tainted span is never
 inserted, so it is never a hit for anyone.
+
+Disk (engine/wire/kv_disk.py, given by whoever builds the scheduler): every block the cache takes is
+also written to disk, and `restore` brings back from disk the blocks of a prompt that memory no longer (or never) held, before
+the scheduler looks the prompt up; a restarted process so starts where the last one stopped.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from engine.model.kv import BlockPool
 from engine.sched.lane import Lane
@@ -39,11 +44,13 @@ class _Entry:
     parent: int
     desc: KVDescriptor = UNSCOPED
     hits: int = 0
+    disk: bytes | None = None  # the block's name on disk (a digest of its whole token prefix), with a disk tier
 
 
 class PrefixCache:
-    def __init__(self, pool: BlockPool) -> None:
+    def __init__(self, pool: BlockPool, disk: Any = None) -> None:
         self.pool = pool
+        self.disk = disk  # an engine.wire.kv_disk.KVDiskCache (sched sits below wire: given, not imported)
         self._entries: OrderedDict[int, _Entry] = OrderedDict()  # hash -> entry, LRU first
         self._by_block: dict[int, int] = {}  # block id -> hash
         # residency events ("add" | "evict", chain hashes), on the owner's thread: a P/D router's view
@@ -106,18 +113,64 @@ class PrefixCache:
         parent = scope_seed(desc.scope)
         hashes = chain_hashes(tokens, bt, n_full, desc.scope)
         added: list[int] = []
+        name: bytes | None = None  # the previous block's disk name
         for i, h in enumerate(hashes):
-            if h not in self._entries and blocks[i] not in self._by_block:
-                self._entries[h] = _Entry(blocks[i], tuple(tokens[i * bt : (i + 1) * bt]), parent, desc)
+            e = self._entries.get(h)
+            if self.disk is not None:
+                name = e.disk if e is not None and e.disk is not None else \
+                    self.disk.names(tokens, i + 1, desc.scope, start=i, prev=name)[0]
+            if e is None and blocks[i] not in self._by_block:
+                self._entries[h] = _Entry(blocks[i], tuple(tokens[i * bt : (i + 1) * bt]), parent, desc, disk=name)
                 self._by_block[blocks[i]] = h
                 self.pool.incref(blocks[i])
                 added.append(h)
+                if self.disk is not None and name is not None:
+                    self.disk.put(name, h, i * bt, desc, self.pool, blocks[i])
             parent = h
         if added and self.listener is not None:
             self.listener("add", added)
         for h in reversed(hashes):
             if h in self._entries:
                 self._entries.move_to_end(h)
+
+    def restore(self, tokens: list[int], max_tokens: int, scope: str = PUBLIC) -> int:
+        """Load from disk the full-block prefix of tokens[:max_tokens] in `scope` that memory lacks, up to
+        the first block disk lacks too (or a full fixed pool); the blocks join the cache as reclaimable
+        entries, most recent. Returns the blocks loaded."""
+        if self.disk is None or not self.disk.has_files():
+            return 0
+        bt = self.pool.block_tokens
+        parent = scope_seed(scope)
+        name: bytes | None = None
+        added: list[int] = []
+        for i, h in enumerate(chain_hashes(tokens, bt, max_tokens // bt, scope)):
+            own = tuple(tokens[i * bt : (i + 1) * bt])
+            e = self._entries.get(h)
+            if e is not None:
+                if e.parent != parent or e.desc.scope != scope or e.tokens != own:
+                    break  # a collision: match() would stop here too
+                self._entries.move_to_end(h)  # keep this prompt's resident blocks from being evicted below
+                name = e.disk or self.disk.names(tokens, i + 1, scope, start=i, prev=name)[0]
+                parent = h
+                continue
+            name = self.disk.names(tokens, i + 1, scope, start=i, prev=name)[0]
+            if not self.disk.has(name):
+                break
+            if not self.pool.growable and self.pool.num_free == 0 and self.evict(1) == 0:
+                break
+            frame = self.disk.load(name, h, i * bt, scope)
+            if frame is None:
+                break
+            b = self.pool.allocate()  # its one reference is the cache's: reclaimable at once
+            self.pool.k[:, b] = frame.k[:, 0]
+            self.pool.v[:, b] = frame.v[:, 0]
+            self._entries[h] = _Entry(b, own, parent, KVDescriptor(scope, False, frame.descriptor.verdict), disk=name)
+            self._by_block[b] = h
+            added.append(h)
+            parent = h
+        if added and self.listener is not None:
+            self.listener("add", added)
+        return len(added)
 
     def descriptor(self, block: int) -> KVDescriptor | None:
         """The descriptor of a cached block (None: not cached), e.g. for a KV transfer frame."""

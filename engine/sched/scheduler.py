@@ -41,6 +41,13 @@ from engine.sched.stats import SchedStats, snapshot
 T = TypeVar("T")
 
 
+def default_prefix_cache_bytes() -> int:
+    """A quarter of the machine's memory (6 GiB on a 24 GiB machine)."""
+    from engine.model.kv import physical_memory
+
+    return min(physical_memory(), 1 << 62) // 4
+
+
 def _delegate(part: str, name: str) -> property:
     """An attribute of one of the scheduler's parts (self.<part>.<name>), read and written through it."""
     return property(lambda self: getattr(getattr(self, part), name),
@@ -64,7 +71,8 @@ class NativeScheduler(GrammarHost):
         eos_ids: tuple[int, ...] | None = None,
         thread: bool = True,
         numba_threads: int | None = None,
-        prefix_cache_blocks: int = 256,
+        prefix_cache_bytes: int | None = None,
+        kv_disk: Any = None,
         batch_prefill: bool = True,
         blas_chunks: bool = True,
         warm: bool = False,
@@ -92,9 +100,23 @@ class NativeScheduler(GrammarHost):
             eos_ids = tuple(getattr(tokenizer, "eos_ids", ()) or ()) if tokenizer is not None else ()
         self.eos_ids = frozenset(eos_ids)
         self.pool = model.new_pool(kv_blocks, block_tokens)
-        self.prefix = PrefixCache(self.pool) if prefix_cache else None
-        # with a growable pool nothing forces eviction: cap what the prefix cache may keep unreferenced
-        self.prefix_cache_blocks = prefix_cache_blocks
+        # kv_disk: an engine.wire.kv_disk.KVDiskCache for this model and pool layout (the prefix cache's
+        # disk tier; KV that survives a restart), built by the caller. Only a pool that holds its own
+        # layers can feed it (a pipeline's pool keeps them on its stages).
+        if kv_disk is not None and (not prefix_cache or not kv_disk.fits(self.pool)):
+            kv_disk.close()
+            kv_disk = None
+        self.kv_disk = kv_disk
+        self.prefix = PrefixCache(self.pool, kv_disk) if prefix_cache else None
+        # with a growable pool nothing forces eviction: cap the bytes the prefix cache may hold (an agent's
+        # 16k-token context is 0.4-0.6 GB of float32 K/V on the packaged models; the default, a quarter
+        # of the machine's memory, keeps ten or more of them)
+        if prefix_cache_bytes is None:
+            prefix_cache_bytes = default_prefix_cache_bytes()
+        if prefix_cache_bytes < 0:
+            raise EngineError(f"prefix cache size must be >= 0 bytes, got {prefix_cache_bytes}")
+        self.prefix_cache_bytes = prefix_cache_bytes
+        self.prefix_cache_blocks = prefix_cache_bytes // max(1, self.pool.block_bytes)
 
         self._cond = threading.Condition()
         self._intake: list[Lane] = []
@@ -104,7 +126,7 @@ class NativeScheduler(GrammarHost):
         # counters (loop thread only, shared by the scheduler and the output side); published as SchedStats
         self._c: dict[str, int] = dict.fromkeys(
             ("steps", "tokens", "prefill_tokens", "admitted", "swap", "recompute", "bytes_out", "bytes_in",
-             "readmitted", "max_running", "imported", "kv_lost"), 0)
+             "readmitted", "max_running", "imported", "kv_lost", "disk_blocks"), 0)
         self.planner = Planner(self.config, self.pool, self.prefix, hit_align=hit_align,
                                    new_session=lambda: self._Session(self.model, pool=self.pool),
                                    batch_prefill=batch_prefill, counters=self._c)
@@ -438,6 +460,8 @@ class NativeScheduler(GrammarHost):
                 self.output.finish(lane, FinishReason.CANCELLED, "scheduler closed")
         if self.prefix is not None:
             self.prefix.clear()
+        if self.kv_disk is not None:
+            self.kv_disk.close()  # every queued block on disk before close() returns
         self._publish()
 
     def _publish(self) -> None:
@@ -446,4 +470,4 @@ class NativeScheduler(GrammarHost):
             self._c, self.output.finished, sched.last_victim, self.output.rate.rate(now()), pool=self.pool,
             prefix=self.prefix, running=len(sched.running), waiting=len(sched.waiting) + len(self._intake),
             preempted=len(sched.preempted), kv_blocks=self.kv_blocks, max_running=self.max_running,
-            preempt_mode=self.preempt_mode, victim_rule=self.victim_rule)
+            preempt_mode=self.preempt_mode, victim_rule=self.victim_rule, disk=self.kv_disk)

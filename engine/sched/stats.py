@@ -42,6 +42,15 @@ class SchedStats:
     prefix_hit_tokens: int = 0
     prefix_tainted_refused: int = 0  # offers of tainted spans the prefix cache refused (KV trust)
     kv_lost: int = 0  # lanes recomputed because their KV was lost (a pipeline stage restarted)
+    # the prefix cache's disk tier (engine/wire/kv_disk.py); all 0 without one
+    kv_disk_hits: int = 0  # blocks loaded from disk instead of prefilled
+    kv_disk_bytes_read: int = 0
+    kv_disk_bytes_written: int = 0
+    kv_disk_evictions: int = 0
+    kv_disk_refused: int = 0  # files that failed a check (corrupt, another model, another scope): not loaded
+    kv_disk_files: int = 0
+    kv_disk_bytes: int = 0
+    kv_disk_enabled: int = 0  # 1 while blocks are being persisted
     max_running_observed: int = 0
     max_running: int = 0  # configured limit, 0 = unbounded
     preempt_mode: str = "swap"
@@ -62,8 +71,10 @@ class SchedStats:
 
 def snapshot(c: dict[str, int], finished: dict[str, int], last_victim: Victim | None, tokens_per_s: float, *,
              pool: BlockPool, prefix: PrefixCache | None, running: int, waiting: int, preempted: int,
-             kv_blocks: int | None, max_running: int, preempt_mode: str, victim_rule: str) -> SchedStats:
+             kv_blocks: int | None, max_running: int, preempt_mode: str, victim_rule: str,
+             disk: object = None) -> SchedStats:
     """Assemble the scheduler's published snapshot from its loop-thread counters and queues."""
+    d = disk.stats() if disk is not None else None  # type: ignore[attr-defined]
     return SchedStats(
         running=running,
         waiting=waiting,
@@ -92,6 +103,14 @@ def snapshot(c: dict[str, int], finished: dict[str, int], last_victim: Victim | 
         prefix_hit_tokens=prefix.hit_tokens if prefix is not None else 0,
         prefix_tainted_refused=prefix.tainted_refused if prefix is not None else 0,
         kv_lost=c.get("kv_lost", 0),
+        kv_disk_hits=d.hits if d else 0,
+        kv_disk_bytes_read=d.bytes_read if d else 0,
+        kv_disk_bytes_written=d.bytes_written if d else 0,
+        kv_disk_evictions=d.evictions if d else 0,
+        kv_disk_refused=d.refused if d else 0,
+        kv_disk_files=d.files if d else 0,
+        kv_disk_bytes=d.disk_bytes if d else 0,
+        kv_disk_enabled=int(d.enabled) if d else 0,
         max_running_observed=c["max_running"],
         max_running=max_running,
         preempt_mode=preempt_mode,
@@ -102,7 +121,9 @@ def snapshot(c: dict[str, int], finished: dict[str, int], last_victim: Victim | 
 _SUMMED = ("running", "waiting", "preempted", "tokens_per_s", "used_blocks", "cached_blocks", "reclaimable_blocks",
            "pool_blocks", "steps", "tokens_generated", "prefill_tokens", "imported", "admitted", "preemptions_swap",
            "preemptions_recompute", "swap_bytes_out", "swap_bytes_in", "readmitted", "prefix_queries", "prefix_hits",
-           "prefix_hit_tokens", "prefix_tainted_refused", "kv_lost", "max_running_observed", "max_running")
+           "prefix_hit_tokens", "prefix_tainted_refused", "kv_lost", "max_running_observed", "max_running",
+           "kv_disk_hits", "kv_disk_bytes_read", "kv_disk_bytes_written", "kv_disk_evictions", "kv_disk_refused",
+           "kv_disk_files", "kv_disk_bytes", "kv_disk_enabled")
 
 
 def merge_stats(snaps: list[SchedStats], block_tokens: int = 16, extra_waiting: int = 0) -> SchedStats:
@@ -186,6 +207,19 @@ class SchedCollector:
         yield counter("prefix_hit_tokens", "Prompt tokens served from the prefix cache", s.prefix_hit_tokens)
         yield counter("prefix_tainted_refused", "Offers of tainted KV spans the prefix cache refused",
                       s.prefix_tainted_refused)
+        root = p.removesuffix("_sched")  # fak_kv_disk_*: the prefix cache's disk tier
+        for name, doc, v, kind in (
+                ("hits", "KV blocks loaded from the disk cache instead of prefilled", s.kv_disk_hits, counter),
+                ("read_bytes", "Bytes read from the KV disk cache", s.kv_disk_bytes_read, counter),
+                ("written_bytes", "Bytes written to the KV disk cache", s.kv_disk_bytes_written, counter),
+                ("evictions", "KV disk cache files evicted (LRU, byte bound)", s.kv_disk_evictions, counter),
+                ("refused", "KV disk cache files refused (corrupt, another model or scope)", s.kv_disk_refused,
+                 counter),
+                ("files", "KV blocks held on disk", s.kv_disk_files, gauge),
+                ("bytes", "Bytes the KV disk cache holds", s.kv_disk_bytes, gauge),
+                ("enabled", "1 while KV blocks are persisted to disk", s.kv_disk_enabled, gauge)):
+            yield CounterMetricFamily(f"{root}_kv_disk_{name}", doc, value=v) if kind is counter else \
+                GaugeMetricFamily(f"{root}_kv_disk_{name}", doc, value=v)
         pre = CounterMetricFamily(f"{p}_preempt", "Preemptions, by mode", labels=["mode"])
         pre.add_metric(["swap"], s.preemptions_swap)
         pre.add_metric(["recompute"], s.preemptions_recompute)

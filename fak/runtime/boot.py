@@ -23,16 +23,22 @@ from fak.errors import FakError
 
 @dataclass(frozen=True)
 class SchedOptions:
-    """The scheduler flags every model-using subcommand shares (`--max-running` ... `--victim`)."""
+    """The scheduler flags every model-using subcommand shares (`--max-running` ... `--victim`), and the
+    prefix cache's sizes: memory (`--prefix-cache-gib`) and the disk tier (`--kv-cache-dir`, `--kv-cache-disk-gib`)."""
 
     max_running: int = 0  # 0: unbounded
     kv_blocks: int | None = None  # None: the pool grows
     block_tokens: int = 16
     preempt: str = "swap"
     victim: str = "most-recent"
+    prefix_cache_gib: float | None = None  # None: a quarter of the machine's memory
+    kv_cache_dir: str | None = None  # None: ~/.cache/fak/kv/<model identity>; "off": no disk tier
+    kv_cache_disk_gib: float | None = None  # None: 20 GiB or a quarter of the free disk, the smaller
 
     ENV = {"max_running": "FAK_MAX_RUNNING", "kv_blocks": "FAK_KV_BLOCKS", "block_tokens": "FAK_BLOCK_TOKENS",
-           "preempt": "FAK_PREEMPT", "victim": "FAK_VICTIM"}
+           "preempt": "FAK_PREEMPT", "victim": "FAK_VICTIM", "prefix_cache_gib": "FAK_PREFIX_CACHE_GIB",
+           "kv_cache_dir": "FAK_KV_CACHE_DIR", "kv_cache_disk_gib": "FAK_KV_CACHE_DISK_GIB"}
+    _SCHED = ("max_running", "kv_blocks", "block_tokens", "preempt", "victim")  # what every worker takes too
 
     @classmethod
     def resolve(cls, *, env: bool = True, **given: Any) -> SchedOptions:
@@ -40,6 +46,7 @@ class SchedOptions:
         from engine.sched.preemption import PREEMPT_MODES, VICTIM_RULES
 
         choices = {"preempt": PREEMPT_MODES, "victim": VICTIM_RULES}
+        floats = ("prefix_cache_gib", "kv_cache_disk_gib")
         out: dict[str, Any] = {}
         for key, var in cls.ENV.items():
             val, label = given.get(key), f"--{key.replace('_', '-')} {{}}"
@@ -47,14 +54,22 @@ class SchedOptions:
             if val is None and raw:
                 label = f"{key} {{}} (or ${var})"
                 try:
-                    val = raw if key in choices else int(raw)
+                    val = raw if key in choices or key == "kv_cache_dir" else float(raw) if key in floats else int(raw)
                 except ValueError:
-                    raise FakError(f"{var}={raw!r} is not a valid int") from None
+                    raise FakError(f"{var}={raw!r} is not a valid {'number' if key in floats else 'int'}") from None
             if val is None:
                 continue
             if key in choices:
                 if val not in choices[key]:
                     raise FakError(f"{label.format(repr(val))}: expected one of {', '.join(choices[key])}")
+            elif key == "kv_cache_dir":
+                val = str(val)
+                if not val.strip():
+                    raise FakError(f"{label.format(repr(val))}: expected a directory (or off)")
+            elif key in floats:
+                if not isinstance(val, (int, float)) or not 0 <= float(val) < 1 << 20:
+                    raise FakError(f"{label.format(val)}: expected a non-negative number of GiB")
+                val = float(val)
             elif not isinstance(val, int) or val < (0 if key == "max_running" else 1):
                 raise FakError(f"{label.format(val)}: expected a "
                                f"{'non-negative' if key == 'max_running' else 'positive'} integer")
@@ -62,7 +77,25 @@ class SchedOptions:
         return cls(**out)
 
     def as_kwargs(self) -> dict[str, Any]:
-        return asdict(self)
+        """The scheduler flags (what a worker process takes too)."""
+        return {k: getattr(self, k) for k in self._SCHED}
+
+    def cache_kwargs(self, model: Any) -> dict[str, Any]:
+        """The head scheduler's prefix-cache sizes and its disk tier for `model` (NativeScheduler kwargs)."""
+        out: dict[str, Any] = {}
+        if self.prefix_cache_gib is not None:
+            out["prefix_cache_bytes"] = int(self.prefix_cache_gib * 2**30)
+        if self.kv_cache_dir != "off" and self.kv_cache_disk_gib != 0:
+            from engine.wire.frame import KVLayout
+            from engine.wire.kv_disk import KVDiskCache, default_bound, default_dir
+
+            c = model.config
+            pool_layout = KVLayout(c.n_layers, c.n_kv_heads, c.head_dim, self.block_tokens, "<f4")
+            root = Path(self.kv_cache_dir).expanduser() / model.identity.hex()[:32] if self.kv_cache_dir \
+                else default_dir(model.identity)
+            bound = int(self.kv_cache_disk_gib * 2**30) if self.kv_cache_disk_gib is not None else default_bound(root)
+            out["kv_disk"] = KVDiskCache(root, model.identity, pool_layout, bound)
+        return out
 
 
 @dataclass
@@ -129,7 +162,7 @@ def boot(model: str | None = None, *, resident: bool = True, sched: SchedOptions
             # warm=True: the scheduler's own thread loads the numba kernels before any request (so no
             # request, nor its tok/s figure, pays for them) and is then the only thread that runs them
             sched_ = NativeScheduler(m, tokenizer=tok if text_ok else None, eos_ids=eos, warm=True,
-                                     **opts.as_kwargs())
+                                     **opts.as_kwargs(), **opts.cache_kwargs(m))
             sched_.warmed.wait()
             warm_s = sched_.warm_s
         else:

@@ -119,8 +119,11 @@ def test_concurrent_lanes_share_prefix_blocks() -> None:
 
 
 def test_growable_pool_caps_unreferenced_cached_blocks() -> None:
+    """The prefix cache is bounded in bytes: 3.5 blocks' worth keeps 3 blocks."""
     rng = np.random.default_rng(9)
-    sched = NativeScheduler(model(), block_tokens=4, prefix_cache_blocks=3, thread=False)
+    block_bytes = model().new_pool(None, 4).block_bytes
+    sched = NativeScheduler(model(), block_tokens=4, prefix_cache_bytes=block_bytes * 7 // 2, thread=False)
+    assert sched.prefix_cache_blocks == 3
     for _ in range(4):
         sched.admit(Request(rand_prompt(rng, 13), max_new_tokens=2))
         while sched.step():
