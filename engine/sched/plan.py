@@ -213,7 +213,7 @@ class Planner:
                 if not lane.disk_checked:  # what memory lacks of the prompt's prefix, brought back from disk
                     lane.disk_checked = True
                     self.counters["disk_blocks"] += self.prefix.restore(lane.prompt_ids, hit_limit(lane),
-                                                                        lane.request.scope)
+                                                                        self.hit_align, lane.request.scope)
                 start = self.prefix.peek(lane.prompt_ids, hit_limit(lane), self.hit_align,
                                          lane.request.scope)[0] * self.pool.block_tokens
             end = self._chunk_end(lane, start)

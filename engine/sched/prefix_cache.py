@@ -133,17 +133,18 @@ class PrefixCache:
             if h in self._entries:
                 self._entries.move_to_end(h)
 
-    def restore(self, tokens: list[int], max_tokens: int, scope: str = PUBLIC) -> int:
+    def restore(self, tokens: list[int], max_tokens: int, align: int = 1, scope: str = PUBLIC) -> int:
         """Load from disk the full-block prefix of tokens[:max_tokens] in `scope` that memory lacks, up to
-        the first block disk lacks too (or a full fixed pool); the blocks join the cache as reclaimable
-        entries, most recent. Returns the blocks loaded."""
+        the first block disk lacks too (or a full fixed pool), within the whole multiples of `align` blocks
+        a match may map; the blocks join the cache as reclaimable entries, most recent. Returns the blocks
+        loaded."""
         if self.disk is None or not self.disk.has_files():
             return 0
         bt = self.pool.block_tokens
         parent = scope_seed(scope)
         name: bytes | None = None
         added: list[int] = []
-        for i, h in enumerate(chain_hashes(tokens, bt, max_tokens // bt, scope)):
+        for i, h in enumerate(chain_hashes(tokens, bt, max_tokens // bt // align * align, scope)):
             own = tuple(tokens[i * bt : (i + 1) * bt])
             e = self._entries.get(h)
             if e is not None:

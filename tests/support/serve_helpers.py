@@ -17,7 +17,9 @@ REPO = paths.REPO
 
 class Server:
     def __init__(self, *args: str, env: dict[str, str] | None = None, boot_timeout: float = 180) -> None:
-        clean = {k: v for k, v in os.environ.items() if not k.startswith("FAK_")} | (env or {})
+        # FAK_KV_CACHE_DIR stays (the suite turns KV on disk off: one test's prompts must not be another's hits)
+        clean = {k: v for k, v in os.environ.items() if not k.startswith("FAK_") or k == "FAK_KV_CACHE_DIR"} \
+            | (env or {})
         self.proc = subprocess.Popen([sys.executable, "-m", "commands.main", "serve", "--port", "0", *args],
                                      stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, cwd=REPO, env=clean)
         self.lines: list[str] = []
