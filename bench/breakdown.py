@@ -1,6 +1,8 @@
 """Where a single-lane decode step goes: time per kernel call site, bytes each weight product reads, GB/s.
+With --prefill N[,M..]: where a long prompt's prefill goes, through the scheduler as `fak serve` runs it.
 
     python bench/breakdown.py [--model ALIAS|PATH] [--steps 128] [--runs 3]
+    python bench/breakdown.py --model qwen2.5-coder-0.5b --prefill 8192,16384
 
 Wraps the forward pass's calls (every weight product by weight name, attention, the fused norms, the
 activation, RoPE tables, the embedding row) with a perf_counter_ns pair, runs `--runs` x `--steps`
@@ -210,6 +212,91 @@ def print_breakdown(model: Any, steps: int, runs: int, ceiling_gbps: float) -> N
     print(f"  {'python between kernels':46s} {rest:8.2f}")
 
 
+def prefill_breakdown(model: Any, n_tokens: int, gflops: float) -> None:
+    """One prompt of n_tokens through a NativeScheduler (thread=False, the serve path), instrumented: time in
+    the weight products, in prefill attention, in the glue, and the rest (Python, the scheduler); beside each,
+    the FLOPs it does and the time it would take at `gflops` (this machine's float32 FMA rate, measured)."""
+    from engine.model.attention_groups import PrefillLane
+    from engine.sched.lane import Request
+    from engine.sched.scheduler import NativeScheduler
+
+    c = model.config
+    rng = np.random.default_rng(0)
+    prompt = [int(t) for t in rng.integers(100, min(c.vocab_size, 20000), n_tokens)]
+    times: Counter[str] = Counter()
+    calls: Counter[str] = Counter()
+    nbytes: Counter[str] = Counter()
+    sched = NativeScheduler(model, thread=False, prefix_cache=False)
+    attend = PrefillLane.attend
+    pc = time.perf_counter_ns
+
+    def timed_attend(self: Any, *a: Any) -> Any:
+        t = pc()
+        r = attend(self, *a)
+        times["attention (prefill chunks)"] += pc() - t
+        calls["attention (prefill chunks)"] += 1
+        return r
+
+    with _instrumented(times, calls, nbytes):
+        PrefillLane.attend = timed_attend  # type: ignore[method-assign]
+        try:
+            _ON[0] = True
+            t0 = time.perf_counter()
+            h = sched.admit(Request(prompt, max_new_tokens=1))
+            while sched.step():
+                pass
+            wall = time.perf_counter() - t0
+            _ON[0] = False
+        finally:
+            PrefillLane.attend = attend  # type: ignore[method-assign]
+    h.result(0)
+    sched.close()
+    # FLOPs: every weight product is 2 x params per row; attention 4 x head_dim x heads per (query, key) pair
+    params = sum(w.shape[0] * w.shape[1] for w in _products(model))
+    pairs = sum(_pairs(n_tokens, c.window(li)) for li in range(c.n_layers))
+    flops = {"products": 2.0 * params * n_tokens, "attention (prefill chunks)": 4.0 * c.head_dim * c.n_heads * pairs}
+    prod_s = sum(v for k, v in times.items() if k.startswith("product")) / 1e9
+    print(f"\nprefill of {n_tokens} tokens: {wall:.1f} s, {n_tokens / wall:.0f} tok/s "
+          f"(FMA ceiling {gflops:.0f} GFLOP/s)")
+    print(f"  {'call site':34s} {'s':>7s} {'share':>6s} {'GFLOP':>8s} {'GFLOP/s':>8s} {'at ceiling':>10s}")
+    rows = [("products", prod_s)] + [(k, v / 1e9) for k, v in times.items() if not k.startswith("product")]
+    for name, sec in sorted(rows, key=lambda r: -r[1]):
+        f = flops.get(name, 0.0)
+        extra = f" {f / 1e9:8.0f} {f / 1e9 / max(sec, 1e-9):8.1f} {f / 1e9 / gflops:9.1f} s" if f else ""
+        print(f"  {name:34s} {sec:7.2f} {sec / wall:6.1%}{extra}")
+    rest = wall - sum(sec for _, sec in rows)
+    print(f"  {'python, scheduler, rest':34s} {rest:7.2f} {rest / wall:6.1%}")
+
+
+def _products(model: Any) -> list[Any]:
+    """Every weight a token's forward multiplies by (per layer, and the LM head once per chunk, ignored)."""
+    out = []
+    for lw in model.weights.layers:
+        out += [w for w in (lw.wq, lw.wk, lw.wv, lw.wo, lw.w_gate, lw.w_up, lw.w_down) if w is not None]
+    return out
+
+
+def _pairs(n: int, window: int) -> int:
+    """(query, key) pairs causal attention over n positions scores (within a sliding window if any)."""
+    if window <= 0 or window >= n:
+        return n * (n + 1) // 2
+    return window * (window + 1) // 2 + (n - window) * window
+
+
+def fma_gflops(n: int = 1024, reps: int = 5) -> float:
+    """float32 GEMM rate of this machine's BLAS, all threads: the ceiling for prefill's FLOPs."""
+    a = np.random.default_rng(0).standard_normal((n, n)).astype(np.float32)
+    a @ a
+    best = min(_timed(lambda: a @ a) for _ in range(reps))
+    return 2 * n**3 / best / 1e9
+
+
+def _timed(fn: Callable[[], Any]) -> float:
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
 def main() -> None:
     from engine import load_model
     from engine.errors import EngineError
@@ -220,12 +307,21 @@ def main() -> None:
     ap.add_argument("--model", default="gemma3-270m")
     ap.add_argument("--steps", type=int, default=128)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--prefill", default=None, help="prompt lengths (comma-separated): a prefill breakdown each")
     a = ap.parse_args()
     try:
         model = load_model(str(resolve_model(a.model)), resident=True, progress=False)
     except (EngineError, OSError) as e:  # a bad path or file: one line, exit 2
         print(f"bench/breakdown.py: --model {a.model}: {e}", file=sys.stderr)
         raise SystemExit(2) from None
+    if a.prefill:
+        from engine.model.session import warmup
+
+        warmup()
+        gflops = fma_gflops()
+        for n in [int(x) for x in a.prefill.split(",")]:
+            prefill_breakdown(model, n, gflops)
+        return
     print_breakdown(model, a.steps, a.runs, stream_read_gbps(256 << 20, 5))
 
 
