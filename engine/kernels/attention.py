@@ -2,9 +2,9 @@
 
 Decode rows (and short chunks): one numba kernel reads K/V in place through each lane's block table
 (no gather copy); each (query row, head) is computed by the same loop in the same order whatever the
-batch, so a serial step and a batched step agree bit for bit. Long prefill chunks: `prefill_attention`
-gathers the keys once and goes through BLAS (not row-stable; only prefill chunks use it, as they do
-for the weight products).
+batch, so a serial step and a batched step agree bit for bit. Long prefill chunks: `prefill_attention`,
+flash-style over key tiles through BLAS (not row-stable; only prefill chunks use it, as they do for the
+weight products).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from numba import njit, prange
 from engine.errors import EngineError
 from engine.kernels.blockdot import axpy_f32, dot_f32, prefetch_ahead
 from engine.kernels.ops import _exp32
-from engine.kernels.parallel import ORDERED_FASTMATH, SMALL_WORK, launch, prefill_pool
+from engine.kernels.parallel import ORDERED_FASTMATH, SMALL_WORK, launch, prefill_pool, prefill_workers
 
 # Key positions per decode-attention task: a fixed number of K bytes (KV_TASK_BYTES / (4 * head_dim)
 # positions, at least 16), the same for every row of a model, so a row's bits never depend on the batch
@@ -252,8 +252,11 @@ def _no_rows(kvh: int, dim: int) -> np.ndarray:
     return np.empty((0, kvh, dim), np.float32)
 
 
-PREFILL_ATTN_MIN_ROWS = 32  # a prefill chunk this long takes BLAS attention; shorter, the numba kernel is as fast
-_Q_TILE = 256  # query rows per BLAS tile: bounds the score matrix at 256 * heads * keys floats
+PREFILL_ATTN_MIN_ROWS = 32  # a prefill chunk this long takes the tiled BLAS attention; shorter, the numba kernel
+# Key positions per tile of the prefill attention: the score tile (query vectors x KEY_TILE floats, 448 x 512
+# for Qwen 2.5 0.5B's 64-row chunk) stays in a core's L2 between its two products and the softmax pass;
+# 256 and 1024 measured within 5% of it at 8k positions (bench/breakdown.py --prefill).
+KEY_TILE = 512
 
 
 def prefill_attention(
@@ -266,53 +269,111 @@ def prefill_attention(
     scale: float | None = None,
     softcap: float = 0.0,
 ) -> np.ndarray:
-    """`paged_attention` for a prefill chunk through BLAS: per tile of query rows and per KV head,
-    scores = Q K^T for the query heads sharing that KV head, masked softmax, then P V. The tiles go
-    to the prefill workers. Not row-stable like the numba kernel (BLAS picks its own summation
-    order), so only prefill chunks use it, as they already do for the weight products."""
+    """`paged_attention` for a prefill chunk, flash-style: per task (a KV head and a tile of query rows) the
+    keys are walked in tiles of KEY_TILE positions, each read once per task, with an online softmax (running
+    max and sum, the output rescaled as the max grows), so no score row longer than a tile is ever held and
+    nothing is masked but the tile the chunk's own positions fall in. The two products of a tile go through
+    single-threaded BLAS on the prefill workers, one task each; the softmax pass is one numba loop. Not
+    row-stable like the decode kernel (BLAS picks its own summation order): only prefill chunks use it, as
+    they do for the weight products."""
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1])
-    t_rows = q.shape[0]
+    t_rows, n_heads, dim = q.shape
+    kvh = k_pool.shape[2]
+    group = n_heads // kvh
     out = np.empty_like(q)
     table = np.asarray(blocks, dtype=np.int64)
-    tiles = [(a, min(t_rows, a + _Q_TILE)) for a in range(0, t_rows, _Q_TILE)]
-    args = (q, k_pool, v_pool, table, start, window, float(scale), float(softcap), out)
     pool = prefill_pool()
-    if pool is None or len(tiles) == 1:
-        for a, b in tiles:
-            _attention_tile(a, b, *args)
+    workers = 1 if pool is None else max(1, prefill_workers())
+    # enough tasks for every worker (Gemma 3 270M has one KV head): split the rows, not the keys
+    splits = max(1, min(t_rows // 16, -(-workers // kvh)))
+    bounds = [t_rows * i // splits for i in range(splits + 1)]
+    tasks = [(kh, a, b) for kh in range(kvh) for a, b in zip(bounds, bounds[1:], strict=False) if b > a]
+    args = (q, k_pool, v_pool, table, start, window, float(scale), float(softcap), group, out)
+    if pool is None or len(tasks) == 1:
+        for kh, a, b in tasks:
+            _flash_task(kh, a, b, *args)
     else:
-        for f in [pool.submit(_attention_tile, a, b, *args) for a, b in tiles]:
+        for f in [pool.submit(_flash_task, kh, a, b, *args) for kh, a, b in tasks]:
             f.result()
     return out
 
 
-def _attention_tile(a: int, b: int, q: np.ndarray, k_pool: np.ndarray, v_pool: np.ndarray, table: np.ndarray,
-                    start: int, window: int, scale: float, softcap: float, out: np.ndarray) -> None:
-    """Query rows a..b-1 (positions start+a ..): keys from the first one any of them sees."""
-    bt = k_pool.shape[1]
-    n_kv = k_pool.shape[2]
-    group = q.shape[1] // n_kv
-    qpos = np.arange(start + a, start + b)
-    lo = 0 if window <= 0 else max(0, int(qpos[0]) - window + 1)
-    kpos = np.arange(lo, int(qpos[-1]) + 1)
-    blk, off = table[kpos // bt], kpos % bt
-    k, v = k_pool[blk, off], v_pool[blk, off]  # [L, KVH, D] gathered from the blocks
-    hidden = kpos[None, :] > qpos[:, None]  # causal
-    if window > 0:
-        hidden |= kpos[None, :] <= qpos[:, None] - window
+def _flash_task(kh: int, a: int, b: int, q: np.ndarray, k_pool: np.ndarray, v_pool: np.ndarray, table: np.ndarray,
+                start: int, window: int, scale: float, softcap: float, group: int, out: np.ndarray) -> None:
+    """Query rows a..b-1 (positions start+a ..) of the `group` heads sharing KV head kh."""
+    bt, dim = k_pool.shape[1], k_pool.shape[3]
     rows = b - a
-    for kh in range(n_kv):
-        qg = np.ascontiguousarray(q[a:b, kh * group:(kh + 1) * group]).reshape(rows * group, -1)
-        s = (qg @ k[:, kh].T).reshape(rows, group, -1)
-        s *= np.float32(scale)
-        if softcap > 0:
-            s = np.float32(softcap) * np.tanh(s / np.float32(softcap))
-        s[np.broadcast_to(hidden[:, None, :], s.shape)] = -np.inf
-        s -= s.max(axis=-1, keepdims=True)
-        np.exp(s, out=s)
-        s /= s.sum(axis=-1, keepdims=True)
-        out[a:b, kh * group:(kh + 1) * group] = (s.reshape(rows * group, -1) @ v[:, kh]).reshape(rows, group, -1)
+    heads = slice(kh * group, (kh + 1) * group)
+    qs = q[a:b, heads].reshape(rows * group, dim)  # vector m = (row m // group, head)
+    # scaled once here, not every score (with a softcap the pass scales inside the tanh); a copy either way
+    qs = qs * np.float32(scale) if softcap <= 0 else np.ascontiguousarray(qs)
+    first_q, last_q = start + a, start + b - 1
+    lo = 0 if window <= 0 else max(0, first_q - window + 1)
+    lo -= lo % bt  # whole blocks; the softmax pass masks what the window hides
+    m_run = np.full(rows * group, -np.inf, dtype=np.float32)
+    l_run = np.zeros(rows * group, dtype=np.float32)
+    acc = np.zeros((rows * group, dim), dtype=np.float32)
+    for k0 in range(lo, last_q + 1, KEY_TILE):
+        k1 = min(last_q + 1, k0 + KEY_TILE)
+        pos = np.arange(k0, k1)
+        blk, off = table[pos // bt], pos % bt
+        kt = k_pool[blk, off, kh]  # [n, dim] gathered from the blocks: one copy per tile
+        s = qs @ kt.T  # [rows * group, n]
+        masked = k1 - 1 > first_q or (window > 0 and k0 <= last_q - window)
+        _online_softmax(s, m_run, l_run, acc, k0, first_q, group, window, np.float32(scale), np.float32(softcap),
+                        masked)
+        acc += s @ v_pool[blk, off, kh]
+    out[a:b, heads] = (acc / l_run[:, None]).reshape(rows, group, dim)
+
+
+# reassoc: the tile's max and sum vectorise (the products around this pass are BLAS, in BLAS's order anyway);
+# no ninf: the running max starts at -inf
+@njit(nogil=True, fastmath={"nnan", "nsz", "contract", "reassoc"}, error_model="numpy", cache=True)
+def _online_softmax(s, m_run, l_run, acc, k0, first_q, group, window, scale, softcap, masked):  # type: ignore[no-untyped-def]  # pragma: no cover - numba
+    """One key tile of the online softmax: s [M, n] scores of query vectors M (vector m is query position
+    first_q + m // group) against keys k0..k0+n-1 become unnormalised probabilities in place; each row's
+    running max m_run and sum l_run are updated and its accumulated P.V (acc) rescaled to the new max.
+    Hidden keys (the future; past the sliding window) get probability 0. Indices are unsigned so the loops
+    vectorise (no negative-index fix-up)."""
+    big_m, n = s.shape
+    dim = acc.shape[1]
+    for m in range(big_m):
+        row = s[m]
+        qpos = first_q + m // group
+        if softcap > 0.0:
+            for j in range(np.uint64(n)):
+                row[j] = softcap * np.tanh(row[j] * scale / softcap)
+        hi = n
+        lo = 0
+        if masked:
+            hi = min(n, max(0, qpos - k0 + 1))  # keys after the query are hidden
+            if window > 0:
+                lo = min(n, max(0, qpos - window + 1 - k0))  # keys at or before qpos - window too
+        ulo, uhi = np.uint64(lo), np.uint64(hi)
+        prev = m_run[m]
+        mx = prev
+        for j in range(ulo, uhi):
+            mx = max(mx, row[j])
+        if mx == -np.inf:  # every key of this tile hidden and none seen yet
+            row[:] = 0.0
+            continue
+        for j in range(ulo, uhi):
+            row[j] = _exp32(row[j] - mx)
+        tot = np.float32(0.0)
+        for j in range(ulo, uhi):
+            tot += row[j]
+        for j in range(np.uint64(0), ulo):
+            row[j] = 0.0
+        for j in range(uhi, np.uint64(n)):
+            row[j] = 0.0
+        alpha = _exp32(prev - mx) if prev > -np.inf else np.float32(0.0)
+        l_run[m] = l_run[m] * alpha + tot
+        m_run[m] = mx
+        if alpha != 1.0:
+            arow = acc[m]
+            for d in range(np.uint64(dim)):
+                arow[d] *= alpha
 
 
 def reference_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, start: int, window: int, scale: float,

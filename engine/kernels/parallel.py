@@ -137,6 +137,11 @@ _pool: ThreadPoolExecutor | None = None
 _pool_failed = False  # BLAS could not be pinned to one thread: no pool, and do not look again
 
 
+def prefill_workers() -> int:
+    """Threads of the prefill pool (what its callers split their work for)."""
+    return _MAX
+
+
 def prefill_pool() -> ThreadPoolExecutor | None:
     """One worker per core for prefill, each running serial numba code and single-threaded BLAS on
     its own share (OpenBLAS and OpenMP teams spinning against each other on 2 cores cost 10x).

@@ -130,3 +130,41 @@ def test_fak_run_raw_completion_matches_hf(pair) -> None:  # type: ignore[no-unt
     got = out["generated_ids"]
     assert got == want[: len(got)] and (len(got) == 16 or want[len(got)] in tok.eos_ids), (got, want)
     assert "Paris" in out["text"] or "capital" in out["text"]
+
+
+@pytest.mark.slow
+def test_matches_hf_at_4k_positions_through_prefill_chunks(pair) -> None:  # type: ignore[no-untyped-def]
+    """A 4,096-token prompt prefilled as the scheduler does it (64-row chunks, each through the flash-style
+    prefill attention over every earlier position; the 15 sliding layers see the last 512), against HF on
+    the whole prompt at once: the logits at the last position of every chunk (64 positions, up to 4,095),
+    then 4 greedy decode steps on our KV cache."""
+    import numpy as np
+
+    from engine import Session
+    from engine.tokenizer import load_tokenizer
+
+    hf, model = pair
+    text_ids = load_tokenizer("gemma3-270m").encode(LONG_TEXT, add_special=False)
+    ids = ([2] + text_ids * 8)[:4096]
+    s = Session(model)
+    ours = np.stack([s.prefill(ids[i : i + 64]) for i in range(0, len(ids), 64)])  # [64, vocab]
+    with torch.no_grad():
+        out = hf(torch.tensor([ids]), output_hidden_states=True, logits_to_keep=1)
+        last = out.hidden_states[-1][0, 63::64]  # after the final norm, at each chunk's last position
+        theirs = (last @ hf.get_output_embeddings().weight.T).float()
+        if hf.config.final_logit_softcapping:
+            cap = hf.config.final_logit_softcapping
+            theirs = torch.tanh(theirs / cap) * cap
+    theirs = theirs.numpy()
+    assert np.array_equal(theirs.argmax(-1), ours.argmax(-1))
+    diff = np.abs(theirs - ours).max(-1)
+    print(f"gemma 4096 tokens in 64-row chunks: max |logit diff| {diff.max():.2e} at chunk {int(diff.argmax())}")
+    assert diff.max() <= LOGIT_TOL
+    toks = []
+    logits = ours[-1]
+    for _ in range(4):
+        toks.append(int(np.argmax(logits)))
+        logits = s.step(toks[-1])
+    with torch.no_grad():
+        want = hf.generate(torch.tensor([ids]), max_new_tokens=4, do_sample=False)[0, len(ids):].tolist()
+    assert toks == want
