@@ -93,6 +93,11 @@ def launch(argv: list[str], provider: str, url: str, parent_env: dict[str, str],
         sets = {"ANTHROPIC_BASE_URL": url}
         if local_model and not env.get("ANTHROPIC_API_KEY") and not env.get("ANTHROPIC_AUTH_TOKEN"):
             sets["ANTHROPIC_API_KEY"] = LOCAL_KEY
+        if local_model and "CLAUDE_CODE_ATTRIBUTION_HEADER" not in env:
+            # Claude Code opens its system prompt with a billing line that changes every session; for the
+            # in-kernel model it bills nothing and would make every session's 11k-token prompt new from
+            # its first tokens (no prefix to reuse, in memory or on disk)
+            sets["CLAUDE_CODE_ATTRIBUTION_HEADER"] = "0"
     else:
         sets = {"OPENAI_BASE_URL": v1, "OPENAI_API_BASE": v1}  # the SDK's name, and aider's / litellm's
         if local_model and not env.get("OPENAI_API_KEY"):

@@ -137,6 +137,52 @@ def test_terminal_chat_two_turns_reuse_the_kv_cache_and_ctrl_c_stops_a_reply(tmp
     assert (tmp_path / "cache" / "fak" / "chat_history").read_text().count("What is 2+2?") == 1
 
 
+def test_a_chat_resumed_in_a_new_process_reuses_its_kv_from_disk(tmp_path: Path) -> None:
+    """KV that survives a restart: a conversation saved and loaded in a new `fak chat` process maps its
+    history from ~/.cache/fak/kv (here FAK_KV_CACHE_DIR) instead of prefilling it again."""
+    import pexpect
+
+    env = dict(os.environ, PROMPT_TOOLKIT_NO_CPR="1", TERM="xterm", PYTHONPATH=str(REPO),
+               XDG_CACHE_HOME=str(tmp_path / "cache"), FAK_KV_CACHE_DIR=str(tmp_path / "kv"))
+    status = r"reused (\d+)/(\d+) prompt tokens · (\d+) prefilled · (\d+) generated"
+    t = tmp_path / "t.json"
+
+    def session() -> pexpect.spawn:
+        c = pexpect.spawn(sys.executable, ["-m", "commands.main", "chat", "--temp", "0", "--system", SYSTEM],
+                          env=env, encoding="utf-8", timeout=240, dimensions=(40, 120), cwd=str(tmp_path))
+        c.expect("›")
+        return c
+
+    c = session()
+    try:
+        c.send("Name three colours of the rainbow, in one line.\r")
+        c.expect(status)
+        cached1, prompt1, _, gen1 = map(int, c.match.groups())
+        assert cached1 == 0
+        c.expect("›")
+        c.send(f"/save {t}\r")
+        c.expect("saved 2 messages")
+        c.send("/exit\r")
+        c.expect(pexpect.EOF)
+    finally:
+        c.close(force=True)
+    assert list((tmp_path / "kv").rglob("*.kv"))  # the first process left its blocks on disk
+    c = session()  # tomorrow: a new process, nothing in memory
+    try:
+        c.send(f"/load {t}\r")
+        c.expect("loaded 2 messages")
+        c.expect("›")
+        c.send("And two more?\r")
+        c.expect(status)
+        cached2, prompt2, prefilled2, _ = map(int, c.match.groups())
+        assert cached2 == (prompt1 + gen1 - 1) // 64 * 64 > 0  # what the first process computed, from disk
+        assert prefilled2 == prompt2 - cached2
+        c.send("/exit\r")
+        c.expect(pexpect.EOF)
+    finally:
+        c.close(force=True)
+
+
 def _sandbox(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     work, home = tmp_path / "work", tmp_path / "home"
     work.mkdir()

@@ -180,6 +180,11 @@ def test_launch_sets_the_childs_environment_only() -> None:
     la = launch(["claude", "-p", "hi"], "anthropic", "http://127.0.0.1:5", {}, local_model=True)
     assert la.argv == ["claude", "-p", "hi"] and la.env["ANTHROPIC_BASE_URL"] == "http://127.0.0.1:5"
     assert la.env["ANTHROPIC_API_KEY"] == "fak-local"  # in-kernel and no key: any key will do
+    # its per-session billing line would make every session's prompt new from the first token (no prefix reuse)
+    assert la.env["CLAUDE_CODE_ATTRIBUTION_HEADER"] == "0"
+    own = launch(["claude"], "anthropic", "http://127.0.0.1:5", {"CLAUDE_CODE_ATTRIBUTION_HEADER": "1"}, local_model=True)
+    assert own.env["CLAUDE_CODE_ATTRIBUTION_HEADER"] == "1"  # the user's own setting stays
+    assert "CLAUDE_CODE_ATTRIBUTION_HEADER" not in launch(["claude"], "anthropic", "http://127.0.0.1:5", {}).env
 
 
 @pytest.mark.parametrize("argv,agent,provider", [(["claude"], "claude", "anthropic"), (["/usr/bin/codex"], "codex", "responses"),

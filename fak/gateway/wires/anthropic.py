@@ -16,6 +16,7 @@ API has no `temperature`; older clients still send `temperature`, `top_p`, `top_
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -156,13 +157,33 @@ def _stop(done: Done) -> tuple[str, str | None]:
     return STOP[done.result.finish_reason.value], None
 
 
+_SESSION = re.compile(r"_session_[0-9a-fA-F-]+$")
+
+
+def user_identity(user_id: object) -> str | None:
+    """The end user a `metadata.user_id` names, for the KV share scope. Claude Code sends its device, account
+    and session (a JSON object, or `user_<device>_account_<uuid>_session_<uuid>` in older releases): the
+    session changes every run, and is not who the user is, so it is dropped; the user's next session then
+    maps the 11k-token prompt it sent yesterday instead of prefilling it again. Any other value is the user."""
+    if user_id is None:
+        return None
+    text = str(user_id)
+    try:
+        obj = json.loads(text)
+    except ValueError:
+        return _SESSION.sub("", text)
+    if isinstance(obj, dict) and "session_id" in obj:
+        return json.dumps({k: v for k, v in obj.items() if k != "session_id"}, sort_keys=True)
+    return text
+
+
 @router.post("/v1/messages")
 async def messages(body: MessagesRequest, request: Request) -> Any:
     b = served(request)
     name = check_model(request, body.model)
     ids, offered, grammar = _prompt(request, b, body)
     user = (body.metadata or {}).get("user_id")
-    kv = kv_trust(request, to_chat(body), str(user) if user is not None else None, body.cache_salt)
+    kv = kv_trust(request, to_chat(body), user_identity(user), body.cache_salt)
     spec = GenSpec(max_new=limits(request, b, len(ids), body.max_tokens), temperature=body.temperature,
                    top_p=body.top_p if body.top_p is not None else 1.0, top_k=body.top_k or 0,
                    stops=tuple(body.stop_sequences or ()), grammar=grammar, grammar_param="tools", kv=kv)

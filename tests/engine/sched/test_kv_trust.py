@@ -183,6 +183,29 @@ def test_serve_cache_salt_on_messages_and_responses(server) -> None:  # type: ig
 
 
 @pytest.mark.serve
+def test_claude_codes_sessions_of_one_user_share_other_users_do_not(server) -> None:  # type: ignore[no-untyped-def]
+    """Claude Code's metadata.user_id names device, account and session: the session (new every run) is not
+    an identity, so a user's next session maps the prompt the last one computed; another device does not."""
+    import json
+
+    import httpx
+
+    def messages(device: str, session: str, old_format: bool = False) -> int:
+        uid = (f"user_{device}_account__session_{session}" if old_format else
+               json.dumps({"device_id": device, "account_uuid": "", "session_id": session}))
+        body = {"model": "synthetic", "max_tokens": 2, "metadata": {"user_id": uid},
+                "messages": [{"role": "user", "content": f"claude code {old_format}: " + LONG}]}
+        r = httpx.post(server.url + "/v1/messages", json=body, timeout=60)
+        assert r.status_code == 200, r.text
+        return int(r.json()["usage"]["cache_read_input_tokens"])
+
+    for old in (False, True):
+        assert messages("d" * 64, "11111111-aaaa", old) == 0
+        assert messages("d" * 64, "22222222-bbbb", old) > 0  # the same user's next session
+        assert messages("e" * 64, "33333333-cccc", old) == 0  # another device: another user
+
+
+@pytest.mark.serve
 def test_serve_unadmitted_tool_result_taints_the_request(server) -> None:  # type: ignore[no-untyped-def]
     c = server.client()
 
