@@ -90,10 +90,13 @@ def main() -> None:
     print(f"bench/guard_claude.py: Claude Code under fak guard --gguf {a.model}, KV on disk in {kv}")
     for run in range(1, a.runs + 1):
         # the same paths every run: Claude Code's system prompt names its working directory, so another
-        # path would be another prompt (and no prefix to reuse) from the first lines on
+        # path would be another prompt from the first lines on; and one HOME for all runs, as a user has
+        # (Claude Code keeps its device id there, and the KV scope is the device: another HOME is another user)
         base = Path(tempfile.gettempdir()) / "fak-claude-bench"
-        shutil.rmtree(base, ignore_errors=True)
+        if run == 1:
+            shutil.rmtree(base, ignore_errors=True)
         work, home = base / "work", base / "home"
+        shutil.rmtree(work, ignore_errors=True)
         work.mkdir(parents=True)
         env = agent_env(home, FAK_KV_CACHE_DIR=kv, PYTHONPATH=str(ROOT))
         series = base / "stats.jsonl"

@@ -68,6 +68,7 @@ LONG_TEXT = "\n\n".join(" ".join(p.split()) for p in _LONG.strip().split("\n\n")
 # 4.9e-5 / 1.5e-4. Ours vs HF float32: 3.4e-5 / 1.6e-4 (position 1) / 9.3e-5 on PROMPTS[0..2], 1.4e-4
 # on LONG_TEXT; decode steps <= 4.2e-5; hidden states within 8.4e-6 relative (ggufgen.REL_TOL holds).
 LOGIT_TOL = 3e-4
+LONG_LOGIT_TOL = 1e-3  # at 4,096 positions (see the test: HF's float32 RoPE angles)
 
 
 @pytest.fixture(scope="module")
@@ -159,7 +160,18 @@ def test_matches_hf_at_4k_positions_through_prefill_chunks(pair) -> None:  # typ
     assert np.array_equal(theirs.argmax(-1), ours.argmax(-1))
     diff = np.abs(theirs - ours).max(-1)
     print(f"gemma 4096 tokens in 64-row chunks: max |logit diff| {diff.max():.2e} at chunk {int(diff.argmax())}")
-    assert diff.max() <= LOGIT_TOL
+    # The gap to HF grows with the position (2-5e-5 in the first chunks, 6.5e-4 at 4k): HF computes the RoPE
+    # angles position x inv_freq in float32 (an error of ~position x 6e-8 rad), ours in float64. Our own two
+    # attention paths, the flash prefill and the row-stable decode kernels, agree within 1.6e-4 at 4k.
+    assert diff.max() <= LONG_LOGIT_TOL
+    model.prefill_blas = False  # the same chunks through the decode kernels: a second, independent path
+    try:
+        s2 = Session(model)
+        rows = np.stack([s2.prefill(ids[i : i + 64]) for i in range(0, len(ids), 64)])
+        s2.free()
+    finally:
+        model.prefill_blas = True
+    assert np.abs(rows - ours).max() <= LOGIT_TOL
     toks = []
     logits = ours[-1]
     for _ in range(4):
