@@ -20,7 +20,7 @@ import logging
 import os
 import shutil
 import threading
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -97,7 +97,9 @@ class KVDiskCache:
             entries = []
         for _, name, size in sorted(entries):
             self._index[name] = size
-        self._pending: list[tuple[str, bytearray | memoryview]] = []
+        self._bytes = sum(self._index.values())  # what the index holds, kept as files come and go
+        self._pending: deque[tuple[str, bytearray | memoryview]] = deque()
+        self._pending_names: set[str] = set()
         self._pending_bytes = 0
         self._wake = threading.Condition(self._lock)
         self._closed = False
@@ -134,7 +136,7 @@ class KVDiskCache:
         """Queue block `block` of `pool` (desc: the entry's KVDescriptor) to be written as `digest`."""
         name = digest.hex()
         with self._lock:
-            if not self.enabled or self._closed or name in self._index or any(n == name for n, _ in self._pending):
+            if not self.enabled or self._closed or name in self._index or name in self._pending_names:
                 return
             if self._pending_bytes >= MAX_PENDING_BYTES:
                 self._c["dropped"] += 1
@@ -145,6 +147,7 @@ class KVDiskCache:
         v[:, 0] = pool.v[:, block]
         with self._lock:
             self._pending.append((name, buf))
+            self._pending_names.add(name)
             self._pending_bytes += len(buf)
             self._wake.notify()
 
@@ -155,13 +158,14 @@ class KVDiskCache:
                     self._wake.wait()
                 if not self._pending:
                     return
-                name, buf = self._pending.pop(0)
+                name, buf = self._pending.popleft()
             try:
                 if self.enabled:
                     self._store(name, seal_frame(buf))
             finally:
                 with self._lock:
                     self._pending_bytes -= len(buf)
+                    self._pending_names.discard(name)
                     self._wake.notify_all()
 
     def _store(self, name: str, buf: bytearray | memoryview) -> None:
@@ -179,14 +183,14 @@ class KVDiskCache:
             return
         with self._lock:
             self._index[name] = len(buf)
+            self._bytes += len(buf)
             self._c["bytes_written"] += len(buf)
             self._c["blocks_written"] += 1
             victims = []
-            total = sum(self._index.values())
-            while total > self.max_bytes and len(self._index) > 1:
+            while self._bytes > self.max_bytes and len(self._index) > 1:
                 old, size = self._index.popitem(last=False)
                 victims.append(old)
-                total -= size
+                self._bytes -= size
             self._c["evictions"] += len(victims)
         for old in victims:
             (self.dir / (old + SUFFIX)).unlink(missing_ok=True)
@@ -209,7 +213,7 @@ class KVDiskCache:
             data = path.read_bytes()
         except OSError:
             with self._lock:
-                self._index.pop(name, None)
+                self._bytes -= self._index.pop(name, 0)
             return None
         try:
             f = decode_frame(data, self.identity, self.layout)
@@ -223,7 +227,7 @@ class KVDiskCache:
             LOG.info("fak: KV cache file %s refused: %s", path, exc)
             with self._lock:
                 self._c["refused"] += 1
-                self._index.pop(name, None)
+                self._bytes -= self._index.pop(name, 0)
             path.unlink(missing_ok=True)
             return None
         with self._lock:
@@ -251,5 +255,5 @@ class KVDiskCache:
 
     def stats(self) -> DiskStats:
         with self._lock:
-            return DiskStats(**self._c, files=len(self._index), disk_bytes=sum(self._index.values()),
+            return DiskStats(**self._c, files=len(self._index), disk_bytes=self._bytes,
                              enabled=self.enabled)

@@ -137,6 +137,7 @@ def test_the_bound_evicts_least_recently_used_files(tmp_path: Path) -> None:
     sched.close()
     st = sched.stats()
     assert st.kv_disk_files == len(_files(tmp_path)) <= 5 and st.kv_disk_evictions >= 5
+    assert st.kv_disk_bytes == sum(f.stat().st_size for f in _files(tmp_path)) <= 5 * one + 4096
 
 
 def test_a_half_written_file_is_never_read(tmp_path: Path) -> None:
