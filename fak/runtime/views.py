@@ -43,6 +43,11 @@ def sched_table(s: SchedStats) -> Table:
     t.add_row("", f"{s.block_tokens} tokens/block · {s.cached_blocks} cached ({s.reclaimable_blocks} reclaimable)")
     rate = f"{100 * s.prefix_hits / s.prefix_queries:.0f}%" if s.prefix_queries else "-"
     t.add_row("prefix cache", f"{s.prefix_hits}/{s.prefix_queries} hits ({rate}) · {s.prefix_hit_tokens} tokens reused")
+    if s.kv_disk_files or s.kv_disk_hits or s.kv_disk_enabled:
+        state = "" if s.kv_disk_enabled else " · off (write failed)"
+        refused = f" · {s.kv_disk_refused} refused" if s.kv_disk_refused else ""
+        t.add_row("kv on disk", f"{s.kv_disk_files} blocks, {_bytes(s.kv_disk_bytes)} · {s.kv_disk_hits} read back "
+                                f"({_bytes(s.kv_disk_bytes_read)}){refused}{state}")
     done = ", ".join(f"{k} {v}" for k, v in sorted(s.finished.items())) or "-"
     t.add_row("requests", f"{s.admitted} admitted · finished: {done}")
     return t

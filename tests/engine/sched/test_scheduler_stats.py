@@ -74,6 +74,12 @@ def test_rich_panel_renders_the_numbers() -> None:
     for needle in ("3 running", "2 waiting", "1 preempted", "41.5 tok/s", "90/100", "3/4 hits (75%)",
                    "768 tokens reused", "swap 7", "out 3.0 MiB", "lane 12 by cost-aware (swap) · cost 0.25"):
         assert needle in out, needle
+    assert "kv on disk" not in out  # no disk tier: no row
+    con = Console(record=True, width=120)
+    con.print(sched_panel(SchedStats(kv_disk_files=728, kv_disk_bytes=286 << 20, kv_disk_hits=12,
+                                     kv_disk_bytes_read=3 << 20, kv_disk_refused=1, kv_disk_enabled=0)))
+    out = con.export_text()
+    assert "728 blocks, 286.0 MiB · 12 read back (3.0 MiB) · 1 refused · off (write failed)" in out
 
 
 def test_rate_meter_window() -> None:
