@@ -10,8 +10,8 @@ share blocks (the public scope "" hashes exactly as an unscoped cache did); a ta
 inserted, so it is never a hit for anyone.
 
 Disk (engine/wire/kv_disk.py, given by whoever builds the scheduler): every block the cache takes is
-also written to disk, and `restore` brings back from disk the blocks of a prompt that memory no longer (or never) held, before
-the scheduler looks the prompt up; a restarted process so starts where the last one stopped.
+also written to disk, and `restore` brings back the blocks of a prompt that memory no longer (or never)
+held, before the scheduler looks the prompt up: a restarted process starts where the last one stopped.
 """
 
 from __future__ import annotations
