@@ -24,9 +24,8 @@ from engine.pd.metrics import PDCollector
 from engine.pd.workers import DecodeWorker, Delivery, PrefillWorker
 from engine.sched.api import Topology
 from engine.sched.lane import FinishReason, Handle, LaneResult, LaneState, Request, now
-from engine.sched.prefix_cache import chain_hashes, shareable_blocks
+from engine.sched.prefix_cache import chain_hashes, default_cache_bytes, shareable_blocks
 from engine.sched.router import Route, Router
-from engine.sched.scheduler import default_prefix_cache_bytes
 from engine.sched.stats import SchedStats, merge_stats
 
 T = TypeVar("T")
@@ -71,7 +70,7 @@ class PDCluster:
         self.block_tokens = block_tokens
         self.tokenizer = tokenizer
         if prefix_cache_bytes is None:  # the machine's default share, split between the prefill and decode pools
-            prefix_cache_bytes = default_prefix_cache_bytes() // (1 + decode_workers)
+            prefix_cache_bytes = default_cache_bytes() // (1 + decode_workers)
         self.on_finish: Callable[[LaneResult], None] | None = None  # every finished request (metrics)
         self.prefill = PrefillWorker(model, block_tokens=block_tokens, prefill_chunk=prefill_chunk,
                                      batch_prefill=batch_prefill, blas_chunks=blas_chunks,

@@ -28,8 +28,8 @@ from engine.errors import EngineError
 from engine.model.kv import KVExhausted
 from engine.sched.lane import Handle, Request
 from engine.sched.preemption import attach
-from engine.sched.prefix_cache import PrefixCache, chain_hashes, shareable_blocks
-from engine.sched.scheduler import NativeScheduler, default_prefix_cache_bytes
+from engine.sched.prefix_cache import PrefixCache, cache_blocks, chain_hashes, shareable_blocks
+from engine.sched.scheduler import NativeScheduler
 from engine.sched.trust import KVDescriptor
 from engine.wire.blocks import export_blocks, import_blocks
 from engine.wire.frame import Descriptor, FrameError, KVLayout, decode_frame
@@ -108,9 +108,7 @@ class PrefillWorker:
         self.model = model
         self.pool = model.new_pool(None, block_tokens)
         self.prefix = PrefixCache(self.pool) if prefix_cache else None
-        if prefix_cache_bytes is None:
-            prefix_cache_bytes = default_prefix_cache_bytes()
-        self.prefix_cache_blocks = prefix_cache_bytes // max(1, self.pool.block_bytes)
+        self.prefix_cache_blocks = cache_blocks(self.pool, prefix_cache_bytes)
         self.chunk = prefill_chunk
         self.batch_prefill = batch_prefill
         self.blas_chunks = batch_prefill and blas_chunks and prefill_chunk % block_tokens == 0  # as NativeScheduler
@@ -164,8 +162,8 @@ class PrefillWorker:
                                   key=self.key)
         finally:
             s.free()
-        if self.prefix is not None and len(self.prefix) > self.prefix_cache_blocks:
-            self.prefix.evict(len(self.prefix) - self.prefix_cache_blocks)
+        if self.prefix is not None:
+            self.prefix.trim(self.prefix_cache_blocks)
         st = self.stats
         st["requests"] += 1
         st["prefill_tokens"] += n - hit

@@ -212,8 +212,7 @@ class Planner:
             if not lane.prefix_checked and self.prefix is not None:  # expected hit; mapped when the chunk runs
                 if not lane.disk_checked:  # what memory lacks of the prompt's prefix, brought back from disk
                     lane.disk_checked = True
-                    self.counters["disk_blocks"] += self.prefix.restore(lane.prompt_ids, hit_limit(lane),
-                                                                        self.hit_align, lane.request.scope)
+                    self.prefix.restore(lane.prompt_ids, hit_limit(lane), self.hit_align, lane.request.scope)
                 start = self.prefix.peek(lane.prompt_ids, hit_limit(lane), self.hit_align,
                                          lane.request.scope)[0] * self.pool.block_tokens
             end = self._chunk_end(lane, start)

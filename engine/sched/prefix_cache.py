@@ -21,7 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from engine.model.kv import BlockPool
+from engine.errors import EngineError
+from engine.model.kv import BlockPool, physical_memory
 from engine.sched.lane import Lane
 from engine.sched.trust import PUBLIC, UNSCOPED, KVDescriptor, scope_seed
 
@@ -118,7 +119,7 @@ class PrefixCache:
             e = self._entries.get(h)
             if self.disk is not None:
                 name = e.disk if e is not None and e.disk is not None else \
-                    self.disk.names(tokens, i + 1, desc.scope, start=i, prev=name)[0]
+                    self.disk.next_name(name, desc.scope, tokens[i * bt : (i + 1) * bt])
             if e is None and blocks[i] not in self._by_block:
                 self._entries[h] = _Entry(blocks[i], tuple(tokens[i * bt : (i + 1) * bt]), parent, desc, disk=name)
                 self._by_block[blocks[i]] = h
@@ -151,10 +152,10 @@ class PrefixCache:
                 if e.parent != parent or e.desc.scope != scope or e.tokens != own:
                     break  # a collision: match() would stop here too
                 self._entries.move_to_end(h)  # keep this prompt's resident blocks from being evicted below
-                name = e.disk or self.disk.names(tokens, i + 1, scope, start=i, prev=name)[0]
+                name = e.disk or self.disk.next_name(name, scope, own)
                 parent = h
                 continue
-            name = self.disk.names(tokens, i + 1, scope, start=i, prev=name)[0]
+            name = self.disk.next_name(name, scope, own)
             if not self.disk.has(name):
                 break
             if not self.pool.growable and self.pool.num_free == 0 and self.evict(1) == 0:
@@ -185,6 +186,11 @@ class PrefixCache:
     def reclaimable(self) -> int:
         return sum(1 for e in self._entries.values() if self.pool.refcount[e.block] == 1)
 
+    def trim(self, max_blocks: int) -> int:
+        """Evict least recently used cache-only blocks until at most max_blocks are cached (or none is left
+        to evict); returns how many were freed."""
+        return self.evict(len(self._entries) - max_blocks) if len(self._entries) > max_blocks else 0
+
     def evict(self, n: int) -> int:
         """Free up to n cache-only blocks, least recently used first; returns how many were freed."""
         freed = 0
@@ -207,6 +213,21 @@ class PrefixCache:
         """Release every cached block (on scheduler close)."""
         for h in list(self._entries):
             self._drop(h)
+
+
+def default_cache_bytes() -> int:
+    """A quarter of the machine's memory (6 GiB on a 24 GiB machine): an agent's 16k-token context is
+    0.4-0.6 GB of float32 K/V on the packaged models, so ten or more of them."""
+    return min(physical_memory(), 1 << 62) // 4
+
+
+def cache_blocks(pool: BlockPool, nbytes: int | None) -> int:
+    """The blocks of `pool` a prefix cache of `nbytes` (None: default_cache_bytes) may keep."""
+    if nbytes is None:
+        nbytes = default_cache_bytes()
+    if nbytes < 0:
+        raise EngineError(f"prefix cache size must be >= 0 bytes, got {nbytes}")
+    return nbytes // max(1, pool.block_bytes)
 
 
 # -- the scheduler's side of sharing: which blocks a lane's prompt may map, and when to wait for them

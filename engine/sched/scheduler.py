@@ -34,18 +34,11 @@ from engine.sched.calls import GrammarHost, run_calls
 from engine.sched.lane import FinishReason, Handle, Lane, LaneState, Request, TextTracker, now, validate_request
 from engine.sched.output import OutputProcessor
 from engine.sched.plan import Planner, SchedulerConfig
-from engine.sched.prefix_cache import PrefixCache
+from engine.sched.prefix_cache import PrefixCache, cache_blocks
 from engine.sched.profile import NO_PROFILE, IterationProfile
 from engine.sched.stats import SchedStats, snapshot
 
 T = TypeVar("T")
-
-
-def default_prefix_cache_bytes() -> int:
-    """A quarter of the machine's memory (6 GiB on a 24 GiB machine)."""
-    from engine.model.kv import physical_memory
-
-    return min(physical_memory(), 1 << 62) // 4
 
 
 def _delegate(part: str, name: str) -> property:
@@ -108,15 +101,8 @@ class NativeScheduler(GrammarHost):
             kv_disk = None
         self.kv_disk = kv_disk
         self.prefix = PrefixCache(self.pool, kv_disk) if prefix_cache else None
-        # with a growable pool nothing forces eviction: cap the bytes the prefix cache may hold (an agent's
-        # 16k-token context is 0.4-0.6 GB of float32 K/V on the packaged models; the default, a quarter
-        # of the machine's memory, keeps ten or more of them)
-        if prefix_cache_bytes is None:
-            prefix_cache_bytes = default_prefix_cache_bytes()
-        if prefix_cache_bytes < 0:
-            raise EngineError(f"prefix cache size must be >= 0 bytes, got {prefix_cache_bytes}")
-        self.prefix_cache_bytes = prefix_cache_bytes
-        self.prefix_cache_blocks = prefix_cache_bytes // max(1, self.pool.block_bytes)
+        # with a growable pool nothing forces eviction: cap what the prefix cache may keep unreferenced
+        self.prefix_cache_blocks = cache_blocks(self.pool, prefix_cache_bytes)
 
         self._cond = threading.Condition()
         self._intake: list[Lane] = []
@@ -126,7 +112,7 @@ class NativeScheduler(GrammarHost):
         # counters (loop thread only, shared by the scheduler and the output side); published as SchedStats
         self._c: dict[str, int] = dict.fromkeys(
             ("steps", "tokens", "prefill_tokens", "admitted", "swap", "recompute", "bytes_out", "bytes_in",
-             "readmitted", "max_running", "imported", "kv_lost", "disk_blocks"), 0)
+             "readmitted", "max_running", "imported", "kv_lost"), 0)
         self.planner = Planner(self.config, self.pool, self.prefix, hit_align=hit_align,
                                    new_session=lambda: self._Session(self.model, pool=self.pool),
                                    batch_prefill=batch_prefill, counters=self._c)
@@ -388,8 +374,8 @@ class NativeScheduler(GrammarHost):
             decoders = [ln for ln in decoders if ln.state is LaneState.DECODING]
             if decoders:
                 self._decode(decoders)
-        if self.prefix is not None and self.kv_blocks is None and len(self.prefix) > self.prefix_cache_blocks:
-            self.prefix.evict(len(self.prefix) - self.prefix_cache_blocks)
+        if self.prefix is not None and self.kv_blocks is None:
+            self.prefix.trim(self.prefix_cache_blocks)
         self._prof.mark("prefix")
 
     # -- model work

@@ -20,8 +20,9 @@ import logging
 import os
 import shutil
 import threading
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,11 +37,14 @@ SUFFIX = ".kv"
 MAX_PENDING_BYTES = 512 << 20  # frames queued for the writer; past this a block is simply not persisted
 
 
-def default_dir(identity: bytes) -> Path:
-    """~/.cache/fak/kv/<model identity> (the models' cache root, $XDG_CACHE_HOME honoured)."""
-    from engine.gguf.aliases import cache_dir
+def model_dir(identity: bytes, root: str | Path | None = None) -> Path:
+    """<root>/<model identity>, root defaulting to ~/.cache/fak/kv (the models' cache root, $XDG_CACHE_HOME
+    honoured): one directory per model, so two models never share a directory."""
+    if root is None:
+        from engine.gguf.aliases import cache_dir
 
-    return cache_dir() / "kv" / identity.hex()[:32]
+        root = cache_dir() / "kv"
+    return Path(root).expanduser() / identity.hex()[:32]
 
 
 def default_bound(root: Path) -> int:
@@ -98,29 +102,29 @@ class KVDiskCache:
         for _, name, size in sorted(entries):
             self._index[name] = size
         self._bytes = sum(self._index.values())  # what the index holds, kept as files come and go
-        self._pending: deque[tuple[str, bytearray | memoryview]] = deque()
-        self._pending_names: set[str] = set()
+        self._pending_names: set[str] = set()  # queued for the writer, not yet on disk
         self._pending_bytes = 0
-        self._wake = threading.Condition(self._lock)
+        self._idle = threading.Condition(self._lock)  # notified as each queued block is done
         self._closed = False
-        self._writer = threading.Thread(target=self._write_loop, name="fak-kv-disk", daemon=True)
-        self._writer.start()
+        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fak-kv-disk")
 
     def fits(self, pool: BlockPool) -> bool:
         """The pool's blocks are the ones this cache stores (same layers, heads, head size, block, dtype)."""
         return hasattr(pool, "k") and KVLayout.of(pool) == self.layout
 
     # -- names
-    def names(self, tokens: list[int], n_blocks: int, scope: str, start: int = 0, prev: bytes | None = None
-              ) -> list[bytes]:
-        """Digests naming blocks start..n_blocks-1 of `tokens` in `scope` (prev: block start-1's digest)."""
-        bt = self.layout.block_tokens
+    def next_name(self, prev: bytes | None, scope: str, block: list[int]) -> bytes:
+        """The name of the block holding `block` (its token ids) after the block named `prev` (None: the
+        first block) in `scope`: each name folds in the one before, so it covers the whole prefix."""
         d = prev if prev is not None else hashlib.sha256(self._seed + scope.encode()).digest()
-        out = []
-        arr = np.asarray(tokens[start * bt : n_blocks * bt], dtype="<i8")
-        for i in range(n_blocks - start):
-            d = hashlib.sha256(d + arr[i * bt : (i + 1) * bt].tobytes()).digest()
-            out.append(d)
+        return hashlib.sha256(d + np.asarray(block, dtype="<i8").tobytes()).digest()
+
+    def names(self, tokens: list[int], n_blocks: int, scope: str) -> list[bytes]:
+        """The names of blocks 0..n_blocks-1 of `tokens` in `scope`."""
+        bt = self.layout.block_tokens
+        out: list[bytes] = []
+        for i in range(n_blocks):
+            out.append(self.next_name(out[-1] if out else None, scope, tokens[i * bt : (i + 1) * bt]))
         return out
 
     def has_files(self) -> bool:
@@ -146,27 +150,22 @@ class KVDiskCache:
         k[:, 0] = pool.k[:, block]
         v[:, 0] = pool.v[:, block]
         with self._lock:
-            self._pending.append((name, buf))
+            if self._closed:  # closed while the block was copied
+                return
             self._pending_names.add(name)
             self._pending_bytes += len(buf)
-            self._wake.notify()
+            self._writer.submit(self._write, name, buf)  # under the lock: close() cannot shut it down between
 
-    def _write_loop(self) -> None:
-        while True:
+    def _write(self, name: str, buf: bytearray | memoryview) -> None:
+        """The writer thread's job for one queued block: seal (the checksum) and store it."""
+        try:
+            if self.enabled:
+                self._store(name, seal_frame(buf))
+        finally:
             with self._lock:
-                while not self._pending and not self._closed:
-                    self._wake.wait()
-                if not self._pending:
-                    return
-                name, buf = self._pending.popleft()
-            try:
-                if self.enabled:
-                    self._store(name, seal_frame(buf))
-            finally:
-                with self._lock:
-                    self._pending_bytes -= len(buf)
-                    self._pending_names.discard(name)
-                    self._wake.notify_all()
+                self._pending_bytes -= len(buf)
+                self._pending_names.discard(name)
+                self._idle.notify_all()
 
     def _store(self, name: str, buf: bytearray | memoryview) -> None:
         final = self.dir / (name + SUFFIX)
@@ -244,14 +243,13 @@ class KVDiskCache:
     def flush(self, timeout: float = 60.0) -> None:
         """Wait until every queued block is on disk (tests; close)."""
         with self._lock:
-            self._wake.wait_for(lambda: not self._pending and self._pending_bytes == 0, timeout)
+            self._idle.wait_for(lambda: not self._pending_names, timeout)
 
     def close(self) -> None:
         self.flush()
         with self._lock:
             self._closed = True
-            self._wake.notify_all()
-        self._writer.join(timeout=5)
+        self._writer.shutdown(wait=True)
 
     def stats(self) -> DiskStats:
         with self._lock:

@@ -87,14 +87,12 @@ class SchedOptions:
             out["prefix_cache_bytes"] = int(self.prefix_cache_gib * 2**30)
         if self.kv_cache_dir != "off" and self.kv_cache_disk_gib != 0:
             from engine.wire.frame import KVLayout
-            from engine.wire.kv_disk import KVDiskCache, default_bound, default_dir
+            from engine.wire.kv_disk import KVDiskCache, default_bound, model_dir
 
-            c = model.config
-            pool_layout = KVLayout(c.n_layers, c.n_kv_heads, c.head_dim, self.block_tokens, "<f4")
-            root = Path(self.kv_cache_dir).expanduser() / model.identity.hex()[:32] if self.kv_cache_dir \
-                else default_dir(model.identity)
+            layout = KVLayout.of(model.new_pool(1, self.block_tokens))  # the scheduler's pool, one block of it
+            root = model_dir(model.identity, self.kv_cache_dir)
             bound = int(self.kv_cache_disk_gib * 2**30) if self.kv_cache_disk_gib is not None else default_bound(root)
-            out["kv_disk"] = KVDiskCache(root, model.identity, pool_layout, bound)
+            out["kv_disk"] = KVDiskCache(root, model.identity, layout, bound)
         return out
 
 
