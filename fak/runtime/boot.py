@@ -89,7 +89,10 @@ class SchedOptions:
             from engine.wire.frame import KVLayout
             from engine.wire.kv_disk import KVDiskCache, default_bound, model_dir
 
-            layout = KVLayout.of(model.new_pool(1, self.block_tokens))  # the scheduler's pool, one block of it
+            # the scheduler's pool layout, stated here (allocating a pool to read it would fail on an absurd
+            # --block-tokens before the scheduler can say so); NativeScheduler drops a disk that does not fit
+            c = model.config
+            layout = KVLayout(c.n_layers, c.n_kv_heads, c.head_dim, self.block_tokens, "<f4")
             root = model_dir(model.identity, self.kv_cache_dir)
             bound = int(self.kv_cache_disk_gib * 2**30) if self.kv_cache_disk_gib is not None else default_bound(root)
             out["kv_disk"] = KVDiskCache(root, model.identity, layout, bound)
