@@ -14,17 +14,19 @@ PREFIX_CACHE_GIB = typer.Option(None, "--prefix-cache-gib", help="Prefix cache: 
                                 "reuse (default a quarter of RAM) [FAK_PREFIX_CACHE_GIB].")
 KV_CACHE_DIR = typer.Option(None, "--kv-cache-dir", help="Prefix cache on disk: KV that survives a restart "
                             "(default ~/.cache/fak/kv/<model>) [FAK_KV_CACHE_DIR, 'off' disables].")
+KV_DTYPE = typer.Option(None, "--kv-dtype", help="KV cache element type: f32 | f16 | bf16 (half the bytes "
+                        "of f32 for long contexts) [FAK_KV_DTYPE].")
 NO_KV_CACHE_DIR = typer.Option(False, "--no-kv-cache-dir", help="No KV on disk (nothing persisted, nothing read).")
 KV_CACHE_DISK_GIB = typer.Option(None, "--kv-cache-disk-gib", help="Bound of the KV on disk, LRU (default 20) "
                                  "[FAK_KV_CACHE_DISK_GIB].")
 
 
 def cache_flags(prefix_cache_gib: float | None, kv_cache_dir: str | None, no_kv_cache_dir: bool,
-                kv_cache_disk_gib: float | None) -> dict[str, object]:
-    """The prefix-cache flags as SchedOptions.resolve keywords (--no-kv-cache-dir wins over a directory)."""
+                kv_cache_disk_gib: float | None, kv_dtype: str | None) -> dict[str, object]:
+    """The KV cache flags as SchedOptions.resolve keywords (--no-kv-cache-dir wins over a directory)."""
     from fak.errors import FakError
 
     if no_kv_cache_dir and kv_cache_dir is not None:
         raise FakError("--kv-cache-dir and --no-kv-cache-dir contradict each other")
     return {"prefix_cache_gib": prefix_cache_gib, "kv_cache_dir": "off" if no_kv_cache_dir else kv_cache_dir,
-            "kv_cache_disk_gib": kv_cache_disk_gib}
+            "kv_cache_disk_gib": kv_cache_disk_gib, "kv_dtype": kv_dtype}

@@ -33,6 +33,7 @@ def register(app: typer.Typer) -> None:
         kv_cache_dir: str | None = sched_flags.KV_CACHE_DIR,
         no_kv_cache_dir: bool = sched_flags.NO_KV_CACHE_DIR,
         kv_cache_disk_gib: float | None = sched_flags.KV_CACHE_DISK_GIB,
+        kv_dtype: str | None = sched_flags.KV_DTYPE,
         live: bool = typer.Option(False, "--live", help="A live view of the engine in this terminal (stderr)."),
         json_logs: bool = typer.Option(False, "--json-logs", help="Log one JSON object per line (with an access log)."),
         policy: str | None = typer.Option(None, "--policy", help="Policy JSON for the tool calls the model proposes "
@@ -76,7 +77,7 @@ def register(app: typer.Typer) -> None:
         sched = SchedOptions.resolve(max_running=max_running, kv_blocks=kv_blocks, block_tokens=block_tokens,
                                      preempt=preempt, victim=victim,
                                      **sched_flags.cache_flags(prefix_cache_gib, kv_cache_dir, no_kv_cache_dir,
-                                                               kv_cache_disk_gib))
+                                                               kv_cache_disk_gib, kv_dtype))
         from engine.gguf.aliases import default_model, resolve_model
 
         name = gguf or default_model()

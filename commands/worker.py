@@ -37,6 +37,7 @@ def register(app: typer.Typer) -> None:
         block_tokens: int | None = sched_flags.BLOCK_TOKENS,
         preempt: str | None = sched_flags.PREEMPT,
         victim: str | None = sched_flags.VICTIM,
+        kv_dtype: str | None = sched_flags.KV_DTYPE,
         shm_mb: int = typer.Option(256, "--shm-mb", help="decode: shared-memory ring size per prefill link (MiB)."),
         key: str | None = typer.Option(None, "--key", help="Seal KV frame descriptors with this cluster key; "
                                           "every worker of a cluster needs the same one [FAK_PD_KEY]."),
@@ -61,7 +62,7 @@ def register(app: typer.Typer) -> None:
         if shm_mb < 1:
             raise FakError(f"--shm-mb {shm_mb}: expected a positive integer")
         sched = SchedOptions.resolve(max_running=max_running, kv_blocks=kv_blocks, block_tokens=block_tokens,
-                                     preempt=preempt, victim=victim)
+                                     preempt=preempt, victim=victim, kv_dtype=kv_dtype)
         if threads:
             import numba
 

@@ -17,7 +17,8 @@ import numpy as np
 from numba import njit, prange
 
 from engine.errors import EngineError
-from engine.kernels.blockdot import axpy_f32, dot_f32, prefetch_ahead
+from engine.kernels.blockdot import prefetch_ahead
+from engine.kernels.kvtype import decode, kv_axpy, kv_dot, kv_put
 from engine.kernels.ops import _exp32
 from engine.kernels.parallel import ORDERED_FASTMATH, SMALL_WORK, launch, prefill_pool, prefill_workers
 
@@ -35,8 +36,8 @@ def chunk_positions(head_dim: int) -> int:
     return max(16, KV_TASK_BYTES // (4 * head_dim))
 
 
-# Every sum adds in the order written (the q.k dots through blockdot.dot_f32, the softmax sums in
-# sequence, P.V elementwise per output value, the chunks combined in position order), so the serial
+# Every sum adds in the order written (the q.k dots through kvtype.kv_dot, in blockdot.dot_f32's order, the
+# softmax sums in sequence, P.V elementwise per output value, the chunks combined in position order), so the serial
 # twin and the parallel kernel give the same bits whatever the compiler does with the loops
 # (tests/engine/kernels/test_twins.py), and a row's result depends on its own positions only.
 @njit(parallel=True, nogil=True, fastmath=ORDERED_FASTMATH, error_model="numpy", cache=True)
@@ -64,18 +65,23 @@ def _paged_attention(
     t_rows, n_heads, dim = q.shape
     bt, kvh = k_pool.shape[1], k_pool.shape[2]
     group = n_heads // kvh
-    if q.strides[2] != 4 or q.strides[1] != 4 * dim or k_pool.strides[3] != 4 or k_pool.shape[3] != dim:
-        raise ValueError("paged attention: q and K must hold contiguous float32 rows of head_dim")  # raw reads below
-    if v_pool.strides[3] != 4 or v_pool.shape[3] != dim or v_pool.shape[2] != kvh or chunk < 1:
-        raise ValueError("paged attention: V must hold contiguous float32 rows of head_dim")
+    if q.strides[2] != 4 or q.strides[1] != 4 * dim or k_pool.strides[3] != k_pool.itemsize or k_pool.shape[3] != dim:
+        raise ValueError("paged attention: q and K must hold contiguous rows of head_dim")  # raw reads below
+    if v_pool.strides[3] != v_pool.itemsize or v_pool.shape[3] != dim or v_pool.shape[2] != kvh or chunk < 1:
+        raise ValueError("paged attention: V must hold contiguous rows of head_dim")
     if k_new.shape[0] != 0:
         if (k_new.shape[0] != t_rows or v_new.shape[0] != t_rows or k_new.shape[1] != kvh or k_new.shape[2] != dim
                 or v_new.shape[1] != kvh or v_new.shape[2] != dim or dest_block.shape[0] != t_rows
                 or dest_off.shape[0] != t_rows):
             raise ValueError("paged attention: new K/V rows do not match the query rows")
+        if (k_new.strides[2] != 4 or k_new.strides[1] != 4 * dim or v_new.strides[2] != 4
+                or v_new.strides[1] != 4 * dim):
+            raise ValueError("paged attention: new K/V rows must be contiguous float32")
         for t in range(t_rows):
-            k_pool[dest_block[t], dest_off[t]] = k_new[t]
-            v_pool[dest_block[t], dest_off[t]] = v_new[t]
+            kv_put(k_pool, np.uint64(k_pool[dest_block[t], dest_off[t]].ctypes.data), np.uint64(k_new[t].ctypes.data),
+                   kvh * dim)
+            kv_put(v_pool, np.uint64(v_pool[dest_block[t], dest_off[t]].ctypes.data), np.uint64(v_new[t].ctypes.data),
+                   kvh * dim)
     qa, ka, va = np.uint64(q.ctypes.data), np.uint64(k_pool.ctypes.data), np.uint64(v_pool.ctypes.data)
     ks0, ks1, ks2 = np.uint64(k_pool.strides[0]), np.uint64(k_pool.strides[1]), np.uint64(k_pool.strides[2])
     vs0, vs1, vs2 = np.uint64(v_pool.strides[0]), np.uint64(v_pool.strides[1]), np.uint64(v_pool.strides[2])
@@ -97,8 +103,9 @@ def _paged_attention(
         lo = los[t] + (ci - first[t]) * chunk
         n = min(row_pos[t] + 1, lo + chunk) - lo
         s = np.empty((group, chunk), dtype=np.float32)
-        attend_chunk(qa + np.uint64(t * n_heads * dim * 4), ka, va, ks0, ks1, ks2, vs0, vs1, vs2, tables[row_lane[t]],
-                     bt, kh, lo, n, scale, softcap, s, part_m[ci, kh], part_l[ci, kh], part_o[ci, kh])
+        attend_chunk(k_pool, v_pool, qa + np.uint64(t * n_heads * dim * 4), ka, va, ks0, ks1, ks2, vs0, vs1, vs2,
+                     tables[row_lane[t]], bt, kh, lo, n, scale, softcap, s, part_m[ci, kh], part_l[ci, kh],
+                     part_o[ci, kh])
     for th in prange(t_rows * kvh):
         t, kh = th // kvh, th % kvh
         merge_chunks(part_m[first[t]:first[t + 1], kh], part_l[first[t]:first[t + 1], kh],
@@ -108,17 +115,24 @@ def _paged_attention(
 # The two halves of a decode-attention task, shared by _paged_attention and the lane kernel
 # (engine/kernels/lane_kernel.py): one compiled body each, so both give the same bits.
 @njit(nogil=True, fastmath=ORDERED_FASTMATH, error_model="numpy", cache=True)
-def attend_chunk(qa, ka, va, ks0, ks1, ks2, vs0, vs1, vs2, table, bt, kh, lo, n, scale, softcap, s,
+def attend_chunk(kp, vp, qa, ka, va, ks0, ks1, ks2, vs0, vs1, vs2, table, bt, kh, lo, n, scale, softcap, s,
                  pm, pl, po):  # type: ignore[no-untyped-def]  # pragma: no cover - numba
     """Positions lo..lo+n-1 for KV head kh and its `group` query heads (q row at address qa, heads of
-    `dim` floats): the partial softmax max pm[g], sum pl[g] and unnormalised P.V po[g] ([group, dim])."""
+    `dim` floats): the partial softmax max pm[g], sum pl[g] and unnormalised P.V po[g] ([group, dim]).
+    kp, vp: the K and V pools, for their element type only (engine/kernels/kvtype.py)."""
     group, dim = po.shape
+    # positions walk their blocks by (block, offset) counters: a division per position (p // bt, p % bt:
+    # a 64-bit idiv, 40+ cycles) cost as much as the position's q.k dots
+    b0, off0 = lo // bt, lo % bt
+    blk, off = b0, off0
     for j in range(n):
-        p = lo + j
-        krow = ka + np.uint64(table[p // bt]) * ks0 + np.uint64(p % bt) * ks1 + np.uint64(kh) * ks2
+        krow = ka + np.uint64(table[blk]) * ks0 + np.uint64(off) * ks1 + np.uint64(kh) * ks2
+        off += 1
+        if off == bt:
+            blk, off = blk + 1, 0
         prefetch_ahead(krow)  # the K rows come cold from DRAM: ask for the ones a few positions on
         for g in range(group):
-            acc = dot_f32(qa + np.uint64((kh * group + g) * dim * 4), krow, dim)
+            acc = kv_dot(kp, qa + np.uint64((kh * group + g) * dim * 4), krow, dim)
             acc = acc * np.float32(scale)
             if softcap > 0.0:
                 acc = np.float32(softcap) * np.tanh(acc / np.float32(softcap))
@@ -136,12 +150,15 @@ def attend_chunk(qa, ka, va, ks0, ks1, ks2, vs0, vs1, vs2, table, bt, kh, lo, n,
         pl[g] = tot
     po[:] = 0.0
     oa = np.uint64(po.ctypes.data)
+    blk, off = b0, off0
     for j in range(n):
-        p = lo + j
-        vrow = va + np.uint64(table[p // bt]) * vs0 + np.uint64(p % bt) * vs1 + np.uint64(kh) * vs2
+        vrow = va + np.uint64(table[blk]) * vs0 + np.uint64(off) * vs1 + np.uint64(kh) * vs2
+        off += 1
+        if off == bt:
+            blk, off = blk + 1, 0
         prefetch_ahead(vrow)
         for g in range(group):
-            axpy_f32(s[g, j], vrow, oa + np.uint64(g * dim * 4), dim)
+            kv_axpy(vp, s[g, j], vrow, oa + np.uint64(g * dim * 4), dim)
 
 
 @njit(nogil=True, fastmath=ORDERED_FASTMATH, error_model="numpy", cache=True)
@@ -318,12 +335,12 @@ def _flash_task(kh: int, a: int, b: int, q: np.ndarray, k_pool: np.ndarray, v_po
         k1 = min(last_q + 1, k0 + KEY_TILE)
         pos = np.arange(k0, k1)
         blk, off = table[pos // bt], pos % bt
-        kt = k_pool[blk, off, kh]  # [n, dim] gathered from the blocks: one copy per tile
+        kt = decode(k_pool[blk, off, kh])  # [n, dim] gathered from the blocks (and widened): one copy per tile
         s = qs @ kt.T  # [rows * group, n]
         masked = k1 - 1 > first_q or (window > 0 and k0 <= last_q - window)
         _online_softmax(s, m_run, l_run, acc, k0, first_q, group, window, np.float32(scale), np.float32(softcap),
                         masked)
-        acc += s @ v_pool[blk, off, kh]
+        acc += s @ decode(v_pool[blk, off, kh])
     out[a:b, heads] = (acc / l_run[:, None]).reshape(rows, group, dim)
 
 

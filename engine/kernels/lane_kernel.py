@@ -25,6 +25,7 @@ from numba import njit, prange
 
 from engine.kernels.attention import attend_chunk, merge_chunks
 from engine.kernels.blockdot import U
+from engine.kernels.kvtype import kv_put
 from engine.kernels.ops import _gated, _qkv_prep, _residual_norm, _rmsnorm
 from engine.kernels.parallel import serial_twin
 from engine.kernels.tasks import LINE, _fetch_add, _load_acquire, claim, cycles, finish, wait_done
@@ -171,8 +172,8 @@ def lane_layers(nthreads, lo, hi, kv0, prods, layer_prods, buf, offs, dims,
             if claim(ctr, ph) == 0:  # biases, q/k norms, RoPE; then the row's own K/V into the pool
                 _qkv_prep_s(q2, k2, v2, bq[li], bk[li], bv[li], q_norm[li], k_norm[li], cos[li:li + 1],
                             sin[li:li + 1], rope_on[li], neox, eps, qo, ko, vo)
-                k_pool[li - kv0, dest_block, dest_off] = ko[0]
-                v_pool[li - kv0, dest_block, dest_off] = vo[0]
+                kv_put(k_pool, U(k_pool[li - kv0, dest_block, dest_off].ctypes.data), U(ko.ctypes.data), kv_dim)
+                kv_put(v_pool, U(v_pool[li - kv0, dest_block, dest_off].ctypes.data), U(vo.ctypes.data), kv_dim)
                 finish(ctr, ph)
             wait_done(ctr, ph, 1)
             ph = _next(stamps, ph, timed)
@@ -189,8 +190,8 @@ def lane_layers(nthreads, lo, hi, kv0, prods, layer_prods, buf, offs, dims,
                     break
                 ci, kh = task // kvh, task % kvh
                 c0 = first + ci * chunk
-                attend_chunk(qa, ka, va, ks0, ks1, ks2, vs0, vs1, vs2, table, bt, kh, c0, min(pos + 1, c0 + chunk) - c0,
-                             scale, softcap, s, part_m[ci, kh], part_l[ci, kh], part_o[ci, kh])
+                attend_chunk(k_pool, v_pool, qa, ka, va, ks0, ks1, ks2, vs0, vs1, vs2, table, bt, kh, c0,
+                             min(pos + 1, c0 + chunk) - c0, scale, softcap, s, part_m[ci, kh], part_l[ci, kh], part_o[ci, kh])
                 finish(ctr, ph)
             wait_done(ctr, ph, nch * kvh)
             ph = _next(stamps, ph, timed)

@@ -89,6 +89,7 @@ class Model:
         self.identity = identity if identity is not None else config_identity(config, name)
         self.tensor_types = tensor_types or {}  # GGUF tensor count per type ("Q4_K": 100, ...): the quant mix
         self.prefill_blas = True
+        self.kv_dtype = "f32"  # what new pools store K/V as (engine/kernels/kvtype.py; boot sets --kv-dtype)
         self.expert_bytes_read = 0  # MoE: expert weight bytes the forwards have read (only chosen experts)
         self._lane_plan: LanePlan | None = None
         self._lane_plan_built = False
@@ -103,7 +104,8 @@ class Model:
 
     def new_pool(self, num_blocks: int | None = None, block_tokens: int = 16) -> BlockPool:
         c = self.config
-        return BlockPool(c.n_layers, c.n_kv_heads, c.head_dim, num_blocks=num_blocks, block_tokens=block_tokens)
+        return BlockPool(c.n_layers, c.n_kv_heads, c.head_dim, num_blocks=num_blocks, block_tokens=block_tokens,
+                         kv_dtype=self.kv_dtype)
 
     def forward(self, ids: np.ndarray, lanes: list[LaneInput], decode: bool,
                 trace: list[np.ndarray] | None = None, all_logits: bool = False, head: bool = True) -> np.ndarray:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from engine.errors import EngineError
+from engine.kernels import kvtype
 
 
 def physical_memory() -> int:
@@ -43,7 +44,7 @@ class BlockPool:
         head_dim: int,
         num_blocks: int | None = None,
         block_tokens: int = 16,
-        dtype: type = np.float32,
+        kv_dtype: str = "f32",
     ) -> None:
         if block_tokens <= 0:
             raise EngineError(f"block_tokens must be positive, got {block_tokens}")
@@ -54,7 +55,8 @@ class BlockPool:
         shape = (n_layers, cap, block_tokens, n_kv_heads, head_dim)
         # Python ints: an absurd --kv-blocks / --block-tokens is a clear error, not a numpy ValueError or
         # MemoryError (or minutes building a free list of 10**20 ids)
-        nbytes = 2 * n_layers * cap * block_tokens * n_kv_heads * head_dim * np.dtype(dtype).itemsize
+        dtype = kvtype.storage(kv_dtype)  # f16 / bf16 held as their bits (engine/kernels/kvtype.py)
+        nbytes = 2 * n_layers * cap * block_tokens * n_kv_heads * head_dim * dtype.itemsize
         if nbytes > physical_memory():
             raise EngineError(f"KV pool of {cap} blocks x {block_tokens} tokens needs {nbytes / 2**30:,.1f} GiB, "
                               f"more than this machine's {physical_memory() / 2**30:,.1f} GiB")
@@ -66,6 +68,11 @@ class BlockPool:
                               "cannot be allocated") from None
         self.refcount = np.zeros(cap, dtype=np.int32)
         self._free: list[int] = list(range(cap - 1, -1, -1))  # pop() hands out low ids first
+
+    @property
+    def kv_dtype(self) -> str:
+        """'f32', 'f16' or 'bf16': what the K/V values are stored as."""
+        return kvtype.name_of(self.k.dtype)
 
     @property
     def capacity(self) -> int:
@@ -165,18 +172,18 @@ class PageTable:
         while pos < end:
             b, off = self.blocks[pos // bt], pos % bt
             n = min(bt - off, end - pos)
-            self.pool.k[layer, b, off : off + n] = k[t : t + n]
-            self.pool.v[layer, b, off : off + n] = v[t : t + n]
+            self.pool.k[layer, b, off : off + n] = kvtype.encode(k[t : t + n], self.pool.k.dtype)
+            self.pool.v[layer, b, off : off + n] = kvtype.encode(v[t : t + n], self.pool.v.dtype)
             pos += n
             t += n
 
     def gather(self, layer: int, n_tokens: int) -> tuple[np.ndarray, np.ndarray]:
-        """K and V of positions 0..n_tokens-1 as contiguous [n_tokens, kv_heads, head_dim] arrays."""
+        """K and V of positions 0..n_tokens-1 as contiguous float32 [n_tokens, kv_heads, head_dim] arrays."""
         nb = -(-n_tokens // self.pool.block_tokens)
         ids = self.blocks[:nb]
         shape = (nb * self.pool.block_tokens, self.pool.n_kv_heads, self.pool.head_dim)
-        k = self.pool.k[layer, ids].reshape(shape)[:n_tokens]
-        v = self.pool.v[layer, ids].reshape(shape)[:n_tokens]
+        k = kvtype.decode(self.pool.k[layer, ids].reshape(shape)[:n_tokens])
+        v = kvtype.decode(self.pool.v[layer, ids].reshape(shape)[:n_tokens])
         return k, v
 
     def free(self) -> None:

@@ -461,6 +461,7 @@ class PipelineModel(Model):
         super().__init__(model.config, model.weights, name=model.name, tensor_types=model.tensor_types,
                          identity=model.identity)
         self.prefill_blas = model.prefill_blas
+        self.kv_dtype = model.kv_dtype
         self.pipeline = pipeline
 
     def new_pool(self, num_blocks: int | None = None, block_tokens: int = 16) -> BlockPool:

@@ -41,7 +41,8 @@ class Stage:
 
     def new_pool(self, num_blocks: int | None, block_tokens: int) -> BlockPool:
         c = self.model.config
-        return BlockPool(self.hi - self.lo, c.n_kv_heads, c.head_dim, num_blocks=num_blocks, block_tokens=block_tokens)
+        return BlockPool(self.hi - self.lo, c.n_kv_heads, c.head_dim, num_blocks=num_blocks, block_tokens=block_tokens,
+                         kv_dtype=getattr(self.model, "kv_dtype", "f32"))
 
     def reset_pool(self, pid: int, num_blocks: int | None, block_tokens: int, gen: int = 0) -> int:
         """(Re)create pool `pid` to the head's budget, for the head's pipeline generation `gen` (messages of an

@@ -33,6 +33,7 @@ import xxhash
 
 from engine.errors import EngineError
 from engine.gguf.identity import IDENTITY_BYTES
+from engine.kernels import kvtype
 from engine.model.kv import BlockPool
 
 MAGIC = b"FAKV"
@@ -44,7 +45,7 @@ SEAL_BYTES = 16
 # blocks, last fill, descriptor length, descriptor seal
 _HEADER = struct.Struct(f"<4sHHQ{IDENTITY_BYTES}sIIII8sIII{SEAL_BYTES}s")
 HEADER_BYTES = _HEADER.size
-_DTYPES = ("<f4", "<f2")  # what a BlockPool holds
+_DTYPES = tuple(kvtype.WIRE.values())  # what a BlockPool holds: f32, f16, bf16
 _MAX_DESCRIPTOR = 1 << 16
 
 
@@ -60,18 +61,23 @@ class KVLayout:
     n_kv_heads: int
     head_dim: int
     block_tokens: int
-    dtype: str  # numpy dtype.str, e.g. "<f4"
+    dtype: str  # the K/V element type as the header names it: "<f4", "<f2" or "bf16" (kvtype.WIRE)
 
     @classmethod
     def of(cls, pool: BlockPool) -> KVLayout:
-        return cls(pool.n_layers, pool.n_kv_heads, pool.head_dim, pool.block_tokens, pool.k.dtype.str)
+        return cls(pool.n_layers, pool.n_kv_heads, pool.head_dim, pool.block_tokens, kvtype.wire_name(pool.k.dtype))
+
+    @property
+    def storage(self) -> np.dtype:
+        """The dtype the K/V bytes are read as (a pool of this layout holds the same)."""
+        return kvtype.from_wire(self.dtype)
 
     def block_shape(self, n_blocks: int) -> tuple[int, int, int, int, int]:
         return (self.n_layers, n_blocks, self.block_tokens, self.n_kv_heads, self.head_dim)
 
     def kv_bytes(self, n_blocks: int) -> int:
         """Bytes of K (or of V) for n blocks."""
-        return self.n_layers * n_blocks * self.block_tokens * self.n_kv_heads * self.head_dim * np.dtype(self.dtype).itemsize
+        return self.n_layers * n_blocks * self.block_tokens * self.n_kv_heads * self.head_dim * self.storage.itemsize
 
 
 @dataclass(frozen=True)
@@ -168,8 +174,8 @@ def alloc_frame(layout: KVLayout, identity: bytes, hashes: Sequence[int], positi
     _HEADER.pack_into(buf, 0, MAGIC, VERSION, 0, len(buf), identity, layout.n_layers, layout.n_kv_heads,
                       layout.head_dim, layout.block_tokens, layout.dtype.encode(), n, last_fill, len(desc), seal)
     shape = layout.block_shape(n)
-    k = np.frombuffer(buf, dtype=layout.dtype, count=int(np.prod(shape)), offset=k_at).reshape(shape)
-    v = np.frombuffer(buf, dtype=layout.dtype, count=int(np.prod(shape)), offset=v_at).reshape(shape)
+    k = np.frombuffer(buf, dtype=layout.storage, count=int(np.prod(shape)), offset=k_at).reshape(shape)
+    v = np.frombuffer(buf, dtype=layout.storage, count=int(np.prod(shape)), offset=v_at).reshape(shape)
     return buf, k, v
 
 
@@ -233,8 +239,8 @@ def decode_frame(data: bytes | bytearray | memoryview, identity: bytes, layout: 
         raise FrameError(f"KV frame block positions must be non-negative multiples of {bt}: {positions[:8].tolist()}")
     shape = layout.block_shape(n)
     count = int(np.prod(shape))
-    k = np.frombuffer(mv, dtype=dtype, count=count, offset=k_at).reshape(shape)
-    v = np.frombuffer(mv, dtype=dtype, count=count, offset=v_at).reshape(shape)
+    k = np.frombuffer(mv, dtype=got.storage, count=count, offset=k_at).reshape(shape)
+    v = np.frombuffer(mv, dtype=got.storage, count=count, offset=v_at).reshape(shape)
     for a in (hashes, positions, k, v):
         a.flags.writeable = False
     return Frame(bytes(f_id), got, hashes, positions, int(last_fill), descriptor, k, v)

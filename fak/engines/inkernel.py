@@ -38,7 +38,7 @@ class InKernelEngine:
                  max_tokens: int = 16, max_running: int | None = None, kv_blocks: int | None = None,
                  block_tokens: int | None = None, preempt: str | None = None, victim: str | None = None,
                  prefix_cache_gib: float | None = None, kv_cache_dir: str | None = None,
-                 kv_cache_disk_gib: float | None = None, **_ignored: Any) -> None:
+                 kv_cache_disk_gib: float | None = None, kv_dtype: str | None = None, **_ignored: Any) -> None:
         if prompt_tokens <= 0 or max_tokens < 0:
             raise FakError(f"inkernel: prompt_tokens must be > 0 and max_tokens >= 0 (got {prompt_tokens}, {max_tokens})")
         self.gguf = gguf or os.environ.get("FAK_MODEL") or os.environ.get("FAK_MODEL_DIR") or "synthetic"
@@ -51,7 +51,7 @@ class InKernelEngine:
             self.sched_options = SchedOptions.resolve(max_running=max_running, kv_blocks=kv_blocks,
                                                       block_tokens=block_tokens, preempt=preempt, victim=victim,
                                                       prefix_cache_gib=prefix_cache_gib, kv_cache_dir=kv_cache_dir,
-                                                      kv_cache_disk_gib=kv_cache_disk_gib)
+                                                      kv_cache_disk_gib=kv_cache_disk_gib, kv_dtype=kv_dtype)
         except FakError as exc:
             raise FakError(f"inkernel: {exc}") from None
 

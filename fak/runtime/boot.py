@@ -34,18 +34,20 @@ class SchedOptions:
     prefix_cache_gib: float | None = None  # None: a quarter of the machine's memory
     kv_cache_dir: str | None = None  # None: ~/.cache/fak/kv/<model identity>; "off": no disk tier
     kv_cache_disk_gib: float | None = None  # None: 20 GiB or a quarter of the free disk, the smaller
+    kv_dtype: str = "f32"  # what the KV cache stores: f32 | f16 | bf16 (engine/kernels/kvtype.py)
 
     ENV = {"max_running": "FAK_MAX_RUNNING", "kv_blocks": "FAK_KV_BLOCKS", "block_tokens": "FAK_BLOCK_TOKENS",
            "preempt": "FAK_PREEMPT", "victim": "FAK_VICTIM", "prefix_cache_gib": "FAK_PREFIX_CACHE_GIB",
-           "kv_cache_dir": "FAK_KV_CACHE_DIR", "kv_cache_disk_gib": "FAK_KV_CACHE_DISK_GIB"}
+           "kv_cache_dir": "FAK_KV_CACHE_DIR", "kv_cache_disk_gib": "FAK_KV_CACHE_DISK_GIB", "kv_dtype": "FAK_KV_DTYPE"}
     _SCHED = ("max_running", "kv_blocks", "block_tokens", "preempt", "victim")  # what every worker takes too
 
     @classmethod
     def resolve(cls, *, env: bool = True, **given: Any) -> SchedOptions:
         """Flag value, else (with `env`) its FAK_* variable, else the default; checked here, once."""
+        from engine.kernels.kvtype import KV_DTYPES
         from engine.sched.preemption import PREEMPT_MODES, VICTIM_RULES
 
-        choices = {"preempt": PREEMPT_MODES, "victim": VICTIM_RULES}
+        choices = {"preempt": PREEMPT_MODES, "victim": VICTIM_RULES, "kv_dtype": KV_DTYPES}
         floats = ("prefix_cache_gib", "kv_cache_disk_gib")
         out: dict[str, Any] = {}
         for key, var in cls.ENV.items():
@@ -80,19 +82,26 @@ class SchedOptions:
         """The scheduler flags (what a worker process takes too)."""
         return {k: getattr(self, k) for k in self._SCHED}
 
+    def worker_args(self) -> list[str]:
+        """The flags a worker process is started with: the scheduler's and the KV dtype (its pools must hold
+        what the head's frames carry)."""
+        return [f"--{k.replace('_', '-')}={v}" for k, v in self.as_kwargs().items() if v is not None] + \
+            [f"--kv-dtype={self.kv_dtype}"]
+
     def cache_kwargs(self, model: Any) -> dict[str, Any]:
         """The head scheduler's prefix-cache sizes and its disk tier for `model` (NativeScheduler kwargs)."""
         out: dict[str, Any] = {}
         if self.prefix_cache_gib is not None:
             out["prefix_cache_bytes"] = int(self.prefix_cache_gib * 2**30)
         if self.kv_cache_dir != "off" and self.kv_cache_disk_gib != 0:
+            from engine.kernels.kvtype import WIRE
             from engine.wire.frame import KVLayout
             from engine.wire.kv_disk import KVDiskCache, default_bound, model_dir
 
             # the scheduler's pool layout, stated here (allocating a pool to read it would fail on an absurd
             # --block-tokens before the scheduler can say so); NativeScheduler drops a disk that does not fit
             c = model.config
-            layout = KVLayout(c.n_layers, c.n_kv_heads, c.head_dim, self.block_tokens, "<f4")
+            layout = KVLayout(c.n_layers, c.n_kv_heads, c.head_dim, self.block_tokens, WIRE[self.kv_dtype])
             root = model_dir(model.identity, self.kv_cache_dir)
             bound = int(self.kv_cache_disk_gib * 2**30) if self.kv_cache_disk_gib is not None else default_bound(root)
             out["kv_disk"] = KVDiskCache(root, model.identity, layout, bound)
@@ -156,6 +165,7 @@ def boot(model: str | None = None, *, resident: bool = True, sched: SchedOptions
         t0 = time.perf_counter()
         m = load_model(str(path) if path is not None else "synthetic", resident=resident, progress=show)
         load_s = time.perf_counter() - t0
+        m.kv_dtype = opts.kv_dtype  # every pool built over this model (scheduler, P/D, stages) stores this
         tok = tokenizer_for(m, path, bytes_fallback)
         text_ok = tok is not None and tok.vocab_size >= m.config.vocab_size
         eos = eos_ids(tok, m.config)

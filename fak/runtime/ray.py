@@ -50,6 +50,7 @@ class _Host:
         b = boot(model, resident=resident, show=False, scheduler=False)
         self._model = b.model
         opts = dict(spec.options)
+        b.model.kv_dtype = opts.pop("kv_dtype", b.model.kv_dtype)  # the head's: its frames carry that layout
         stages = opts.pop("stage_actors", None)
         prefill_chunk = opts.pop("prefill_chunk", 64)
         addrs: list[str] | None = None
@@ -202,12 +203,14 @@ def supervise_pd(head: Any, workers: RayWorkers, every: float = 0.5) -> threadin
 def pd_specs(n_decode: int, sched: dict[str, Any], prefill_chunk: int = 64,
              stage_actors: list[list[Any]] | None = None) -> list[WorkerSpec]:
     """One prefill and n decode workers; `stage_actors[j]`: decode worker j's pipeline stages (P/D + stages)."""
-    pre = {"block_tokens": sched.get("block_tokens", 16), "prefill_chunk": prefill_chunk}
+    pre = {"block_tokens": sched.get("block_tokens", 16), "prefill_chunk": prefill_chunk,
+           "kv_dtype": sched.get("kv_dtype", "f32")}
     dec = {k: v for k, v in sched.items() if v is not None} | {"prefill_chunk": prefill_chunk}
     return [WorkerSpec("prefill", "prefill-0", options=pre)] + \
            [WorkerSpec("decode", f"decode-{i}", options=dec | ({"stage_actors": stage_actors[i]} if stage_actors else {}))
             for i in range(n_decode)]
 
 
-def stage_specs(bands: list[tuple[int, int]], prefix: str = "") -> list[WorkerSpec]:
-    return [WorkerSpec("stage", f"{prefix}stage-{i}", layers=b) for i, b in enumerate(bands)]
+def stage_specs(bands: list[tuple[int, int]], prefix: str = "", kv_dtype: str = "f32") -> list[WorkerSpec]:
+    return [WorkerSpec("stage", f"{prefix}stage-{i}", layers=b, options={"kv_dtype": kv_dtype})
+            for i, b in enumerate(bands)]

@@ -140,17 +140,19 @@ def boot_pd(model: str, *, resident: bool = True, sched: SchedOptions | None = N
             groups: list[Any] = []
             if stages or cuts:  # each decode worker pipelined over its own stage actors
                 plan = PartitionPlan.at(b.model, cuts) if cuts else PartitionPlan.by_bytes(b.model, stages)
-                groups = [RayWorkers(stage_specs(plan.bands, f"decode-{j}-"), path, address=ray, resident=resident)
+                groups = [RayWorkers(stage_specs(plan.bands, f"decode-{j}-", opts.kv_dtype), path, address=ray,
+                                     resident=resident)
                           for j in range(local)]
-            started = RayWorkers(pd_specs(local, opts.as_kwargs(), stage_actors=[g.actors for g in groups] or None),
-                                 path, address=ray, resident=resident, resources=ray_resources)
+            specs = pd_specs(local, opts.as_kwargs() | {"kv_dtype": opts.kv_dtype},
+                             stage_actors=[g.actors for g in groups] or None)
+            started = RayWorkers(specs, path, address=ray, resident=resident, resources=ray_resources)
             started.owned = groups
             prefill, decoders = started.addresses[0], started.addresses[1:]
             transport = "tcp"
         elif local:
             from fak.runtime.local import LocalWorkers
 
-            args = [f"--{k.replace('_', '-')}={v}" for k, v in opts.as_kwargs().items() if v is not None]
+            args = opts.worker_args()
             started = LocalWorkers(str(b.path) if b.path is not None else model, local, plain=not resident,
                                    sched_args=args, worker_argv=_argv(worker_argv))
             prefill, decoders = started.prefill.address, [w.address for w in started.decoders]
@@ -204,8 +206,9 @@ def boot_pipeline(model: str, *, resident: bool = True, sched: SchedOptions | No
             from fak.runtime.ray import RayWorkers, stage_specs
 
             plan = PartitionPlan.at(b.model, cuts) if cuts else PartitionPlan.by_bytes(b.model, stages)
-            started = RayWorkers(stage_specs(plan.bands), str(b.path) if b.path is not None else model, address=ray,
-                                 resident=resident, resources=ray_resources)
+            path = str(b.path) if b.path is not None else model
+            started = RayWorkers(stage_specs(plan.bands, kv_dtype=opts.kv_dtype), path, address=ray, resident=resident,
+                                 resources=ray_resources)
             pm = remote_pipeline(b.model, started.addresses, transport="tcp", rejoin=started.rejoin)
             pm.pipeline.owned.append(started)
         elif workers:
@@ -218,7 +221,7 @@ def boot_pipeline(model: str, *, resident: bool = True, sched: SchedOptions | No
                 from fak.runtime.local import LocalStages
 
                 started = LocalStages(str(b.path) if b.path is not None else model, plan.bands, plain=not resident,
-                                      worker_argv=_argv(worker_argv))
+                                      worker_argv=_argv(worker_argv), env={"FAK_KV_DTYPE": opts.kv_dtype})
                 pm = remote_pipeline(b.model, [w.address for w in started.workers], transport=transport or "shm")
                 pm.pipeline.owned.append(started)
         eos = eos_ids(b.tokenizer, b.model.config)

@@ -29,19 +29,24 @@ def test_flags_reach_the_engine_and_bad_values_are_one_line() -> None:
     assert all(c["status"] == "OK" for c in json.loads(ok.stdout)["calls"] if c["verdict"] != "DENY")
     bad = _fak("run", "--trace", "examples/trace.json", "--engine", "inkernel", "--preempt", "drop")
     assert bad.returncode == 2 and bad.stderr.strip() == "fak: error: --preempt 'drop': expected one of swap, recompute"
+    bad = _fak("run", "synthetic", "--ids", "1,2", "--kv-dtype", "f8")
+    assert bad.returncode == 2 and bad.stderr.strip() == "fak: error: --kv-dtype 'f8': expected one of f32, f16, bf16"
 
 
 @pytest.mark.parametrize("args, env, want", [
     (["run", "--trace", "examples/trace.json", "--engine", "inkernel", "--max-running", "2", "--kv-blocks", "64",
-      "--block-tokens", "8", "--preempt", "recompute", "--victim", "cost-aware", "--json"], {},
-     (2, 64, 8, "recompute", "cost-aware")),
+      "--block-tokens", "8", "--preempt", "recompute", "--victim", "cost-aware", "--kv-dtype", "bf16", "--json"], {},
+     (2, 64, 8, "recompute", "cost-aware", "bf16")),
     (["run", "--trace", "examples/trace.json", "--engine", "inkernel", "--max-running", "3", "--json"],
-     {"FAK_KV_BLOCKS": "40", "FAK_BLOCK_TOKENS": "4", "FAK_PREEMPT": "recompute", "FAK_VICTIM": "cost-aware"},
-     (3, 40, 4, "recompute", "cost-aware")),
+     {"FAK_KV_BLOCKS": "40", "FAK_BLOCK_TOKENS": "4", "FAK_PREEMPT": "recompute", "FAK_VICTIM": "cost-aware",
+      "FAK_KV_DTYPE": "f16"},
+     (3, 40, 4, "recompute", "cost-aware", "f16")),
     (["run", "synthetic", "--ids", "1,2,3", "--max-tokens", "4", "--max-running", "1", "--kv-blocks", "9",
-      "--block-tokens", "4", "--preempt", "recompute", "--victim", "cost-aware", "--json"], {"FAK_PREEMPT": "swap"},
-     (1, 9, 4, "recompute", "cost-aware")),
-    (["run", "synthetic", "--ids", "1,2,3", "--max-tokens", "4", "--json"], {}, (0, None, 16, "swap", "most-recent")),
+      "--block-tokens", "4", "--preempt", "recompute", "--victim", "cost-aware", "--kv-dtype", "f32", "--json"],
+     {"FAK_PREEMPT": "swap", "FAK_KV_DTYPE": "bf16"},
+     (1, 9, 4, "recompute", "cost-aware", "f32")),
+    (["run", "synthetic", "--ids", "1,2,3", "--max-tokens", "4", "--json"], {},
+     (0, None, 16, "swap", "most-recent", SchedOptions.kv_dtype)),
 ], ids=["trace-flags", "trace-env", "model-flags", "model-defaults"])
 def test_the_scheduler_is_built_with_the_flags(args: list[str], env: dict[str, str], want: tuple,
                                                monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
@@ -67,7 +72,8 @@ def test_the_scheduler_is_built_with_the_flags(args: list[str], env: dict[str, s
         main()
     assert exit_.value.code == 0, capsys.readouterr().err
     [sched] = built
-    got = (sched.max_running, sched.kv_blocks, sched.pool.block_tokens, sched.preempt_mode, sched.victim_rule)
+    got = (sched.max_running, sched.kv_blocks, sched.pool.block_tokens, sched.preempt_mode, sched.victim_rule,
+           sched.pool.kv_dtype)
     assert got == want
     st = sched.stats()  # published by the loop as it stopped
     assert (st.max_running, st.max_blocks, st.preempt_mode, st.victim_rule) == (want[0], want[1], want[3], want[4])
@@ -104,6 +110,7 @@ def test_small_budget_with_recompute_serves_every_call() -> None:
     (["--kv-blocks", "99999999999999999999"], {}, "KV pool of 99999999999999999999 blocks x 16 tokens needs"),
     ([], {"FAK_PREEMPT": "zzz"}, "preempt 'zzz' (or $FAK_PREEMPT): expected one of swap, recompute"),
     ([], {"FAK_MAX_RUNNING": "-1"}, "max_running -1 (or $FAK_MAX_RUNNING): expected a non-negative integer"),
+    ([], {"FAK_KV_DTYPE": "half"}, "kv_dtype 'half' (or $FAK_KV_DTYPE): expected one of f32, f16, bf16"),
 ])
 def test_impossible_scheduler_settings_fail_at_boot(args: list[str], env: dict[str, str], needle: str) -> None:
     """Not a table of ERROR rows and exit 0: one line, exit 2, before any call."""

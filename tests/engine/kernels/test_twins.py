@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as QT
 
-from engine.kernels import ops
+from engine.kernels import kvtype, ops
 from engine.kernels import tilegemm as T
 from engine.kernels.attention import RaggedRows, _paged_attention, batched_attention, chunk_positions
 from engine.kernels.parallel import serial_twin
@@ -111,12 +111,18 @@ def test_rope_twin() -> None:
     _assert_same(ops._rope, lambda: (x, cos, sin, True, np.zeros_like(x)))
 
 
-@pytest.mark.parametrize("window,softcap,dim,blocks", [(0, 0.0, 256, 6), (24, 0.0, 256, 6), (0, 50.0, 256, 6),
-                                                        (0, 0.0, 40, 6), (0, 0.0, 256, 30), (200, 0.0, 64, 30)])
-def test_paged_attention_twin(window: int, softcap: float, dim: int, blocks: int) -> None:
+@pytest.mark.parametrize("window,softcap,dim,blocks,kv", [(0, 0.0, 256, 6, "f32"), (24, 0.0, 256, 6, "f32"),
+                                                           (0, 50.0, 256, 6, "f32"), (0, 0.0, 40, 6, "f32"),
+                                                           (0, 0.0, 256, 30, "f32"), (200, 0.0, 64, 30, "f32"),
+                                                           (0, 0.0, 40, 6, "f16"), (24, 50.0, 64, 30, "f16"),
+                                                           (0, 0.0, 40, 6, "bf16"), (24, 0.0, 256, 30, "bf16")])
+def test_paged_attention_twin(window: int, softcap: float, dim: int, blocks: int, kv: str) -> None:
+    """f16 / bf16 pools (engine/kernels/kvtype.py) too: the same bits as a float32 pool holding the values
+    they decode to (widening is exact and the sums run in the same order)."""
     bt, kvh, heads = 16, 1, 4  # 30 blocks: up to 480 positions, several key chunks per row
-    k = RNG.standard_normal((40, bt, kvh, dim)).astype(np.float32)
-    v = RNG.standard_normal((40, bt, kvh, dim)).astype(np.float32)
+    st = kvtype.storage(kv)
+    k = kvtype.encode(RNG.standard_normal((40, bt, kvh, dim)), st)
+    v = kvtype.encode(RNG.standard_normal((40, bt, kvh, dim)), st)
     top = 16 * blocks - 26
     rows = RaggedRows.of([list(RNG.permutation(40)[:blocks]), list(RNG.permutation(40)[:blocks - 1])], [top, 40], [3, 1], bt)
     q = RNG.standard_normal((4, heads, dim)).astype(np.float32)
@@ -128,12 +134,15 @@ def test_paged_attention_twin(window: int, softcap: float, dim: int, blocks: int
     one = batched_attention(q[3:4], k, v, RaggedRows(rows.tables, rows.row_lane[3:4], rows.row_pos[3:4]), window,
                             0.0625, softcap)
     assert np.array_equal(one[0], out[3])  # a lone row gets the bits it gets in the batch
+    if kv != "f32":
+        wide = batched_attention(q, kvtype.decode(k), kvtype.decode(v), rows, window, 0.0625, softcap)
+        assert np.array_equal(out, wide)
     # the rows' own K/V stored by the kernel == stored by numpy first, and the twin agrees with the team
     kn, vn = RNG.standard_normal((2, 4, kvh, dim)).astype(np.float32)
     blk = rows.tables[rows.row_lane, rows.row_pos // bt]
     off = rows.row_pos % bt
     k2, v2 = k.copy(), v.copy()
-    k2[blk, off], v2[blk, off] = kn, vn
+    k2[blk, off], v2[blk, off] = kvtype.encode(kn, st), kvtype.encode(vn, st)  # rounded as the kernel stores
     want = batched_attention(q, k2, v2, rows, window, 0.0625, softcap)
     k3, v3 = k.copy(), v.copy()
     got = batched_attention(q, k3, v3, rows, window, 0.0625, softcap, (kn, vn, blk, off))

@@ -302,3 +302,31 @@ def test_a_model_failure_fails_the_lanes_and_the_loop_keeps_serving(monkeypatch:
     assert ok.finish_reason is FinishReason.LENGTH and ok.token_ids == solo([1, 2, 3], 3)
     sched.close()
     assert sched.pool.num_used == 0
+
+
+@pytest.mark.parametrize("kv_dtype", ["f16", "bf16"])
+def test_a_half_width_kv_cache_keeps_batched_equal_to_alone(kv_dtype: str) -> None:
+    """With K/V stored as f16 / bf16 (rounded once, on the way into the pool), a lane's tokens still do not
+    depend on the batch: 6 concurrent requests give what each gives alone on a Session over the same dtype."""
+    from engine.model.forward import Model
+
+    base = model()
+    m = Model(base.config, base.weights, name=f"synthetic-mix-{kv_dtype}")
+    m.prefill_blas, m.kv_dtype = False, kv_dtype
+    rng = np.random.default_rng(3)
+    prompts = [rand_prompt(rng, n) for n in (3, 17, 40, 9, 150, 1)]
+
+    def alone(p: list[int]) -> list[int]:
+        s = Session(m)
+        for i in range(0, len(p), 32):
+            logits = s.prefill(p[i : i + 32])
+        out = [int(np.argmax(logits))]
+        while len(out) < 12:
+            out.append(int(np.argmax(s.step(out[-1]))))
+        assert s.pool.kv_dtype == kv_dtype
+        return out
+
+    with NativeScheduler(m, prefill_chunk=32) as sched:
+        assert sched.pool.kv_dtype == kv_dtype and sched.pool.k.itemsize == 2
+        results = [h.result(timeout=60) for h in [sched.admit(Request(p, max_new_tokens=12)) for p in prompts]]
+    assert [r.token_ids for r in results] == [alone(p) for p in prompts]

@@ -26,9 +26,14 @@ BT = 16
 DESC = Descriptor(scope="tenant-a", taint=False, verdict="allow")
 
 
-def _prefilled(n_tokens: int, seed: int = 0) -> tuple[Session, list[int], np.ndarray]:
+def _pool(n: int, kv_dtype: str = "f32") -> BlockPool:
+    c = model().config
+    return BlockPool(c.n_layers, c.n_kv_heads, c.head_dim, n, block_tokens=BT, kv_dtype=kv_dtype)
+
+
+def _prefilled(n_tokens: int, seed: int = 0, kv_dtype: str = "f32") -> tuple[Session, list[int], np.ndarray]:
     m = model()
-    s = Session(m, m.new_pool(64, block_tokens=BT))
+    s = Session(m, _pool(64, kv_dtype))
     prompt = rand_prompt(np.random.default_rng(seed), n_tokens)
     logits = s.prefill(prompt)
     return s, prompt, logits
@@ -51,10 +56,11 @@ def test_identity_names_the_model() -> None:
     assert a.identity != b.identity != model().identity  # another seed, another head: other identities
 
 
-def test_round_trip_bit_identical_and_decodes_the_same() -> None:
-    src, prompt, logits = _prefilled(40)  # 3 blocks, the last one holding 8 positions
+@pytest.mark.parametrize("kv_dtype", ["f32", "f16", "bf16"])
+def test_round_trip_bit_identical_and_decodes_the_same(kv_dtype: str) -> None:
+    src, prompt, logits = _prefilled(40, kv_dtype=kv_dtype)  # 3 blocks, the last one holding 8 positions
     frame = _export(src)
-    dst_pool = model().new_pool(64, block_tokens=BT)
+    dst_pool = _pool(64, kv_dtype)
     taken = [dst_pool.allocate() for _ in range(5)]  # the receiver's ids differ from the sender's
     blocks = import_blocks(dst_pool, frame, model().identity)
     assert len(blocks) == 3 and not set(blocks) & set(taken)
@@ -62,6 +68,8 @@ def test_round_trip_bit_identical_and_decodes_the_same() -> None:
         assert np.array_equal(src.pool.k[:, a], dst_pool.k[:, b]) and np.array_equal(src.pool.v[:, a], dst_pool.v[:, b])
         assert dst_pool.refcount[b] == 1
     f = decode_frame(frame, model().identity, KVLayout.of(dst_pool))
+    assert f.layout.dtype == {"f32": "<f4", "f16": "<f2", "bf16": "bf16"}[kv_dtype] and f.k.dtype == dst_pool.k.dtype
+    assert f.layout.kv_bytes(3) == 3 * dst_pool.block_bytes // 2 == 3 * _pool(1).block_bytes // (2 if kv_dtype == "f32" else 4)
     assert f.hashes.tolist() == chain_hashes(prompt, BT, 3) and f.positions.tolist() == [0, 16, 32]
     assert f.last_fill == 8 and f.descriptor == DESC
 
@@ -107,7 +115,7 @@ def test_foreign_model_and_layout_are_refused() -> None:
                        (BlockPool(c.n_layers + 1, c.n_kv_heads, c.head_dim, 16, block_tokens=BT), "n_layers 3 vs 4"),
                        (BlockPool(c.n_layers, 4, c.head_dim, 16, block_tokens=BT), "n_kv_heads 2 vs 4"),
                        (BlockPool(c.n_layers, c.n_kv_heads, 8, 16, block_tokens=BT), "head_dim 16 vs 8"),
-                       (BlockPool(c.n_layers, c.n_kv_heads, c.head_dim, 16, BT, dtype=np.float16), "dtype <f4 vs <f2")]:
+                       (_pool(16, "f16"), "dtype <f4 vs <f2"), (_pool(16, "bf16"), "dtype <f4 vs bf16")]:
         before = _snapshot(pool)
         with pytest.raises(FrameError, match=what):
             import_blocks(pool, frame, model().identity)

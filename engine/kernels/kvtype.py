@@ -1,0 +1,208 @@
+"""K/V cache element types: float32, float16 and bfloat16, and the kernels' loads and stores of them.
+
+A pool's arrays hold the bits in a dtype numba can type, which also tells every kernel how to read them:
+float32 as itself, float16 as uint16 (IEEE half bits), bfloat16 as int16 (the high half of a float32).
+Numba has no CPU float16 type, so the kernels below are LLVM IR: a half row is loaded 32 values at a time and
+widened with `fpext` (F16C's vcvtph2ps where the CPU has it), a bf16 row by a 16-bit shift; stores round to
+nearest even, as numpy's astype(float16) does. Arithmetic stays float32: only the cache's bytes shrink. The
+sums run in exactly the order of the float32 versions (blockdot.dot_f32, axpy_f32), so a row's bits still
+do not depend on the batch, and the float32 cache gives the bits it always did.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from engine.errors import EngineError
+from engine.kernels.blockdot import F32, I32, VF, ZERO, W, _c, _fma, _hsum, _splat
+
+KV_DTYPES = ("f32", "f16", "bf16")
+# the storage dtype of each (what the pool's arrays are and what a kernel is compiled for)
+_STORAGE = {"f32": np.dtype(np.float32), "f16": np.dtype(np.uint16), "bf16": np.dtype(np.int16)}
+_NAMES = {v: k for k, v in _STORAGE.items()}
+# how a KV frame's header names each (engine/wire/frame.py): numpy's names where numpy has the type
+WIRE = {"f32": "<f4", "f16": "<f2", "bf16": "bf16"}
+_FROM_WIRE = {w: _STORAGE[n] for n, w in WIRE.items()}
+F16_MAX = 65504.0  # the largest finite half; larger values are stored as it, not as inf
+I16 = ir.IntType(16)
+HALF = ir.HalfType()
+
+
+def storage(name: str) -> np.dtype:
+    """The numpy dtype a pool of `name` elements holds (clear error for an unknown name)."""
+    if name not in _STORAGE:
+        raise EngineError(f"unknown KV dtype {name!r} (expected one of {', '.join(KV_DTYPES)})")
+    return _STORAGE[name]
+
+
+def name_of(dtype: np.dtype) -> str:
+    """'f32' / 'f16' / 'bf16' for a pool's storage dtype."""
+    return _NAMES[np.dtype(dtype)]
+
+
+def wire_name(dtype: np.dtype) -> str:
+    """The frame header's name of a pool's storage dtype ("<f4", "<f2", "bf16")."""
+    return WIRE[name_of(dtype)]
+
+
+def from_wire(wire: str) -> np.dtype:
+    """The storage dtype a frame's K/V of `wire` are read as (KeyError: not a KV dtype)."""
+    return _FROM_WIRE[wire]
+
+
+def encode(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """float32 values as `dtype` storage bits, rounded to nearest even."""
+    x = np.asarray(x, dtype=np.float32)
+    kind = name_of(dtype)
+    if kind == "f32":
+        return x
+    if kind == "f16":  # saturated, as the kernels store it: an inf key would turn a softmax into NaN
+        return np.clip(x, -F16_MAX, F16_MAX).astype(np.float16).view(np.uint16)
+    bits = x.view(np.uint32)
+    rounded = ((bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)).astype(np.uint16)
+    return np.where(np.isnan(x), np.uint16(0x7FC0), rounded).view(np.int16)
+
+
+def decode(a: np.ndarray) -> np.ndarray:
+    """Storage bits back to float32 (a float32 array is returned as it is)."""
+    kind = name_of(a.dtype)
+    if kind == "f32":
+        return a
+    if kind == "f16":
+        return a.view(np.float16).astype(np.float32)
+    return (a.view(np.uint16).astype(np.uint32) << np.uint32(16)).view(np.float32)
+
+
+def _kind(like: types.Type) -> str:
+    dt = getattr(like, "dtype", None)
+    if dt == types.float32:
+        return "f32"
+    if dt == types.uint16:
+        return "f16"
+    if dt == types.int16:
+        return "bf16"
+    raise TypeError(f"K/V arrays must hold float32, uint16 (f16) or int16 (bf16), not {dt}")
+
+
+def _widen(b: ir.IRBuilder, kind: str, base: ir.Value, idx: ir.Value, n: int) -> ir.Value:
+    """n values of a K/V row at element idx of `base` (an i8* of the row) as <n x float>."""
+    if kind == "f32":
+        vt = ir.VectorType(F32, n)
+        return b.load(b.bitcast(b.gep(b.bitcast(base, F32.as_pointer()), [idx]), vt.as_pointer()), align=4)
+    vt = ir.VectorType(HALF if kind == "f16" else I16, n)
+    raw = b.load(b.bitcast(b.gep(b.bitcast(base, I16.as_pointer()), [idx]), vt.as_pointer()), align=2)
+    if kind == "f16":
+        return b.fpext(raw, ir.VectorType(F32, n))
+    i32 = ir.VectorType(I32, n)
+    wide = b.shl(b.zext(raw, i32), ir.Constant(i32, [16] * n))
+    return b.bitcast(wide, ir.VectorType(F32, n))
+
+
+def _narrow(b: ir.IRBuilder, kind: str, x: ir.Value) -> ir.Value:
+    """<n x float> (or a float) as the storage bits of `kind`, rounded to nearest even."""
+    scalar = not isinstance(x.type, ir.VectorType)
+    n = 1 if scalar else x.type.count
+
+    def vec(t: ir.Type) -> ir.Type:
+        return t if scalar else ir.VectorType(t, n)
+
+    def const(t: ir.Type, v: int) -> ir.Constant:
+        return ir.Constant(t, v) if scalar else ir.Constant(vec(t), [v] * n)
+
+    if kind == "f16":  # saturate at the largest half (numpy's clip: NaN passes through)
+        big = ir.Constant(F32, F16_MAX) if scalar else ir.Constant(vec(F32), [F16_MAX] * n)
+        x = b.select(b.fcmp_ordered(">", x, big), big, x)
+        x = b.select(b.fcmp_ordered("<", x, b.fneg(big)), b.fneg(big), x)
+        return b.fptrunc(x, vec(HALF))
+    bits = b.bitcast(x, vec(I32))
+    lsb = b.and_(b.lshr(bits, const(I32, 16)), const(I32, 1))
+    rounded = b.trunc(b.lshr(b.add(b.add(bits, const(I32, 0x7FFF)), lsb), const(I32, 16)), vec(I16))
+    return b.select(b.fcmp_unordered("uno", x, x), const(I16, 0x7FC0), rounded)
+
+
+def _fma1(b: ir.IRBuilder) -> ir.Function:
+    return cgutils.get_or_insert_function(b.module, ir.FunctionType(F32, [F32, F32, F32]), "llvm.fma.f32")
+
+
+@intrinsic
+def kv_dot(typingctx, like, a_addr, k_addr, n):  # type: ignore[no-untyped-def]
+    """sum(a[i] * k[i] for i < n): a float32 row at a_addr, a K row (of like's element type) at k_addr, in
+    blockdot.dot_f32's order: 32-wide FMAs over whole chunks of 32, the fixed tree sum, the tail in sequence."""
+    kind = _kind(like)
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        b = builder
+        pa = b.inttoptr(args[1], F32.as_pointer())
+        pk = b.inttoptr(args[2], ir.IntType(8).as_pointer())
+        n = args[3]
+        acc = cgutils.alloca_once(b, VF)
+        b.store(ZERO, acc)
+        chunks = b.sdiv(n, _c(W))
+        with cgutils.for_range(b, chunks) as loop:
+            i0 = b.mul(loop.index, _c(W))
+            av = b.load(b.bitcast(b.gep(pa, [i0]), VF.as_pointer()), align=4)
+            b.store(_fma(b, av, _widen(b, kind, pk, i0, W), b.load(acc)), acc)
+        total = cgutils.alloca_once_value(b, _hsum(b, b.load(acc)))
+        with cgutils.for_range_slice(b, b.mul(chunks, _c(W)), n, _c(1)) as (i, _):
+            kv = b.extract_element(_widen(b, kind, pk, i, 1), _c(0, I32))
+            b.store(b.call(_fma1(b), [b.load(b.gep(pa, [i])), kv, b.load(total)]), total)
+        return b.load(total)
+
+    return types.float32(like, types.uint64, types.uint64, types.int64), codegen
+
+
+@intrinsic
+def kv_axpy(typingctx, like, a, v_addr, y_addr, n):  # type: ignore[no-untyped-def]
+    """y[i] = fma(a, v[i], y[i]) for i < n: a V row (of like's element type) at v_addr into a float32 row
+    at y_addr, elementwise as blockdot.axpy_f32."""
+    kind = _kind(like)
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        b = builder
+        av, n = args[1], args[4]
+        pv = b.inttoptr(args[2], ir.IntType(8).as_pointer())
+        py = b.inttoptr(args[3], F32.as_pointer())
+        va = _splat(b, av)
+        chunks = b.sdiv(n, _c(W))
+        with cgutils.for_range(b, chunks) as loop:
+            i0 = b.mul(loop.index, _c(W))
+            yp = b.bitcast(b.gep(py, [i0]), VF.as_pointer())
+            b.store(_fma(b, va, _widen(b, kind, pv, i0, W), b.load(yp, align=4)), yp, align=4)
+        with cgutils.for_range_slice(b, b.mul(chunks, _c(W)), n, _c(1)) as (i, _):
+            yp = b.gep(py, [i])
+            vv = b.extract_element(_widen(b, kind, pv, i, 1), _c(0, I32))
+            b.store(b.call(_fma1(b), [av, vv, b.load(yp)]), yp)
+        return context.get_dummy_value()
+
+    return types.void(like, types.float32, types.uint64, types.uint64, types.int64), codegen
+
+
+@intrinsic
+def kv_put(typingctx, like, dst_addr, src_addr, n):  # type: ignore[no-untyped-def]
+    """dst[i] = src[i] for i < n: a float32 row at src_addr stored as like's element type at dst_addr
+    (rounded to nearest even; a float32 pool is a plain copy)."""
+    kind = _kind(like)
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        b = builder
+        ps = b.inttoptr(args[2], F32.as_pointer())
+        pd = b.inttoptr(args[1], ir.IntType(8).as_pointer())
+        n = args[3]
+        et = F32 if kind == "f32" else (HALF if kind == "f16" else I16)
+        pe = b.bitcast(pd, et.as_pointer())
+        chunks = b.sdiv(n, _c(W))
+        with cgutils.for_range(b, chunks) as loop:
+            i0 = b.mul(loop.index, _c(W))
+            x = b.load(b.bitcast(b.gep(ps, [i0]), VF.as_pointer()), align=4)
+            y = x if kind == "f32" else _narrow(b, kind, x)
+            b.store(y, b.bitcast(b.gep(pe, [i0]), ir.VectorType(et, W).as_pointer()), align=2)
+        with cgutils.for_range_slice(b, b.mul(chunks, _c(W)), n, _c(1)) as (i, _):
+            x = b.load(b.gep(ps, [i]))
+            b.store(x if kind == "f32" else _narrow(b, kind, x), b.gep(pe, [i]))
+        return context.get_dummy_value()
+
+    return types.void(like, types.uint64, types.uint64, types.int64), codegen

@@ -1,0 +1,117 @@
+"""KV cache element types (engine/kernels/kvtype.py): the numpy encode/decode against slow per-value references,
+and the kernels' loads and stores against them, tails included."""
+
+from __future__ import annotations
+
+import math
+import struct
+
+import numpy as np
+import pytest
+from numba import njit
+
+from engine.errors import EngineError
+from engine.kernels import kvtype
+from engine.kernels.blockdot import axpy_f32, dot_f32
+from engine.kernels.kvtype import kv_axpy, kv_dot, kv_put
+
+RNG = np.random.default_rng(5)
+
+
+def _f16_ref(x: float) -> int:
+    """IEEE half bits of x: struct's 'e' rounds to nearest even; past the largest half, the largest half."""
+    if math.isnan(x):
+        return 0x7E00
+    x = max(-65504.0, min(65504.0, x))
+    return struct.unpack("<H", struct.pack("<e", x))[0]
+
+
+def _bf16_ref(x: float) -> int:
+    """bfloat16 bits of the float32 x, rounded to nearest even, written out the slow way."""
+    if math.isnan(x):
+        return 0x7FC0
+    bits = struct.unpack("<I", struct.pack("<f", x))[0]
+    hi, lo = bits >> 16, bits & 0xFFFF
+    if lo > 0x8000 or (lo == 0x8000 and hi & 1):
+        hi += 1
+    return hi & 0xFFFF
+
+
+def _values(n: int) -> np.ndarray:
+    x = np.concatenate([RNG.standard_normal(n) * 10.0 ** RNG.integers(-6, 5, n),
+                        [0.0, -0.0, 1.0, 1.00390625, 1.01171875, 65504.0, 65519.0, 70000.0, -1e9, 6e-8, 1e-40]])
+    return x.astype(np.float32)
+
+
+@pytest.mark.parametrize("kind,ref", [("f16", _f16_ref), ("bf16", _bf16_ref)])
+def test_encode_matches_the_per_value_reference(kind: str, ref) -> None:  # type: ignore[no-untyped-def]
+    x = _values(3000)
+    got = kvtype.encode(x, kvtype.storage(kind)).view(np.uint16)
+    want = np.array([ref(float(v)) for v in x], dtype=np.uint16)
+    bad = np.nonzero(got != want)[0]
+    assert bad.size == 0, [(float(x[i]), hex(got[i]), hex(want[i])) for i in bad[:5]]
+    nan = kvtype.encode(np.array([np.nan], np.float32), kvtype.storage(kind))
+    assert np.isnan(kvtype.decode(nan)[0])
+
+
+@pytest.mark.parametrize("kind,rel,tiny", [("f16", 2.0**-11, 2.0**-25), ("bf16", 2.0**-8, 0.0)])
+def test_decode_of_encode_is_within_half_an_ulp(kind: str, rel: float, tiny: float) -> None:
+    """Half an ulp of the value; f16's subnormals (below 2**-14) within half the smallest step, 2**-25."""
+    x = (RNG.standard_normal(5000) * 10.0 ** RNG.integers(-3, 4, 5000)).astype(np.float32)
+    back = kvtype.decode(kvtype.encode(x, kvtype.storage(kind)))
+    assert back.dtype == np.float32
+    assert np.all(np.abs(back - x) <= np.maximum(rel * np.abs(x) * (1 + 1e-6), tiny))
+    assert kvtype.decode(kvtype.encode(np.array([1e6], np.float32), kvtype.storage("f16")))[0] == 65504.0  # saturated
+    f32 = kvtype.encode(x, kvtype.storage("f32"))
+    assert f32 is x or np.array_equal(f32, x)
+
+
+def test_names_and_an_unknown_dtype() -> None:
+    assert [kvtype.name_of(kvtype.storage(n)) for n in kvtype.KV_DTYPES] == list(kvtype.KV_DTYPES)
+    with pytest.raises(EngineError, match="unknown KV dtype 'f8'"):
+        kvtype.storage("f8")
+
+
+@njit(cache=False)
+def _dot(like, a, k):  # type: ignore[no-untyped-def]
+    return kv_dot(like, np.uint64(a.ctypes.data), np.uint64(k.ctypes.data), a.shape[0])
+
+
+@njit(cache=False)
+def _axpy(like, s, v, y):  # type: ignore[no-untyped-def]
+    kv_axpy(like, np.float32(s), np.uint64(v.ctypes.data), np.uint64(y.ctypes.data), y.shape[0])
+
+
+@njit(cache=False)
+def _put(like, dst, src):  # type: ignore[no-untyped-def]
+    kv_put(like, np.uint64(dst.ctypes.data), np.uint64(src.ctypes.data), src.shape[0])
+
+
+@njit(cache=False)
+def _dot32(a, b):  # type: ignore[no-untyped-def]
+    return dot_f32(np.uint64(a.ctypes.data), np.uint64(b.ctypes.data), a.shape[0])
+
+
+@njit(cache=False)
+def _axpy32(s, x, y):  # type: ignore[no-untyped-def]
+    axpy_f32(np.float32(s), np.uint64(x.ctypes.data), np.uint64(y.ctypes.data), y.shape[0])
+
+
+@pytest.mark.parametrize("kind", kvtype.KV_DTYPES)
+@pytest.mark.parametrize("n", [64, 100, 7, 256])
+def test_kernel_loads_and_stores(kind: str, n: int) -> None:
+    """kv_put stores encode()'s bits (the 32-wide body and the tail alike); kv_dot / kv_axpy over the stored
+    row give exactly dot_f32 / axpy_f32 over the decoded float32 row (same order, exact widening)."""
+    st = kvtype.storage(kind)
+    x = _values(n)[:n] if n > 20 else (RNG.standard_normal(n) * 100).astype(np.float32)
+    x[0] = 70000.0  # saturates in f16
+    stored = np.zeros(n, st)
+    _put(stored, stored, x)
+    assert np.array_equal(stored, kvtype.encode(x, st))
+    wide = np.ascontiguousarray(kvtype.decode(stored))
+    a = RNG.standard_normal(n).astype(np.float32)
+    assert _dot(stored, a, stored) == _dot32(a, wide)
+    y1, y2 = np.linspace(-1, 1, n).astype(np.float32), np.linspace(-1, 1, n).astype(np.float32)
+    _axpy(stored, 0.37, stored, y1)
+    _axpy32(0.37, wide, y2)
+    assert np.array_equal(y1, y2)
