@@ -18,7 +18,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from engine.errors import EngineError
-from engine.kernels.blockdot import F32, I32, VF, ZERO, W, _c, _fma, _hsum, _splat
+from engine.kernels.blockdot import F32, I32, I64, VF, ZERO, W, _c, _fma, _hsum, _splat
 
 KV_DTYPES = ("f32", "f16", "bf16")
 # the storage dtype of each (what the pool's arrays are and what a kernel is compiled for)
@@ -206,3 +206,145 @@ def kv_put(typingctx, like, dst_addr, src_addr, n):  # type: ignore[no-untyped-d
         return context.get_dummy_value()
 
     return types.void(like, types.uint64, types.uint64, types.int64), codegen
+
+
+V16 = ir.VectorType(F32, 16)
+
+
+def _acc_init(b: ir.IRBuilder, n: int) -> list[ir.Value]:
+    accs = [cgutils.alloca_once(b, V16) for _ in range(n)]
+    for a in accs:
+        b.store(ir.Constant(V16, [0.0] * 16), a)
+    return accs
+
+
+@intrinsic
+def kv_pv(typingctx, like, p_addr, rows_addr, n, dim, out_addr):  # type: ignore[no-untyped-def]
+    """out[d] = sum over j < n of p[j] * V_j[d], for d < dim: p float32 [n], V_j the row (like's element type)
+    at the address rows[j] (uint64 [n]). Each out[d] is the chain fma(p[j], V_j[d], .) over j in order from 0,
+    exactly as kv_axpy applied row after row computes it, but with the outputs in registers across the rows:
+    64 values (4 x 16) at a time, then 16, then one by one."""
+    kind = _kind(like)
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        b = builder
+        pp = b.inttoptr(args[1], F32.as_pointer())
+        rp = b.inttoptr(args[2], I64.as_pointer())
+        n, dim = args[3], args[4]
+        po = b.inttoptr(args[5], F32.as_pointer())
+        i8p = ir.IntType(8).as_pointer()
+
+        def band(start: ir.Value, width: int) -> None:
+            """out[start : start + 16 * width], width accumulators of 16 across all rows."""
+            accs = _acc_init(b, width)
+            with cgutils.for_range(b, n) as loop:
+                a = _splat(b, b.load(b.gep(pp, [loop.index])), 16)
+                row = b.inttoptr(b.load(b.gep(rp, [loop.index])), i8p)
+                for c, acc in enumerate(accs):
+                    x = _widen(b, kind, row, b.add(start, _c(16 * c)), 16)
+                    b.store(_fma(b, a, x, b.load(acc)), acc)
+            for c, acc in enumerate(accs):
+                dst = b.bitcast(b.gep(po, [b.add(start, _c(16 * c))]), V16.as_pointer())
+                b.store(b.load(acc), dst, align=4)
+
+        wide = b.sdiv(dim, _c(64))
+        with cgutils.for_range(b, wide) as loop:
+            band(b.mul(loop.index, _c(64)), 4)
+        done = b.mul(wide, _c(64))
+        singles = b.sdiv(b.sub(dim, done), _c(16))
+        with cgutils.for_range(b, singles) as loop:
+            band(b.add(done, b.mul(loop.index, _c(16))), 1)
+        done = b.add(done, b.mul(singles, _c(16)))
+        with cgutils.for_range_slice(b, done, dim, _c(1)) as (d, _):
+            acc = cgutils.alloca_once_value(b, ir.Constant(F32, 0.0))
+            with cgutils.for_range(b, n) as loop:
+                row = b.inttoptr(b.load(b.gep(rp, [loop.index])), i8p)
+                x = b.extract_element(_widen(b, kind, row, d, 1), _c(0, I32))
+                b.store(b.call(_fma1(b), [b.load(b.gep(pp, [loop.index])), x, b.load(acc)]), acc)
+            b.store(b.load(acc), b.gep(po, [d]))
+        return context.get_dummy_value()
+
+    return types.void(like, types.uint64, types.uint64, types.int64, types.int64, types.uint64), codegen
+
+
+def _pairs(b: ir.IRBuilder, vs: list[ir.Value], width: int) -> list[ir.Value]:
+    """One level of the reduction tree: vectors holding `width` partial sums per head become vectors holding
+    width / 2 per head, heads of two neighbours side by side (lo halves + hi halves of each head's run)."""
+    out = []
+    n = vs[0].type.count
+    half = width // 2
+    lo = [h * width + i for h in range(n // width) for i in range(half)]
+    hi = [h * width + half + i for h in range(n // width) for i in range(half)]
+    for x, y in zip(vs[0::2], vs[1::2], strict=True):
+        idx_lo = lo + [n + i for i in lo]
+        idx_hi = hi + [n + i for i in hi]
+        a = b.shuffle_vector(x, y, ir.Constant(ir.VectorType(I32, n), idx_lo))
+        c = b.shuffle_vector(x, y, ir.Constant(ir.VectorType(I32, n), idx_hi))
+        out.append(b.fadd(a, c))
+    return out
+
+
+def _kv_dots(slots: int):  # type: ignore[no-untyped-def]
+    @intrinsic
+    def dots(typingctx, like, q_addr, k_addr, dim, count, out_addr, out_stride):  # type: ignore[no-untyped-def]
+        """out[i * out_stride] = q_i . k for i < count (<= slots; the stride in floats): the query heads q_i
+        (float32 rows of dim at q_addr) against one K row (like's element type) at k_addr, read once for all
+        heads. Each head sums 16 lanes across the row, then the heads' lanes are reduced together (a
+        transposing tree: one shuffle pair and add per level for all heads, not one tree per head), then the
+        dim % 16 tail in sequence. Slots past count repeat the last head (their sums are dropped). A fixed
+        order: the same bits for a head whatever the batch."""
+        kind = _kind(like)
+
+        def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+            b = builder
+            qp = b.inttoptr(args[1], F32.as_pointer())
+            kp = b.inttoptr(args[2], ir.IntType(8).as_pointer())
+            dim, count = args[3], args[4]
+            op = b.inttoptr(args[5], F32.as_pointer())
+            ostride = args[6]
+            last = b.sub(count, _c(1))
+            qs = []
+            for i in range(slots):
+                head = b.select(b.icmp_signed("<", _c(i), count), _c(i), last)
+                qs.append(b.gep(qp, [b.mul(head, dim)]))
+            accs = _acc_init(b, slots)
+            chunks = b.sdiv(dim, _c(16))
+            with cgutils.for_range(b, chunks) as loop:
+                i0 = b.mul(loop.index, _c(16))
+                k = _widen(b, kind, kp, i0, 16)
+                for q, acc in zip(qs, accs, strict=True):
+                    qv = b.load(b.bitcast(b.gep(q, [i0]), V16.as_pointer()), align=4)
+                    b.store(_fma(b, qv, k, b.load(acc)), acc)
+            vs = [b.load(a) for a in accs]
+            width = 16
+            while len(vs) > 1:
+                vs = _pairs(b, vs, width)
+                width //= 2
+            v = vs[0]  # `slots` heads x `width` partial sums each, in one 16-lane vector
+            while width > 1:
+                n = v.type.count
+                half = width // 2
+                heads = n // width
+                lo = [h * width + i for h in range(heads) for i in range(half)]
+                hi = [h * width + half + i for h in range(heads) for i in range(half)]
+                v = b.fadd(b.shuffle_vector(v, v, ir.Constant(ir.VectorType(I32, len(lo)), lo)),
+                           b.shuffle_vector(v, v, ir.Constant(ir.VectorType(I32, len(hi)), hi)))
+                width = half
+            tail0 = b.mul(chunks, _c(16))
+            for i, q in enumerate(qs):
+                tot = cgutils.alloca_once_value(b, b.extract_element(v, _c(i, I32)))
+                with cgutils.for_range_slice(b, tail0, dim, _c(1)) as (d, _):
+                    kd = b.extract_element(_widen(b, kind, kp, d, 1), _c(0, I32))
+                    b.store(b.call(_fma1(b), [b.load(b.gep(q, [d])), kd, b.load(tot)]), tot)
+                with b.if_then(b.icmp_signed("<", _c(i), count)):
+                    b.store(b.load(tot), b.gep(op, [b.mul(_c(i), ostride)]))
+            return context.get_dummy_value()
+
+        sig = types.void(like, types.uint64, types.uint64, types.int64, types.int64, types.uint64, types.int64)
+        return sig, codegen
+
+    return dots
+
+
+kv_dots4 = _kv_dots(4)
+kv_dots8 = _kv_dots(8)

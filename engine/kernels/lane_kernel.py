@@ -156,6 +156,7 @@ def lane_layers(nthreads, lo, hi, kv0, prods, layer_prods, buf, offs, dims,
         dxb = np.empty(maxn // 32, dtype=np.float32)
         sxb = np.empty(maxn // 32, dtype=np.float32)
         s = np.empty((group, chunk), dtype=np.float32)
+        vrows = np.empty(chunk, dtype=np.uint64)  # attend_chunk's scratch: the V rows' addresses
         ph = 0
         timed = th == 0 and stamps.shape[0] != 0
         if timed:
@@ -191,7 +192,8 @@ def lane_layers(nthreads, lo, hi, kv0, prods, layer_prods, buf, offs, dims,
                 ci, kh = task // kvh, task % kvh
                 c0 = first + ci * chunk
                 attend_chunk(k_pool, v_pool, qa, ka, va, ks0, ks1, ks2, vs0, vs1, vs2, table, bt, kh, c0,
-                             min(pos + 1, c0 + chunk) - c0, scale, softcap, s, part_m[ci, kh], part_l[ci, kh], part_o[ci, kh])
+                             min(pos + 1, c0 + chunk) - c0, scale, softcap, s, vrows, part_m[ci, kh], part_l[ci, kh],
+                             part_o[ci, kh])
                 finish(ctr, ph)
             wait_done(ctr, ph, nch * kvh)
             ph = _next(stamps, ph, timed)

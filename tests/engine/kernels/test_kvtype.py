@@ -13,7 +13,7 @@ from numba import njit
 from engine.errors import EngineError
 from engine.kernels import kvtype
 from engine.kernels.blockdot import axpy_f32, dot_f32
-from engine.kernels.kvtype import kv_axpy, kv_dot, kv_put
+from engine.kernels.kvtype import kv_axpy, kv_dot, kv_dots4, kv_dots8, kv_put, kv_pv
 
 RNG = np.random.default_rng(5)
 
@@ -115,3 +115,46 @@ def test_kernel_loads_and_stores(kind: str, n: int) -> None:
     _axpy(stored, 0.37, stored, y1)
     _axpy32(0.37, wide, y2)
     assert np.array_equal(y1, y2)
+
+
+@njit(cache=False)
+def _dots(like, q, k, count, out, slots):  # type: ignore[no-untyped-def]
+    qa, ka, oa = np.uint64(q.ctypes.data), np.uint64(k.ctypes.data), np.uint64(out.ctypes.data)
+    if slots == 8:
+        kv_dots8(like, qa, ka, k.shape[0], count, oa, out.strides[0] // 4)
+    else:
+        kv_dots4(like, qa, ka, k.shape[0], count, oa, out.strides[0] // 4)
+
+
+@njit(cache=False)
+def _pv(like, p, rows, out):  # type: ignore[no-untyped-def]
+    kv_pv(like, np.uint64(p.ctypes.data), np.uint64(rows.ctypes.data), p.shape[0], out.shape[0],
+          np.uint64(out.ctypes.data))
+
+
+@pytest.mark.parametrize("kind", kvtype.KV_DTYPES)
+@pytest.mark.parametrize("dim", [64, 40, 256, 16, 7])
+def test_grouped_dots_and_pv(kind: str, dim: int) -> None:
+    """kv_dots8 / kv_dots4: every head's q.k against float64 (each count of heads, the slots past it left
+    alone); kv_pv: exactly kv_axpy applied row after row from zero (the same fma chain per value)."""
+    st = kvtype.storage(kind)
+    k = kvtype.encode(RNG.standard_normal(dim), st)
+    kw = kvtype.decode(k).astype(np.float64)
+    q = RNG.standard_normal((8, dim)).astype(np.float32)
+    for slots in (8, 4):
+        for count in range(1, slots + 1):
+            out = np.full((slots, 3), 7.0, np.float32)  # a stride of 3 floats; column 0 written
+            _dots(k, q, k, count, out, slots)
+            want = q[:count].astype(np.float64) @ kw
+            np.testing.assert_allclose(out[:count, 0], want, rtol=1e-5, atol=1e-5 * np.sqrt(dim))
+            assert (out[count:, 0] == 7.0).all() and (out[:, 1:] == 7.0).all()
+    n = 37
+    vs = kvtype.encode(RNG.standard_normal((n, dim)), st)
+    p = RNG.random(n).astype(np.float32)
+    rows = np.array([vs[j].ctypes.data for j in range(n)], np.uint64)
+    got = np.full(dim, 5.0, np.float32)
+    _pv(vs, p, rows, got)
+    want = np.zeros(dim, np.float32)
+    for j in range(n):
+        _axpy(vs, p[j], vs[j], want)
+    assert np.array_equal(got, want)
