@@ -145,11 +145,12 @@ def _reserve(sessions: Sequence[Session], counts: Sequence[int]) -> None:
         s.kv.reserve(s.kv.length + n)
 
 
-def warmup(model: Model | None = None) -> None:
+def warmup(model: Model | None = None, kv_dtype: str = "f32") -> None:
     """Load (or compile, first time) every numba kernel of prefill, step and step_batch, so no
     request pays for it. The kernels' types do not depend on the model, so the tiny synthetic
     checkpoint warms them for every model; pass a model to also touch its weights once. Resident
-    weights' kernels are warmed too (engine.model.resident.warmup)."""
+    weights' kernels are warmed too (engine.model.resident.warmup). `kv_dtype`: the KV pools' element
+    type the kernels are compiled for (each is its own specialisation)."""
     from engine.model.resident import warmup as warm_resident
 
     warm_resident()
@@ -157,6 +158,7 @@ def warmup(model: Model | None = None) -> None:
         from engine.model.synthetic import synthetic_model
 
         model = synthetic_model()
+        model.kv_dtype = kv_dtype
     with warming():  # both the parallel kernels and their serial twins
         a, b = Session(model), Session(model)
         a.prefill([1, 2])
@@ -168,6 +170,7 @@ def warmup(model: Model | None = None) -> None:
     from engine.model.synthetic import synthetic_resident_model
 
     tiled = synthetic_resident_model()  # the one-kernel single-lane step (engine/kernels/lane_kernel.py)
+    tiled.kv_dtype = kv_dtype
     if tiled.lane_plan() is not None:
         s = Session(tiled)
         s.prefill([1, 2])

@@ -299,7 +299,7 @@ class NativeScheduler(GrammarHost):
 
         t0 = time.perf_counter()
         try:
-            warmup()
+            warmup(kv_dtype=self.pool.kv_dtype)
             warm_bitmask()
         finally:
             self.warm_s = time.perf_counter() - t0

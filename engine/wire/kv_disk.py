@@ -73,6 +73,15 @@ class DiskStats:
     enabled: bool = True  # False after a write error (a full disk): no more persistence this run
 
 
+def _background() -> None:
+    """The writer thread yields the CPU to the model's: on two cores, a 16k-token prompt's 400 MB of frames
+    (copied, checksummed, written) took decode after it from 13.3 to 11.0 tok/s at equal priority."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)  # Linux: a thread's own nice value
+    except (AttributeError, OSError):
+        pass
+
+
 class KVDiskCache:
     """The on-disk tier of the prefix cache for one model and pool layout."""
 
@@ -106,7 +115,7 @@ class KVDiskCache:
         self._pending_bytes = 0
         self._idle = threading.Condition(self._lock)  # notified as each queued block is done
         self._closed = False
-        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fak-kv-disk")
+        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fak-kv-disk", initializer=_background)
 
     def fits(self, pool: BlockPool) -> bool:
         """The pool's blocks are the ones this cache stores (same layers, heads, head size, block, dtype)."""

@@ -34,7 +34,11 @@ class SchedOptions:
     prefix_cache_gib: float | None = None  # None: a quarter of the machine's memory
     kv_cache_dir: str | None = None  # None: ~/.cache/fak/kv/<model identity>; "off": no disk tier
     kv_cache_disk_gib: float | None = None  # None: 20 GiB or a quarter of the free disk, the smaller
-    kv_dtype: str = "f32"  # what the KV cache stores: f32 | f16 | bf16 (engine/kernels/kvtype.py)
+    # what the KV cache stores: f32 | f16 | bf16 (engine/kernels/kvtype.py). f16, as llama.cpp: at 16k positions
+    # decode runs 1.5-1.8x f32's (K/V are half the bytes; bench/longctx.py) and a context takes half the memory,
+    # for logits within 1e-2..4e-2 of f32's and no greedy token moved (bench/kv_dtype.py, test_oracle_gemma);
+    # --kv-dtype f32 keeps HF's logits to 1e-4
+    kv_dtype: str = "f16"
 
     ENV = {"max_running": "FAK_MAX_RUNNING", "kv_blocks": "FAK_KV_BLOCKS", "block_tokens": "FAK_BLOCK_TOKENS",
            "preempt": "FAK_PREEMPT", "victim": "FAK_VICTIM", "prefix_cache_gib": "FAK_PREFIX_CACHE_GIB",

@@ -69,6 +69,9 @@ LONG_TEXT = "\n\n".join(" ".join(p.split()) for p in _LONG.strip().split("\n\n")
 # on LONG_TEXT; decode steps <= 4.2e-5; hidden states within 8.4e-6 relative (ggufgen.REL_TOL holds).
 LOGIT_TOL = 3e-4
 LONG_LOGIT_TOL = 1e-3  # at 4,096 positions (see the test: HF's float32 RoPE angles)
+# a half-width KV cache (--kv-dtype), LONG_TEXT + 8 steps: f16 moved the logits by 8.8e-3 at most (vs HF and vs our
+# f32 cache alike; f32 is 5.3e-5 from HF), bf16 by 8.5e-2; no argmax moved (bench/kv_dtype.py: Qwen 2.5 0.5B)
+KV_TOL = {"f16": 2e-2, "bf16": 2e-1}
 
 
 @pytest.fixture(scope="module")
@@ -180,3 +183,44 @@ def test_matches_hf_at_4k_positions_through_prefill_chunks(pair) -> None:  # typ
     with torch.no_grad():
         want = hf.generate(torch.tensor([ids]), max_new_tokens=4, do_sample=False)[0, len(ids):].tolist()
     assert toks == want
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kv_dtype", ["f16", "bf16"])
+def test_a_half_width_kv_cache_against_hf_and_f32(pair, kv_dtype: str) -> None:  # type: ignore[no-untyped-def]
+    """What `--kv-dtype f16|bf16` costs in logits: LONG_TEXT (631 positions, past the sliding window) through
+    64-row chunks as the scheduler sends it, then 8 decode steps fed HF's greedy tokens; the logits at every
+    chunk's last position and after each step, against HF float32 and against our float32 cache. Measured
+    (bench/kv_dtype.py prints the same for any model): see KV_TOL."""
+    import numpy as np
+
+    from engine import Session
+    from engine.tokenizer import load_tokenizer
+
+    hf, model = pair
+    ids = load_tokenizer("gemma3-270m").encode(LONG_TEXT)
+    with torch.no_grad():
+        full = hf.generate(torch.tensor([ids]), max_new_tokens=8, do_sample=False)[0].tolist()
+        theirs = hf(torch.tensor([full])).logits[0].float().numpy()
+    ends = [min(i + 64, len(ids)) - 1 for i in range(0, len(ids), 64)] + list(range(len(ids), len(full) - 1))
+    theirs = theirs[ends]
+
+    def ours(kv: str) -> np.ndarray:
+        model.kv_dtype = kv
+        try:
+            s = Session(model)
+            rows = [s.prefill(ids[i : i + 64]).copy() for i in range(0, len(ids), 64)]
+            rows += [s.step(t).copy() for t in full[len(ids) : -1]]
+            assert s.pool.kv_dtype == kv
+            s.free()
+        finally:
+            model.kv_dtype = "f32"
+        return np.stack(rows)
+
+    f32, half = ours("f32"), ours(kv_dtype)
+    vs_hf, vs_f32 = np.abs(half - theirs).max(), np.abs(half - f32).max()
+    print(f"gemma {kv_dtype} KV, {len(ids)} positions + 8 steps: max |logit diff| vs HF {vs_hf:.2e}, "
+          f"vs f32 KV {vs_f32:.2e} (f32 KV vs HF {np.abs(f32 - theirs).max():.2e})")
+    assert np.abs(f32 - theirs).max() <= LOGIT_TOL
+    assert vs_hf <= KV_TOL[kv_dtype] and vs_f32 <= KV_TOL[kv_dtype]
+    assert np.array_equal(half.argmax(-1), theirs.argmax(-1))  # no greedy choice moved on this text
