@@ -217,7 +217,7 @@ class PrefixCache:
 
 def default_cache_bytes() -> int:
     """A quarter of the machine's memory (6 GiB on a 24 GiB machine): an agent's 16k-token context is
-    0.4-0.6 GB of float32 K/V on the packaged models, so ten or more of them."""
+    0.2-0.3 GB of f16 K/V on the packaged models (twice that in f32), so twenty or more of them."""
     return min(physical_memory(), 1 << 62) // 4
 
 
