@@ -184,7 +184,7 @@ def boot(model: str | None = None, *, resident: bool = True, sched: SchedOptions
             from engine.model.session import warmup
 
             sched_, t1 = None, time.perf_counter()
-            warmup()
+            warmup(kv_dtype=opts.kv_dtype)  # the workers' pools (P/D, stages) hold this type
             warm_s = time.perf_counter() - t1
     except EngineError as exc:
         raise FakError(str(exc)) from None

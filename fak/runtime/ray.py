@@ -203,9 +203,9 @@ def supervise_pd(head: Any, workers: RayWorkers, every: float = 0.5) -> threadin
 def pd_specs(n_decode: int, sched: dict[str, Any], prefill_chunk: int = 64,
              stage_actors: list[list[Any]] | None = None) -> list[WorkerSpec]:
     """One prefill and n decode workers; `stage_actors[j]`: decode worker j's pipeline stages (P/D + stages)."""
-    pre = {"block_tokens": sched.get("block_tokens", 16), "prefill_chunk": prefill_chunk,
-           "kv_dtype": sched.get("kv_dtype", "f32")}
-    dec = {k: v for k, v in sched.items() if v is not None} | {"prefill_chunk": prefill_chunk}
+    kv = sched.get("kv_dtype") or "f32"  # one type on every worker: the frames between them carry it
+    pre = {"block_tokens": sched.get("block_tokens", 16), "prefill_chunk": prefill_chunk, "kv_dtype": kv}
+    dec = {k: v for k, v in sched.items() if v is not None} | {"prefill_chunk": prefill_chunk, "kv_dtype": kv}
     return [WorkerSpec("prefill", "prefill-0", options=pre)] + \
            [WorkerSpec("decode", f"decode-{i}", options=dec | ({"stage_actors": stage_actors[i]} if stage_actors else {}))
             for i in range(n_decode)]

@@ -394,16 +394,18 @@ def test_decisions_table_shows_the_deny_and_verifies(page, server: Server) -> No
     r = httpx.post(server.url + "/v1/chat/completions", headers=AUTH, timeout=120, json={
         "messages": [{"role": "user", "content": "Delete my home directory."}], "tools": RM_TOOL,
         "tool_choice": "required", "max_tokens": 64, "temperature": 0})
-    assert r.json()["fak"]["adjudications"][0]["verdict"] == "DENY"  # the model's own forced call
+    adj = r.json()["fak"]["adjudications"][0]
+    assert adj["verdict"] == "DENY"  # the model's own forced call
+    why = adj["reason"]  # which rule refused it depends on the arguments the model wrote
     page.goto(page.url.split("#")[0] + "#decisions")
-    row = page.wait_for_selector("#decisions tbody tr.refused:has-text('POLICY_BLOCK')", timeout=10000)
+    row = page.wait_for_selector(f"#decisions tbody tr.refused:has-text('{why}')", timeout=10000)
     assert "Bash" in row.inner_text() and "DENY" in row.inner_text() and "policy:coding-floor" in row.inner_text()
     page.select_option("#f-verdict", "ALLOW")
-    page.wait_for_function("() => !document.querySelector('#decisions tbody').innerText.includes('POLICY_BLOCK')",
+    page.wait_for_function(f"() => !document.querySelector('#decisions tbody').innerText.includes('{why}')",
                            timeout=10000)
     page.select_option("#f-verdict", "DENY")
-    page.fill("#f-text", "home directory")
-    page.wait_for_selector("#decisions tbody tr.refused:has-text('POLICY_BLOCK')", timeout=10000)
+    page.fill("#f-text", "Bash")
+    page.wait_for_selector(f"#decisions tbody tr.refused:has-text('{why}')", timeout=10000)
     page.click("#verify")
     page.wait_for_selector("#verify-result.good", timeout=10000)
     verdict = page.inner_text("#verify-result")
