@@ -36,7 +36,7 @@ def chunk_positions(head_dim: int) -> int:
     return max(16, KV_TASK_BYTES // (4 * head_dim))
 
 
-# Every sum adds in the order written (the q.k dots through kvtype.kv_dot, in blockdot.dot_f32's order, the
+# Every sum adds in the order written (the q.k dots through kvtype.kv_dots8/kv_dots4, 32-wide FMAs reduced by one fixed tree, the
 # softmax sums in sequence, P.V elementwise per output value, the chunks combined in position order), so the serial
 # twin and the parallel kernel give the same bits whatever the compiler does with the loops
 # (tests/engine/kernels/test_twins.py), and a row's result depends on its own positions only.

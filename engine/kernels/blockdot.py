@@ -101,6 +101,11 @@ def _fma(b: ir.IRBuilder, x: ir.Value, y: ir.Value, acc: ir.Value) -> ir.Value:
     return b.call(fn, [x, y, acc])
 
 
+def fma1(b: ir.IRBuilder) -> ir.Function:
+    """The scalar fma the tails use (one rounding, as the vector lanes have)."""
+    return cgutils.get_or_insert_function(b.module, ir.FunctionType(F32, [F32, F32, F32]), "llvm.fma.f32")
+
+
 def _prefetch(b: ir.IRBuilder, p8: ir.Value) -> None:
     fn = cgutils.get_or_insert_function(b.module, ir.FunctionType(ir.VoidType(), [P8, I32, I32, I32]), "llvm.prefetch.p0i8")
     b.call(fn, [_at(b, p8, PREFETCH_BYTES), _c(0, I32), _c(3, I32), _c(1, I32)])  # read, keep in L1, data
@@ -253,10 +258,9 @@ def dot_f32(typingctx, a_addr, b_addr, n):  # type: ignore[no-untyped-def]
             i0 = b.mul(loop.index, _c(W))
             b.store(_fma(b, _xload(b, pa, i0), _xload(b, pb, i0), b.load(acc)), acc)
         total = cgutils.alloca_once_value(b, _hsum(b, b.load(acc)))
-        fma1 = cgutils.get_or_insert_function(b.module, ir.FunctionType(F32, [F32, F32, F32]), "llvm.fma.f32")
         with cgutils.for_range_slice(b, b.mul(chunks, _c(W)), n, _c(1)) as (i, _):
             av, bv = b.load(b.gep(pa, [i])), b.load(b.gep(pb, [i]))
-            b.store(b.call(fma1, [av, bv, b.load(total)]), total)
+            b.store(b.call(fma1(b), [av, bv, b.load(total)]), total)
         return b.load(total)
 
     return types.float32(types.uint64, types.uint64, types.int64), codegen
@@ -277,10 +281,9 @@ def axpy_f32(typingctx, a, x_addr, y_addr, n):  # type: ignore[no-untyped-def]
             i0 = b.mul(loop.index, _c(W))
             yp = b.bitcast(b.gep(py, [i0]), VF.as_pointer())
             b.store(_fma(b, va, _xload(b, px, i0), b.load(yp, align=4)), yp, align=4)
-        fma1 = cgutils.get_or_insert_function(b.module, ir.FunctionType(F32, [F32, F32, F32]), "llvm.fma.f32")
         with cgutils.for_range_slice(b, b.mul(chunks, _c(W)), n, _c(1)) as (i, _):
             yp = b.gep(py, [i])
-            b.store(b.call(fma1, [av, b.load(b.gep(px, [i])), b.load(yp)]), yp)
+            b.store(b.call(fma1(b), [av, b.load(b.gep(px, [i])), b.load(yp)]), yp)
         return context.get_dummy_value()
 
     return types.void(types.float32, types.uint64, types.uint64, types.int64), codegen

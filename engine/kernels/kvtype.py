@@ -4,9 +4,10 @@ A pool's arrays hold the bits in a dtype numba can type, which also tells every 
 float32 as itself, float16 as uint16 (IEEE half bits), bfloat16 as int16 (the high half of a float32).
 Numba has no CPU float16 type, so the kernels below are LLVM IR: a half row is loaded 32 values at a time and
 widened with `fpext` (F16C's vcvtph2ps where the CPU has it), a bf16 row by a 16-bit shift; stores round to
-nearest even, as numpy's astype(float16) does. Arithmetic stays float32: only the cache's bytes shrink. The
-sums run in exactly the order of the float32 versions (blockdot.dot_f32, axpy_f32), so a row's bits still
-do not depend on the batch, and the float32 cache gives the bits it always did.
+nearest even, as numpy's astype(float16) does. Arithmetic stays float32: only the cache's bytes shrink. Every
+sum runs in one fixed order whatever the element type (the grouped dots' fixed tree, P.V as blockdot.axpy_f32
+row after row), so a half-width pool gives the bits of a float32 pool holding the decoded values, and a row's
+bits do not depend on the batch.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from engine.errors import EngineError
-from engine.kernels.blockdot import F32, I32, I64, VF, ZERO, W, _c, _fma, _hsum, _splat
+from engine.kernels.blockdot import F32, I32, I64, VF, W, _c, _fma, _splat, fma1
 
 KV_DTYPES = ("f32", "f16", "bf16")
 # the storage dtype of each (what the pool's arrays are and what a kernel is compiled for)
@@ -124,63 +125,6 @@ def _narrow(b: ir.IRBuilder, kind: str, x: ir.Value) -> ir.Value:
     return b.select(b.fcmp_unordered("uno", x, x), const(I16, 0x7FC0), rounded)
 
 
-def _fma1(b: ir.IRBuilder) -> ir.Function:
-    return cgutils.get_or_insert_function(b.module, ir.FunctionType(F32, [F32, F32, F32]), "llvm.fma.f32")
-
-
-@intrinsic
-def kv_dot(typingctx, like, a_addr, k_addr, n):  # type: ignore[no-untyped-def]
-    """sum(a[i] * k[i] for i < n): a float32 row at a_addr, a K row (of like's element type) at k_addr, in
-    blockdot.dot_f32's order: 32-wide FMAs over whole chunks of 32, the fixed tree sum, the tail in sequence."""
-    kind = _kind(like)
-
-    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        b = builder
-        pa = b.inttoptr(args[1], F32.as_pointer())
-        pk = b.inttoptr(args[2], ir.IntType(8).as_pointer())
-        n = args[3]
-        acc = cgutils.alloca_once(b, VF)
-        b.store(ZERO, acc)
-        chunks = b.sdiv(n, _c(W))
-        with cgutils.for_range(b, chunks) as loop:
-            i0 = b.mul(loop.index, _c(W))
-            av = b.load(b.bitcast(b.gep(pa, [i0]), VF.as_pointer()), align=4)
-            b.store(_fma(b, av, _widen(b, kind, pk, i0, W), b.load(acc)), acc)
-        total = cgutils.alloca_once_value(b, _hsum(b, b.load(acc)))
-        with cgutils.for_range_slice(b, b.mul(chunks, _c(W)), n, _c(1)) as (i, _):
-            kv = b.extract_element(_widen(b, kind, pk, i, 1), _c(0, I32))
-            b.store(b.call(_fma1(b), [b.load(b.gep(pa, [i])), kv, b.load(total)]), total)
-        return b.load(total)
-
-    return types.float32(like, types.uint64, types.uint64, types.int64), codegen
-
-
-@intrinsic
-def kv_axpy(typingctx, like, a, v_addr, y_addr, n):  # type: ignore[no-untyped-def]
-    """y[i] = fma(a, v[i], y[i]) for i < n: a V row (of like's element type) at v_addr into a float32 row
-    at y_addr, elementwise as blockdot.axpy_f32."""
-    kind = _kind(like)
-
-    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        b = builder
-        av, n = args[1], args[4]
-        pv = b.inttoptr(args[2], ir.IntType(8).as_pointer())
-        py = b.inttoptr(args[3], F32.as_pointer())
-        va = _splat(b, av)
-        chunks = b.sdiv(n, _c(W))
-        with cgutils.for_range(b, chunks) as loop:
-            i0 = b.mul(loop.index, _c(W))
-            yp = b.bitcast(b.gep(py, [i0]), VF.as_pointer())
-            b.store(_fma(b, va, _widen(b, kind, pv, i0, W), b.load(yp, align=4)), yp, align=4)
-        with cgutils.for_range_slice(b, b.mul(chunks, _c(W)), n, _c(1)) as (i, _):
-            yp = b.gep(py, [i])
-            vv = b.extract_element(_widen(b, kind, pv, i, 1), _c(0, I32))
-            b.store(b.call(_fma1(b), [av, vv, b.load(yp)]), yp)
-        return context.get_dummy_value()
-
-    return types.void(like, types.float32, types.uint64, types.uint64, types.int64), codegen
-
-
 @intrinsic
 def kv_put(typingctx, like, dst_addr, src_addr, n):  # type: ignore[no-untyped-def]
     """dst[i] = src[i] for i < n: a float32 row at src_addr stored as like's element type at dst_addr
@@ -222,8 +166,8 @@ def _acc_init(b: ir.IRBuilder, n: int) -> list[ir.Value]:
 def kv_pv(typingctx, like, p_addr, rows_addr, n, dim, out_addr):  # type: ignore[no-untyped-def]
     """out[d] = sum over j < n of p[j] * V_j[d], for d < dim: p float32 [n], V_j the row (like's element type)
     at the address rows[j] (uint64 [n]). Each out[d] is the chain fma(p[j], V_j[d], .) over j in order from 0,
-    exactly as kv_axpy applied row after row computes it, but with the outputs in registers across the rows:
-    64 values (4 x 16) at a time, then 16, then one by one."""
+    exactly as blockdot.axpy_f32 applied to the decoded rows one after another computes it, but with the
+    outputs in registers across the rows: 64 values (4 x 16) at a time, then 16, then one by one."""
     kind = _kind(like)
 
     def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
@@ -260,7 +204,7 @@ def kv_pv(typingctx, like, p_addr, rows_addr, n, dim, out_addr):  # type: ignore
             with cgutils.for_range(b, n) as loop:
                 row = b.inttoptr(b.load(b.gep(rp, [loop.index])), i8p)
                 x = b.extract_element(_widen(b, kind, row, d, 1), _c(0, I32))
-                b.store(b.call(_fma1(b), [b.load(b.gep(pp, [loop.index])), x, b.load(acc)]), acc)
+                b.store(b.call(fma1(b), [b.load(b.gep(pp, [loop.index])), x, b.load(acc)]), acc)
             b.store(b.load(acc), b.gep(po, [d]))
         return context.get_dummy_value()
 
@@ -335,7 +279,7 @@ def _kv_dots(slots: int):  # type: ignore[no-untyped-def]
                 tot = cgutils.alloca_once_value(b, b.extract_element(v, _c(i, I32)))
                 with cgutils.for_range_slice(b, tail0, dim, _c(1)) as (d, _):
                     kd = b.extract_element(_widen(b, kind, kp, d, 1), _c(0, I32))
-                    b.store(b.call(_fma1(b), [b.load(b.gep(q, [d])), kd, b.load(tot)]), tot)
+                    b.store(b.call(fma1(b), [b.load(b.gep(q, [d])), kd, b.load(tot)]), tot)
                 with b.if_then(b.icmp_signed("<", _c(i), count)):
                     b.store(b.load(tot), b.gep(op, [b.mul(_c(i), ostride)]))
             return context.get_dummy_value()

@@ -12,8 +12,8 @@ from numba import njit
 
 from engine.errors import EngineError
 from engine.kernels import kvtype
-from engine.kernels.blockdot import axpy_f32, dot_f32
-from engine.kernels.kvtype import kv_axpy, kv_dot, kv_dots4, kv_dots8, kv_put, kv_pv
+from engine.kernels.blockdot import axpy_f32
+from engine.kernels.kvtype import kv_dots4, kv_dots8, kv_put, kv_pv
 
 RNG = np.random.default_rng(5)
 
@@ -73,23 +73,8 @@ def test_names_and_an_unknown_dtype() -> None:
 
 
 @njit(cache=False)
-def _dot(like, a, k):  # type: ignore[no-untyped-def]
-    return kv_dot(like, np.uint64(a.ctypes.data), np.uint64(k.ctypes.data), a.shape[0])
-
-
-@njit(cache=False)
-def _axpy(like, s, v, y):  # type: ignore[no-untyped-def]
-    kv_axpy(like, np.float32(s), np.uint64(v.ctypes.data), np.uint64(y.ctypes.data), y.shape[0])
-
-
-@njit(cache=False)
 def _put(like, dst, src):  # type: ignore[no-untyped-def]
     kv_put(like, np.uint64(dst.ctypes.data), np.uint64(src.ctypes.data), src.shape[0])
-
-
-@njit(cache=False)
-def _dot32(a, b):  # type: ignore[no-untyped-def]
-    return dot_f32(np.uint64(a.ctypes.data), np.uint64(b.ctypes.data), a.shape[0])
 
 
 @njit(cache=False)
@@ -100,8 +85,8 @@ def _axpy32(s, x, y):  # type: ignore[no-untyped-def]
 @pytest.mark.parametrize("kind", kvtype.KV_DTYPES)
 @pytest.mark.parametrize("n", [64, 100, 7, 256])
 def test_kernel_loads_and_stores(kind: str, n: int) -> None:
-    """kv_put stores encode()'s bits (the 32-wide body and the tail alike); kv_dot / kv_axpy over the stored
-    row give exactly dot_f32 / axpy_f32 over the decoded float32 row (same order, exact widening)."""
+    """kv_put stores encode()'s bits (the 32-wide body and the tail alike); the grouped dots over the stored
+    row give exactly their bits over the decoded float32 row (same order, exact widening)."""
     st = kvtype.storage(kind)
     x = _values(n)[:n] if n > 20 else (RNG.standard_normal(n) * 100).astype(np.float32)
     x[0] = 70000.0  # saturates in f16
@@ -109,12 +94,12 @@ def test_kernel_loads_and_stores(kind: str, n: int) -> None:
     _put(stored, stored, x)
     assert np.array_equal(stored, kvtype.encode(x, st))
     wide = np.ascontiguousarray(kvtype.decode(stored))
-    a = RNG.standard_normal(n).astype(np.float32)
-    assert _dot(stored, a, stored) == _dot32(a, wide)
-    y1, y2 = np.linspace(-1, 1, n).astype(np.float32), np.linspace(-1, 1, n).astype(np.float32)
-    _axpy(stored, 0.37, stored, y1)
-    _axpy32(0.37, wide, y2)
-    assert np.array_equal(y1, y2)
+    q = RNG.standard_normal((8, n)).astype(np.float32)
+    for slots in (8, 4):
+        half, full = np.zeros((slots, 1), np.float32), np.zeros((slots, 1), np.float32)
+        _dots(stored, q, stored, slots, half, slots)
+        _dots(wide, q, wide, slots, full, slots)
+        assert np.array_equal(half, full)
 
 
 @njit(cache=False)
@@ -136,7 +121,8 @@ def _pv(like, p, rows, out):  # type: ignore[no-untyped-def]
 @pytest.mark.parametrize("dim", [64, 40, 256, 16, 7])
 def test_grouped_dots_and_pv(kind: str, dim: int) -> None:
     """kv_dots8 / kv_dots4: every head's q.k against float64 (each count of heads, the slots past it left
-    alone); kv_pv: exactly kv_axpy applied row after row from zero (the same fma chain per value)."""
+    alone); kv_pv: exactly blockdot.axpy_f32 applied to the decoded rows one after another from zero (the
+    same fma chain per value)."""
     st = kvtype.storage(kind)
     k = kvtype.encode(RNG.standard_normal(dim), st)
     kw = kvtype.decode(k).astype(np.float64)
@@ -156,5 +142,5 @@ def test_grouped_dots_and_pv(kind: str, dim: int) -> None:
     _pv(vs, p, rows, got)
     want = np.zeros(dim, np.float32)
     for j in range(n):
-        _axpy(vs, p[j], vs[j], want)
+        _axpy32(p[j], np.ascontiguousarray(kvtype.decode(vs[j])), want)
     assert np.array_equal(got, want)
