@@ -290,6 +290,38 @@ def axpy_f32(typingctx, a, x_addr, y_addr, n):  # type: ignore[no-untyped-def]
 
 
 @intrinsic
+def max_f32(typingctx, x_addr, n):  # type: ignore[no-untyped-def]
+    """max(x[i] for i < n) of a float32 vector at a raw address (-inf when n = 0): 32 lanes of maxnum at a
+    time, then the tail. numba's max() over a loop does not vectorise (it keeps Python's NaN order), which
+    made the prefill softmax's max pass ten times its sum pass. max is exact, so the order is free."""
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        b = builder
+        px, n = b.inttoptr(args[0], F32.as_pointer()), args[1]
+        vmax = cgutils.get_or_insert_function(b.module, ir.FunctionType(VF, [VF, VF]), f"llvm.maxnum.v{W}f32")
+        smax = cgutils.get_or_insert_function(b.module, ir.FunctionType(F32, [F32, F32]), "llvm.maxnum.f32")
+        acc = cgutils.alloca_once_value(b, ir.Constant(VF, [float("-inf")] * W))
+        chunks = b.sdiv(n, _c(W))
+        with cgutils.for_range(b, chunks) as loop:
+            b.store(b.call(vmax, [b.load(acc), _xload(b, px, b.mul(loop.index, _c(W)))]), acc)
+        v, k = b.load(acc), W
+        while k > 2:  # halves folded pairwise, down to two lanes
+            h = k // 2
+            lo = b.shuffle_vector(v, v, ir.Constant(ir.VectorType(I32, h), list(range(h))))
+            hi = b.shuffle_vector(v, v, ir.Constant(ir.VectorType(I32, h), list(range(h, k))))
+            fn = cgutils.get_or_insert_function(b.module, ir.FunctionType(lo.type, [lo.type, lo.type]),
+                                                f"llvm.maxnum.v{h}f32")
+            v, k = b.call(fn, [lo, hi]), h
+        last = b.call(smax, [b.extract_element(v, _c(0, I32)), b.extract_element(v, _c(1, I32))])
+        total = cgutils.alloca_once_value(b, last)
+        with cgutils.for_range_slice(b, b.mul(chunks, _c(W)), n, _c(1)) as (i, _):
+            b.store(b.call(smax, [b.load(total), b.load(b.gep(px, [i]))]), total)
+        return b.load(total)
+
+    return types.float32(types.uint64, types.int64), codegen
+
+
+@intrinsic
 def prefetch_ahead(typingctx, addr):  # type: ignore[no-untyped-def]
     """Software prefetch of the line PREFETCH_BYTES past `addr` (what the block loops do)."""
 

@@ -152,6 +152,28 @@ def kv_put(typingctx, like, dst_addr, src_addr, n):  # type: ignore[no-untyped-d
     return types.void(like, types.uint64, types.uint64, types.int64), codegen
 
 
+@intrinsic
+def kv_get(typingctx, like, dst_addr, src_addr, n):  # type: ignore[no-untyped-def]
+    """dst[i] = src[i] for i < n: a row of like's element type at src_addr widened into float32 at dst_addr
+    (exactly: every half and bf16 value is a float32 value), 32 at a time, then the tail."""
+    kind = _kind(like)
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        b = builder
+        pd = b.inttoptr(args[1], F32.as_pointer())
+        ps = b.inttoptr(args[2], ir.IntType(8).as_pointer())
+        n = args[3]
+        chunks = b.sdiv(n, _c(W))
+        with cgutils.for_range(b, chunks) as loop:
+            i0 = b.mul(loop.index, _c(W))
+            b.store(_widen(b, kind, ps, i0, W), b.bitcast(b.gep(pd, [i0]), VF.as_pointer()), align=4)
+        with cgutils.for_range_slice(b, b.mul(chunks, _c(W)), n, _c(1)) as (i, _):
+            b.store(b.extract_element(_widen(b, kind, ps, i, 1), _c(0, I32)), b.gep(pd, [i]))
+        return context.get_dummy_value()
+
+    return types.void(like, types.uint64, types.uint64, types.int64), codegen
+
+
 V16 = ir.VectorType(F32, 16)
 
 

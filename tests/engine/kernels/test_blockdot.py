@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as QT
 from gguf.quants import dequantize
+from numba import njit
 
-from engine.kernels.blockdot import gemm
+from engine.kernels.blockdot import gemm, max_f32
 from engine.kernels.parallel import serial_twin
 from engine.quant import rows as K
 from support.blocks import TYPES, random_blocks
@@ -81,3 +82,20 @@ def test_bad_shapes_are_refused_not_read() -> None:
     for args in bad:
         with pytest.raises(ValueError, match="shapes do not match"):
             gemm(args[0], args[1], args[2], K.F16_LUT, args[3])
+
+
+@njit(cache=False)
+def _max_at(x, first, n):  # type: ignore[no-untyped-def]
+    return max_f32(np.uint64(x.ctypes.data + 4 * first), n)
+
+
+def test_max_f32_is_numpy_max() -> None:
+    """max_f32 over every length around the 32-lane body (misaligned starts too), -inf for none."""
+    rng = np.random.default_rng(4)
+    x = (rng.standard_normal(300) * 50).astype(np.float32)
+    x[[7, 77, 250]] = [-np.inf, 1e30, -1e30]
+    for first in (0, 1, 3):
+        for n in (0, 1, 2, 31, 32, 33, 64, 95, 257):
+            want = x[first : first + n].max() if n else -np.inf
+            assert _max_at(x, first, n) == want
+    assert _max_at(np.full(40, -np.inf, np.float32), 0, 40) == -np.inf

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from engine.errors import EngineError
-from engine.kernels.attention import paged_attention, prefill_attention, reference_attention
+from engine.kernels import kvtype
+from engine.kernels.attention import gather_rows, paged_attention, prefill_attention, reference_attention
 
 
 def _pool(seed: int, n_blocks: int = 80, bt: int = 16, kvh: int = 2, dim: int = 64):  # type: ignore[no-untyped-def]
@@ -57,3 +58,47 @@ def test_attention_refuses_positions_outside_the_lanes_blocks() -> None:
     paged_attention(q, kp, vp, blocks[:2], 2 * bt - 2)  # the last two positions of two blocks: fine
     with pytest.raises(EngineError, match="lane 0 has 2 KV blocks of 16 tokens, positions 31..32 need 3"):
         paged_attention(q, kp, vp, blocks[:2], 2 * bt - 1)
+
+
+@pytest.mark.parametrize("kind", ["f16", "bf16"])
+def test_half_width_pools_read_as_their_decoded_values(kind: str) -> None:
+    """A half-width pool gives what a float32 pool holding its decoded values gives (the tiles are widened
+    exactly), and the reference over those values, at a window and a softcap too."""
+    rng, kp, vp, blocks = _pool(11)
+    st = kvtype.storage(kind)
+    kh, vh = kvtype.encode(kp, st), kvtype.encode(vp, st)
+    kw, vw = kvtype.decode(kh), kvtype.decode(vh)
+    q = rng.standard_normal((200, 8, 64)).astype(np.float32)
+    for window, softcap in ((0, 0.0), (96, 0.0), (0, 30.0)):
+        got = prefill_attention(q, kh, vh, blocks, 700, window, 0.125, softcap)
+        np.testing.assert_array_equal(got, prefill_attention(q, kw, vw, blocks, 700, window, 0.125, softcap))
+        bt, pos, table = kp.shape[1], np.arange(900), np.asarray(blocks)
+        ref = reference_attention(q, kw[table[pos // bt], pos % bt], vw[table[pos // bt], pos % bt], 700, window,
+                                  0.125, softcap)
+        assert np.abs(got - ref).max() < 5e-6
+
+
+@pytest.mark.parametrize("kind", ["f32", "f16", "bf16"])
+def test_gather_rows_walks_the_block_table(kind: str) -> None:
+    """gather_rows = numpy's fancy indexing through the table, decoded; from any position, over block edges,
+    on a strided pool (a layer's slice of a bigger one)."""
+    rng, kp, _, blocks = _pool(5, kvh=3, dim=40)
+    big = kvtype.encode(np.stack([kp, kp + 1]), kvtype.storage(kind))[:, :, :, 1:]  # strided: heads 1..2 of 3
+    pool = big[1]
+    table = np.asarray(blocks, dtype=np.int64)
+    bt = pool.shape[1]
+    for k0, n in ((0, 16), (5, 40), (300, 1), (17, 512 - 17)):
+        out = np.full((n, 40), np.nan, np.float32)
+        gather_rows(pool, table, 1, k0, out)
+        pos = np.arange(k0, k0 + n)
+        np.testing.assert_array_equal(out, kvtype.decode(pool[table[pos // bt], pos % bt, 1]))
+
+
+def test_positions_past_the_lanes_blocks_or_bad_ids_are_refused() -> None:
+    """prefill_attention gathers through the table unchecked: the span and the ids are checked first."""
+    rng, kp, vp, blocks = _pool(3)
+    q = rng.standard_normal((64, 8, 64)).astype(np.float32)
+    with pytest.raises(EngineError, match="lane 0 has 4 KV blocks of 16 tokens, positions 10..73 need 5"):
+        prefill_attention(q, kp, vp, blocks[:4], 10)
+    with pytest.raises(EngineError, match="block ids 0..80 outside the pool's 80"):
+        prefill_attention(q, kp, vp, [0, 1, 2, 3, 80], 10)
