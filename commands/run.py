@@ -43,6 +43,8 @@ def register(app: typer.Typer) -> None:
         no_kv_cache_dir: bool = sched_flags.NO_KV_CACHE_DIR,
         kv_cache_disk_gib: float | None = sched_flags.KV_CACHE_DISK_GIB,
         kv_dtype: str | None = sched_flags.KV_DTYPE,
+        speculative: str | None = sched_flags.SPECULATIVE,
+        spec_tokens: int | None = sched_flags.SPEC_TOKENS,
     ) -> None:
         """Replay a trace through the kernel, or run a model on a prompt."""
         from fak.errors import FakError
@@ -52,7 +54,8 @@ def register(app: typer.Typer) -> None:
             raise FakError("--plain and --q4k contradict each other: resident (--q4k) is the default")
         flags = {"max_running": max_running, "kv_blocks": kv_blocks, "block_tokens": block_tokens,
                  "preempt": preempt, "victim": victim,
-                 **sched_flags.cache_flags(prefix_cache_gib, kv_cache_dir, no_kv_cache_dir, kv_cache_disk_gib, kv_dtype)}
+                 **sched_flags.cache_flags(prefix_cache_gib, kv_cache_dir, no_kv_cache_dir, kv_cache_disk_gib, kv_dtype),
+                 **sched_flags.spec_flags(speculative, spec_tokens)}
         if trace is not None:
             from commands.run_trace import run_trace
 

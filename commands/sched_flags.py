@@ -20,6 +20,16 @@ NO_KV_CACHE_DIR = typer.Option(False, "--no-kv-cache-dir", help="No KV on disk (
 KV_CACHE_DISK_GIB = typer.Option(None, "--kv-cache-disk-gib", help="Bound of the KV on disk, LRU (default 20) "
                                  "[FAK_KV_CACHE_DISK_GIB].")
 
+SPECULATIVE = typer.Option(None, "--speculative", help="Speculative decoding: off | ngram (drafts from the "
+                           "lane's own prompt and output) | suffix (and recent outputs of its scope) "
+                           "[FAK_SPECULATIVE].")
+SPEC_TOKENS = typer.Option(None, "--spec-tokens", help="Longest draft a lane may earn (8; adaptive per lane) "
+                           "[FAK_SPEC_TOKENS].")
+
+
+def spec_flags(speculative: str | None, spec_tokens: int | None) -> dict[str, object]:
+    return {"speculative": speculative, "spec_tokens": spec_tokens}
+
 
 def cache_flags(prefix_cache_gib: float | None, kv_cache_dir: str | None, no_kv_cache_dir: bool,
                 kv_cache_disk_gib: float | None, kv_dtype: str | None) -> dict[str, object]:

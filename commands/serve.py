@@ -34,6 +34,8 @@ def register(app: typer.Typer) -> None:
         no_kv_cache_dir: bool = sched_flags.NO_KV_CACHE_DIR,
         kv_cache_disk_gib: float | None = sched_flags.KV_CACHE_DISK_GIB,
         kv_dtype: str | None = sched_flags.KV_DTYPE,
+        speculative: str | None = sched_flags.SPECULATIVE,
+        spec_tokens: int | None = sched_flags.SPEC_TOKENS,
         live: bool = typer.Option(False, "--live", help="A live view of the engine in this terminal (stderr)."),
         json_logs: bool = typer.Option(False, "--json-logs", help="Log one JSON object per line (with an access log)."),
         policy: str | None = typer.Option(None, "--policy", help="Policy JSON for the tool calls the model proposes "
@@ -77,7 +79,8 @@ def register(app: typer.Typer) -> None:
         sched = SchedOptions.resolve(max_running=max_running, kv_blocks=kv_blocks, block_tokens=block_tokens,
                                      preempt=preempt, victim=victim,
                                      **sched_flags.cache_flags(prefix_cache_gib, kv_cache_dir, no_kv_cache_dir,
-                                                               kv_cache_disk_gib, kv_dtype))
+                                                               kv_cache_disk_gib, kv_dtype),
+                                     **sched_flags.spec_flags(speculative, spec_tokens))
         from engine.gguf.aliases import default_model, resolve_model
 
         name = gguf or default_model()

@@ -69,6 +69,7 @@ class LaneInput:
     kv: PageTable
     n: int
     start: int = field(default=-1)
+    logits: int = 1  # how many of the lane's last rows get logits (speculative verification: all its rows)
 
     def __post_init__(self) -> None:
         if self.start < 0:
@@ -190,10 +191,15 @@ class Model:
 
     def finish(self, x: np.ndarray, lanes: list[LaneInput], all_logits: bool = False, head: bool = True,
                trace: list[np.ndarray] | None = None) -> np.ndarray:
-        """Output norm of each lane's last row (every row with all_logits), then the LM head (head=True)."""
+        """Output norm of each lane's last row (its last `logits` rows; every row with all_logits), then the LM
+        head (head=True)."""
         c, w = self.config, self.weights
         rows = int(x.shape[0])
-        last = np.arange(rows) if all_logits else np.cumsum([ln.n for ln in lanes]) - 1
+        if all_logits:
+            last = np.arange(rows)
+        else:
+            ends = np.cumsum([ln.n for ln in lanes])
+            last = np.concatenate([np.arange(e - min(ln.logits, ln.n), e) for e, ln in zip(ends, lanes, strict=True)])
         hl = rmsnorm(x[last], w.output_norm, c.norm_eps)
         if trace is not None:
             trace[-1] = hl  # HF reports the final state after the output norm

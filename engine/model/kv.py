@@ -186,6 +186,14 @@ class PageTable:
         v = kvtype.decode(self.pool.v[layer, ids].reshape(shape)[:n_tokens])
         return k, v
 
+    def truncate(self, n_tokens: int) -> None:
+        """Positions 0..n_tokens-1 only: the blocks past the ones they need go back to the pool."""
+        keep = -(-n_tokens // self.pool.block_tokens)
+        for b in self.blocks[keep:]:
+            self.pool.release(b)
+        del self.blocks[keep:]
+        self.length = n_tokens
+
     def free(self) -> None:
         """Release every block (shared blocks stay alive for their other owners)."""
         for b in self.blocks:

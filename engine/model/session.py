@@ -48,6 +48,14 @@ class Session:
         """Feed one token (the decode path) and return the next-token logits [vocab]."""
         return step_batch([self], [token])[0]
 
+    def truncate(self, n: int) -> None:
+        """Keep positions 0..n-1 only (rejected speculative rows): the length and the ids go back, and
+        blocks past the last one n positions need return to the pool; nothing is copied."""
+        if not 0 <= n <= self.length:
+            raise EngineError(f"truncate to {n} positions: the session holds {self.length}")
+        self.kv.truncate(n)
+        del self.tokens[n:]
+
     def free(self) -> None:
         """Return every KV block to the pool (shared blocks survive for their other owners)."""
         self.kv.free()
@@ -80,9 +88,11 @@ def step_batch(sessions: Sequence[Session], ids: Sequence[int] | np.ndarray) -> 
     return forward_batch(sessions, arr)
 
 
-def forward_batch(sessions: Sequence[Session], chunks: Sequence[Sequence[int]]) -> np.ndarray:
+def forward_batch(sessions: Sequence[Session], chunks: Sequence[Sequence[int]],
+                  logit_rows: Sequence[int] | None = None) -> np.ndarray:
     """Advance N sessions by a chunk of tokens each (prefill chunks and single decode tokens mixed)
-    in ONE forward on the row-stable decode kernels; returns each session's last-token logits [N, vocab].
+    in ONE forward on the row-stable decode kernels; returns each session's last-token logits [N, vocab]
+    (with `logit_rows`, the logits of session i's last logit_rows[i] rows, in order: [sum, vocab]).
 
     Every row is computed as a serial `step` would compute it, so the result does not depend on the
     batch mates or on how a prompt was chunked (the continuous-batching scheduler relies on this).
@@ -101,9 +111,13 @@ def forward_batch(sessions: Sequence[Session], chunks: Sequence[Sequence[int]]) 
     arrs = [_ids(c, model.config.vocab_size) for c in chunks]
     if any(a.size == 0 for a in arrs):
         raise EngineError("forward_batch: an empty chunk")
+    if logit_rows is not None and (len(logit_rows) != len(arrs)
+                                   or any(not 1 <= m <= a.size for m, a in zip(logit_rows, arrs, strict=False))):
+        raise EngineError(f"forward_batch: logit rows {list(logit_rows)} for chunks of {[a.size for a in arrs]}")
+    rows = logit_rows if logit_rows is not None else [1] * len(arrs)
     _reserve(sessions, [int(a.size) for a in arrs])
-    logits = model.forward(np.concatenate(arrs), [LaneInput(s.kv, int(a.size)) for s, a in zip(sessions, arrs, strict=False)],
-                           decode=True)
+    lanes = [LaneInput(s.kv, int(a.size), logits=int(m)) for s, a, m in zip(sessions, arrs, rows, strict=False)]
+    logits = model.forward(np.concatenate(arrs), lanes, decode=True)
     for s, a in zip(sessions, arrs, strict=False):
         s._advance(a)
     return logits
@@ -124,12 +138,17 @@ def _cow_blocks(kv: PageTable, n_new: int) -> list[int]:
     return [i for i in range(first, min(last + 1, len(kv.blocks))) if kv.pool.refcount[kv.blocks[i]] > 1]
 
 
+def blocks_to_reserve(sessions: Sequence[Session], counts: Sequence[int]) -> int:
+    """New blocks `counts[i]` more tokens in each session take (fresh ones and copies of shared ones)."""
+    return sum(s.kv.blocks_needed(s.kv.length + n) + len(_cow_blocks(s.kv, n)) for s, n in zip(sessions, counts, strict=True))
+
+
 def _reserve(sessions: Sequence[Session], counts: Sequence[int]) -> None:
     """Reserve room for counts[i] more tokens in each session, all or nothing."""
     need: dict[int, int] = defaultdict(int)
     pools: dict[int, BlockPool] = {}
     for s, n in zip(sessions, counts, strict=False):
-        need[id(s.pool)] += s.kv.blocks_needed(s.kv.length + n) + len(_cow_blocks(s.kv, n))
+        need[id(s.pool)] += blocks_to_reserve([s], [n])
         pools[id(s.pool)] = s.pool
     for key, n in need.items():
         pool = pools[key]

@@ -295,6 +295,7 @@ class Lane:
     text: TextTracker | None = None
     rng: np.random.Generator | None = None
     grammar: Any = None  # engine.grammar.Matcher of a constrained request (its state after `generated`)
+    draft: Any = None  # engine.sched.draft.LaneDraft while speculative decoding is on
     # admit_prefilled: (blocks already in the pool covering the whole prompt, the prefill's last logits)
     imported: tuple[list[int], np.ndarray] | None = None
 

@@ -34,6 +34,7 @@ class OutputProcessor:
         self.counters = counters  # the loop-thread counters shared with the scheduler
         self.finished: dict[str, int] = {}  # finish reason -> lanes
         self.rate = RateMeter()
+        self.drafter: Any = None  # engine.sched.draft.Drafter with speculative decoding on (learns from outputs)
 
     def after_prefill(self, lane: Lane, ids: list[int], logits: np.ndarray) -> None:
         self.counters["prefill_tokens"] += len(ids)
@@ -64,6 +65,39 @@ class OutputProcessor:
             lane.replay.pop(0)  # recompute replay: the token was generated before, its logits are known
         else:
             self._sample_and_emit(lane, row)
+
+    def after_verify(self, lane: Lane, rows: np.ndarray, draft: list[int]) -> int:
+        """A decoding lane fed its pending token and a draft of k tokens in one step: `rows` are the k+1
+        rows' logits. Each row is sampled in turn exactly as a one-token step would sample it (same
+        logits, same rng draws, same grammar state, same stops); while the emitted token equals the
+        drafted one, the next row is the step that would have followed, so it is used too. The first
+        mismatch (or a finish) ends it: the positions of the rejected draft tokens are dropped from the
+        session (its blocks past the kept positions go back to the pool). Returns the tokens accepted.
+
+        With sampling this is the speculative-sampling rule for a draft that is one token for sure
+        (q(d) = 1): accept d with probability p(d), else take a token from p without d, i.e. a token
+        drawn from p. Drawing from p and comparing is that rule, and draws what the unspeculated lane
+        would have drawn, so a seeded request gives the same tokens either way."""
+        s = lane.session
+        base = s.length - len(rows)  # the pending token's position
+        s.kv.length = base + 1  # only the pending token is known good; each accepted draft token adds one
+        del s.tokens[base + 1:]
+        accepted, before = 0, len(lane.generated)
+        for i, row in enumerate(rows):
+            self._sample_and_emit(lane, row)
+            if lane.state is LaneState.FINISHED or i == len(draft) or lane.generated[-1] != draft[i]:
+                break
+            accepted += 1
+            s.kv.length += 1
+            s.tokens.append(draft[i])
+        if lane.state is not LaneState.FINISHED:
+            s.truncate(s.length)  # blocks past the kept positions back to the pool
+        c = self.counters
+        c["spec_drafted"] += len(draft)
+        c["spec_accepted"] += accepted
+        c["spec_lane_steps"] += 1
+        c["spec_emitted"] += len(lane.generated) - before
+        return accepted
 
     def _sample_and_emit(self, lane: Lane, logits: np.ndarray) -> None:
         k = lane.request.logprobs
@@ -132,7 +166,9 @@ class OutputProcessor:
                 full = min(s.length, len(s.tokens)) // self.block_tokens
                 self.prefix.insert(s.tokens, s.kv.blocks, full, lane.request.kv_descriptor)
             s.kv.free()
-        lane.session, lane.swap_data, lane.replay = None, None, []
+        lane.session, lane.swap_data, lane.replay, lane.draft = None, None, [], None
+        if self.drafter is not None and error is None and not lane.request.tainted and lane.generated:
+            self.drafter.finished(lane.request.scope, lane.generated)  # suffix drafts: its own scope only
         self.planner.remove(lane)
         lane.to(LaneState.FINISHED)
         lane.finish_reason, lane.error = reason, error

@@ -29,8 +29,10 @@ import numpy as np
 
 from engine.errors import EngineError
 from engine.model.kv import KVExhausted, KVLost
+from engine.model.session import blocks_to_reserve
 from engine.sched.api import Topology, model_pipeline
 from engine.sched.calls import GrammarHost, run_calls
+from engine.sched.draft import SPECULATIVE_MODES, Drafter, LaneDraft
 from engine.sched.lane import FinishReason, Handle, Lane, LaneState, Request, TextTracker, now, validate_request
 from engine.sched.output import OutputProcessor
 from engine.sched.plan import Planner, SchedulerConfig
@@ -70,6 +72,8 @@ class NativeScheduler(GrammarHost):
         blas_chunks: bool = True,
         warm: bool = False,
         profile: bool | None = None,
+        speculative: str = "off",
+        spec_tokens: int = 8,
     ) -> None:
         self.config = SchedulerConfig(max_running=max_running, kv_blocks=kv_blocks, preempt_mode=preempt,
                                       victim_rule=victim, prefill_chunk=prefill_chunk, prefill_budget=prefill_budget)
@@ -112,7 +116,8 @@ class NativeScheduler(GrammarHost):
         # counters (loop thread only, shared by the scheduler and the output side); published as SchedStats
         self._c: dict[str, int] = dict.fromkeys(
             ("steps", "tokens", "prefill_tokens", "admitted", "swap", "recompute", "bytes_out", "bytes_in",
-             "readmitted", "max_running", "imported", "kv_lost"), 0)
+             "readmitted", "max_running", "imported", "kv_lost", "spec_drafted", "spec_accepted", "spec_lane_steps",
+             "spec_emitted"), 0)
         self.planner = Planner(self.config, self.pool, self.prefix, hit_align=hit_align,
                                    new_session=lambda: self._Session(self.model, pool=self.pool),
                                    batch_prefill=batch_prefill, counters=self._c)
@@ -122,6 +127,15 @@ class NativeScheduler(GrammarHost):
         self.profile: IterationProfile | None = IterationProfile() if profile else None
         self._prof = self.profile or NO_PROFILE
         self.output = OutputProcessor(self.planner, self.prefix, self.eos_ids, self._c, self._prof)
+        # speculative decoding (engine/sched/draft.py): a decoding lane feeds its pending token plus a draft
+        # and keeps what the model confirms. In-process models only: a pipeline's stages return one row each
+        if speculative not in SPECULATIVE_MODES:
+            raise EngineError(f"speculative must be one of {', '.join(SPECULATIVE_MODES)}, got {speculative!r}")
+        if spec_tokens < 1:
+            raise EngineError(f"spec_tokens must be >= 1, got {spec_tokens}")
+        self.speculative = speculative if self._view[0].kind == "single" else "off"
+        self.drafter = Drafter(self.speculative, spec_tokens) if self.speculative != "off" else None
+        self.output.drafter = self.drafter
         self.events = self.planner.events  # ("preempt"|"readmit", lane seq, preemption round)
         self._snapshot = SchedStats()
         self._publish()
@@ -382,13 +396,18 @@ class NativeScheduler(GrammarHost):
     def _mixed_step(self, prefills: list[tuple[Lane, list[int]]], decoders: list[Lane]) -> None:
         """Prefill chunks and one token per decoding lane in ONE forward (row-stable kernels)."""
         decoders = [ln for ln in decoders if ln.state is LaneState.DECODING]
-        feed = [(ln, [ln.replay[0] if ln.replay else ln.pending]) for ln in decoders]
+        drafts = self._drafts(decoders, prefills)
+        feed = [(ln, [ln.replay[0] if ln.replay else ln.pending, *d]) for ln, d in zip(decoders, drafts, strict=True)]
         batch = prefills + feed
         if not batch:
             return
         self._prof.mark("plan")
+        sessions, chunks = [ln.session for ln, _ in batch], [ids for _, ids in batch]
         try:
-            logits = self._forward_batch([ln.session for ln, _ in batch], [ids for _, ids in batch])
+            if any(drafts):  # every row of a drafting lane gets logits (the verification)
+                logits = self._forward_batch(sessions, chunks, [1] * len(prefills) + [len(ids) for _, ids in feed])
+            else:
+                logits = self._forward_batch(sessions, chunks)
         except KVExhausted:
             return  # budget estimate was short: nothing changed, retry next iteration
         finally:
@@ -397,8 +416,38 @@ class NativeScheduler(GrammarHost):
             self._c["steps"] += 1
         for i, (lane, ids) in enumerate(prefills):
             self.output.after_prefill(lane, ids, logits[i])
-        for lane, row in zip(decoders, logits[len(prefills):], strict=False):
-            self.output.after_step(lane, row)
+        at = len(prefills)
+        for lane, draft in zip(decoders, drafts, strict=True):
+            if draft:
+                state = lane.draft  # (finishing drops the lane's drafting state)
+                accepted = self.output.after_verify(lane, logits[at:at + 1 + len(draft)], draft)
+                self.drafter.verified(state, len(draft), accepted)  # type: ignore[union-attr]
+            else:
+                self.output.after_step(lane, logits[at])
+            at += 1 + len(draft)
+
+    def _drafts(self, decoders: list[Lane], prefills: list[tuple[Lane, list[int]]]) -> list[list[int]]:
+        """A draft for each decoding lane that can take one (none while replaying a recompute), all dropped
+        when a fixed pool has no room for the step's rows with them (the step then runs as it would without)."""
+        if self.drafter is None:
+            return [[] for _ in decoders]
+        drafts: list[list[int]] = []
+        for lane in decoders:
+            if lane.replay or lane.grammar is not None and lane.grammar.done:
+                drafts.append([])
+                continue
+            if lane.draft is None:
+                lane.draft = LaneDraft()
+            room = lane.request.max_new_tokens - len(lane.generated) - 1  # the rows that could still be emitted
+            scope = None if lane.request.tainted else lane.request.scope
+            draft = self.drafter.propose(lane.draft, lane.prompt_ids, lane.generated, scope) if room > 0 else []
+            drafts.append(draft[:room])
+        if any(drafts) and not self.pool.growable:
+            need = blocks_to_reserve([ln.session for ln, _ in prefills] + [ln.session for ln in decoders],
+                                     [len(ids) for _, ids in prefills] + [1 + len(d) for d in drafts])
+            if need > self.pool.num_free:
+                return [[] for _ in decoders]
+        return drafts
 
     def _prefill(self, lane: Lane, ids: list[int]) -> None:
         self._prof.mark("plan")
@@ -456,4 +505,5 @@ class NativeScheduler(GrammarHost):
             self._c, self.output.finished, sched.last_victim, self.output.rate.rate(now()), pool=self.pool,
             prefix=self.prefix, running=len(sched.running), waiting=len(sched.waiting) + len(self._intake),
             preempted=len(sched.preempted), kv_blocks=self.kv_blocks, max_running=self.max_running,
-            preempt_mode=self.preempt_mode, victim_rule=self.victim_rule, disk=self.kv_disk)
+            preempt_mode=self.preempt_mode, victim_rule=self.victim_rule, disk=self.kv_disk,
+            speculative=getattr(self, "speculative", "off"))

@@ -51,6 +51,12 @@ class SchedStats:
     kv_disk_files: int = 0
     kv_disk_bytes: int = 0
     kv_disk_enabled: int = 0  # 1 while blocks are being persisted
+    # speculative decoding (engine/sched/draft.py); all 0 with --speculative off
+    spec_drafted: int = 0  # draft tokens verified
+    spec_accepted: int = 0  # of which the target emitted the same token
+    spec_lane_steps: int = 0  # lane-steps that carried a draft
+    spec_emitted: int = 0  # tokens those lane-steps emitted (accepted + the one after)
+    speculative: str = "off"
     max_running_observed: int = 0
     max_running: int = 0  # configured limit, 0 = unbounded
     preempt_mode: str = "swap"
@@ -72,7 +78,7 @@ class SchedStats:
 def snapshot(c: dict[str, int], finished: dict[str, int], last_victim: Victim | None, tokens_per_s: float, *,
              pool: BlockPool, prefix: PrefixCache | None, running: int, waiting: int, preempted: int,
              kv_blocks: int | None, max_running: int, preempt_mode: str, victim_rule: str,
-             disk: object = None) -> SchedStats:
+             disk: object = None, speculative: str = "off") -> SchedStats:
     """Assemble the scheduler's published snapshot from its loop-thread counters and queues."""
     d = disk.stats() if disk is not None else None  # type: ignore[attr-defined]
     return SchedStats(
@@ -111,6 +117,11 @@ def snapshot(c: dict[str, int], finished: dict[str, int], last_victim: Victim | 
         kv_disk_files=d.files if d else 0,
         kv_disk_bytes=d.disk_bytes if d else 0,
         kv_disk_enabled=int(d.enabled) if d else 0,
+        spec_drafted=c.get("spec_drafted", 0),
+        spec_accepted=c.get("spec_accepted", 0),
+        spec_lane_steps=c.get("spec_lane_steps", 0),
+        spec_emitted=c.get("spec_emitted", 0),
+        speculative=speculative,
         max_running_observed=c["max_running"],
         max_running=max_running,
         preempt_mode=preempt_mode,
@@ -123,7 +134,8 @@ _SUMMED = ("running", "waiting", "preempted", "tokens_per_s", "used_blocks", "ca
            "preemptions_recompute", "swap_bytes_out", "swap_bytes_in", "readmitted", "prefix_queries", "prefix_hits",
            "prefix_hit_tokens", "prefix_tainted_refused", "kv_lost", "max_running_observed", "max_running",
            "kv_disk_hits", "kv_disk_bytes_read", "kv_disk_bytes_written", "kv_disk_evictions", "kv_disk_refused",
-           "kv_disk_files", "kv_disk_bytes", "kv_disk_enabled")
+           "kv_disk_files", "kv_disk_bytes", "kv_disk_enabled", "spec_drafted", "spec_accepted", "spec_lane_steps",
+           "spec_emitted")
 
 
 def merge_stats(snaps: list[SchedStats], block_tokens: int = 16, extra_waiting: int = 0) -> SchedStats:
@@ -141,7 +153,8 @@ def merge_stats(snaps: list[SchedStats], block_tokens: int = 16, extra_waiting: 
     last = [s.last_victim for s in snaps if s.last_victim is not None]
     return SchedStats(**total, max_blocks=None if None in maxes else sum(m or 0 for m in maxes),  # type: ignore[arg-type]
                       block_tokens=block_tokens, finished=finished, last_victim=last[-1] if last else None,
-                      preempt_mode=snaps[0].preempt_mode, victim_rule=snaps[0].victim_rule)
+                      preempt_mode=snaps[0].preempt_mode, victim_rule=snaps[0].victim_rule,
+                      speculative=snaps[0].speculative)
 
 
 class RateMeter:
@@ -220,6 +233,15 @@ class SchedCollector:
                 ("enabled", "1 while KV blocks are persisted to disk", s.kv_disk_enabled, gauge)):
             yield CounterMetricFamily(f"{root}_kv_disk_{name}", doc, value=v) if kind is counter else \
                 GaugeMetricFamily(f"{root}_kv_disk_{name}", doc, value=v)
+        for name, doc, v in (("drafted", "Draft tokens verified (speculative decoding)", s.spec_drafted),
+                             ("accepted", "Draft tokens the model emitted as drafted", s.spec_accepted),
+                             ("lane_steps", "Lane-steps that carried a draft", s.spec_lane_steps),
+                             ("emitted", "Tokens emitted by lane-steps that carried a draft", s.spec_emitted)):
+            yield CounterMetricFamily(f"{root}_spec_{name}", doc, value=v)
+        yield GaugeMetricFamily(f"{root}_spec_acceptance", "Accepted / drafted tokens since start (0 before any)",
+                                value=s.spec_accepted / s.spec_drafted if s.spec_drafted else 0.0)
+        yield GaugeMetricFamily(f"{root}_spec_tokens_per_step", "Tokens a drafting lane-step emitted, on average",
+                                value=s.spec_emitted / s.spec_lane_steps if s.spec_lane_steps else 0.0)
         pre = CounterMetricFamily(f"{p}_preempt", "Preemptions, by mode", labels=["mode"])
         pre.add_metric(["swap"], s.preemptions_swap)
         pre.add_metric(["recompute"], s.preemptions_recompute)

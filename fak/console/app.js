@@ -193,6 +193,7 @@ const charts = [
     ["waiting", (s) => s.sched && s.sched.waiting], ["preempted", (s) => s.sched && s.sched.preempted]] },
   { id: "kv", title: "KV blocks", series: [["used", (s) => s.kv && s.kv.used], ["budget", (s) => s.kv && s.kv.budget]] },
   { id: "prefix", title: "prefix hit rate", max: 1, series: [["hit rate", (s) => s.prefix_hit_rate]] },
+  { id: "spec", title: "speculative: drafts kept", max: 1, series: [["kept", (s) => s.spec && s.spec.acceptance]] },
   { id: "preempt", title: "preemptions", series: [["swap", (s) => s.sched && s.sched.preemptions_swap],
     ["recompute", (s) => s.sched && s.sched.preemptions_recompute]] },
   { id: "ttft", title: "TTFT ms", series: [["p50", (s) => ms(s.ttft_s.p50)], ["p90", (s) => ms(s.ttft_s.p90)],

@@ -157,6 +157,9 @@ async def stats(request: Request) -> dict[str, Any]:
         out["kv"] = {"used": s["used_blocks"] - s["reclaimable_blocks"], "cached": s["cached_blocks"],
                      "budget": s["max_blocks"] or s["pool_blocks"], "growable": s["max_blocks"] is None}
         out["prefix_hit_rate"] = s["prefix_hits"] / queries if queries else None
+        drafted = s["spec_drafted"]
+        out["spec"] = {"mode": s["speculative"], "acceptance": s["spec_accepted"] / drafted if drafted else None,
+                       "tokens_per_step": s["spec_emitted"] / s["spec_lane_steps"] if s["spec_lane_steps"] else None}
     return out
 
 

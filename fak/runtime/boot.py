@@ -39,19 +39,25 @@ class SchedOptions:
     # for logits within 1e-2..4e-2 of f32's and no greedy token moved (bench/kv_dtype.py, test_oracle_gemma);
     # --kv-dtype f32 keeps HF's logits to 1e-4
     kv_dtype: str = "f16"
+    # speculative decoding (engine/sched/draft.py): off | ngram | suffix, and the longest draft a lane may earn
+    speculative: str = "off"
+    spec_tokens: int = 8
 
     ENV = {"max_running": "FAK_MAX_RUNNING", "kv_blocks": "FAK_KV_BLOCKS", "block_tokens": "FAK_BLOCK_TOKENS",
            "preempt": "FAK_PREEMPT", "victim": "FAK_VICTIM", "prefix_cache_gib": "FAK_PREFIX_CACHE_GIB",
-           "kv_cache_dir": "FAK_KV_CACHE_DIR", "kv_cache_disk_gib": "FAK_KV_CACHE_DISK_GIB", "kv_dtype": "FAK_KV_DTYPE"}
+           "kv_cache_dir": "FAK_KV_CACHE_DIR", "kv_cache_disk_gib": "FAK_KV_CACHE_DISK_GIB", "kv_dtype": "FAK_KV_DTYPE",
+           "speculative": "FAK_SPECULATIVE", "spec_tokens": "FAK_SPEC_TOKENS"}
     _SCHED = ("max_running", "kv_blocks", "block_tokens", "preempt", "victim")  # what every worker takes too
 
     @classmethod
     def resolve(cls, *, env: bool = True, **given: Any) -> SchedOptions:
         """Flag value, else (with `env`) its FAK_* variable, else the default; checked here, once."""
         from engine.kernels.kvtype import KV_DTYPES
+        from engine.sched.draft import SPECULATIVE_MODES
         from engine.sched.preemption import PREEMPT_MODES, VICTIM_RULES
 
-        choices = {"preempt": PREEMPT_MODES, "victim": VICTIM_RULES, "kv_dtype": KV_DTYPES}
+        choices = {"preempt": PREEMPT_MODES, "victim": VICTIM_RULES, "kv_dtype": KV_DTYPES,
+                   "speculative": SPECULATIVE_MODES}
         floats = ("prefix_cache_gib", "kv_cache_disk_gib")
         out: dict[str, Any] = {}
         for key, var in cls.ENV.items():
@@ -177,6 +183,7 @@ def boot(model: str | None = None, *, resident: bool = True, sched: SchedOptions
             # warm=True: the scheduler's own thread loads the numba kernels before any request (so no
             # request, nor its tok/s figure, pays for them) and is then the only thread that runs them
             sched_ = NativeScheduler(m, tokenizer=tok if text_ok else None, eos_ids=eos, warm=True,
+                                     speculative=opts.speculative, spec_tokens=opts.spec_tokens,
                                      **opts.as_kwargs(), **opts.cache_kwargs(m))
             sched_.warmed.wait()
             warm_s = sched_.warm_s

@@ -48,6 +48,11 @@ def sched_table(s: SchedStats) -> Table:
         refused = f" · {s.kv_disk_refused} refused" if s.kv_disk_refused else ""
         t.add_row("kv on disk", f"{s.kv_disk_files} blocks, {_bytes(s.kv_disk_bytes)} · {s.kv_disk_hits} read back "
                                 f"({_bytes(s.kv_disk_bytes_read)}){refused}{state}")
+    if s.speculative != "off":
+        acc = f"{100 * s.spec_accepted / s.spec_drafted:.0f}%" if s.spec_drafted else "-"
+        per = f"{s.spec_emitted / s.spec_lane_steps:.2f}" if s.spec_lane_steps else "-"
+        t.add_row("speculative", f"{s.speculative} · {s.spec_accepted}/{s.spec_drafted} drafted tokens kept ({acc}) · "
+                                 f"{per} tokens per drafting step")
     done = ", ".join(f"{k} {v}" for k, v in sorted(s.finished.items())) or "-"
     t.add_row("requests", f"{s.admitted} admitted · finished: {done}")
     return t

@@ -10,6 +10,8 @@ import numpy as np
 from engine import Session
 from engine.model.forward import Model
 from engine.model.synthetic import SYNTHETIC_CONFIG, synthetic_weights
+from engine.sched.draft import Drafter
+from engine.sched.scheduler import NativeScheduler
 
 # numba keeps its default thread count here (it was set to 1 at import, for every test of the session):
 # the parallel kernels must run on several threads for the batch-invariance claims to be about threads
@@ -71,3 +73,35 @@ GEMMA_PROMPTS = ["The capital of France is", "def fibonacci(n):", "Once upon a t
                  "import numpy as np\n", "Dear Sir or Madam,", "The weather today", "SELECT * FROM", "In 1492,",
                  "The quick brown fox", "Water boils at", "My favourite book is", "The recipe calls for",
                  "Quantum computing is", "Translate to French: cat ->"]
+
+
+class ScriptedDrafter(Drafter):
+    """Drafts from known answers (prompt -> the tokens the lane will emit): the right continuation with
+    every `wrong_every`-th generated position changed (0: never; 1: always wrong), so the verification,
+    not the drafter, is what decides. Counts its calls."""
+
+    def __init__(self, answers: dict[tuple[int, ...], list[int]], k: int = 4, wrong_every: int = 3,
+                 vocab: int = 256) -> None:
+        super().__init__("ngram", k)
+        self.answers, self.k, self.wrong_every, self.vocab = answers, k, wrong_every, vocab
+        self.calls = 0
+
+    def propose(self, state, prompt, generated, scope):  # type: ignore[no-untyped-def]
+        self.calls += 1
+        want = self.answers[tuple(prompt)]
+        at = len(generated)
+        draft = list(want[at:at + self.k])
+        for i in range(len(draft)):
+            if self.wrong_every and (at + i) % self.wrong_every == self.wrong_every - 1:
+                draft[i] = (draft[i] + 1) % self.vocab
+        return draft
+
+    def verified(self, state, drafted, accepted):  # type: ignore[no-untyped-def]
+        pass  # the script decides the lengths
+
+
+def use_drafter(sched: NativeScheduler, drafter: Drafter) -> NativeScheduler:
+    """Put `drafter` in a scheduler built with speculation on (its lanes then draft from it)."""
+    assert sched.drafter is not None
+    sched.drafter = sched.output.drafter = drafter
+    return sched

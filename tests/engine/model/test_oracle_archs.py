@@ -348,3 +348,28 @@ def test_moe_memory_plan_counts_the_chosen_experts_per_token(tmp_path: Path) -> 
     dense = w.nbytes - sum(lw.moe.nbytes for lw in w.layers) + sum(int(lw.moe.router.nbytes) for lw in w.layers)  # type: ignore[union-attr]
     emb = int(w.token_embd.nbytes)
     assert p.bytes_per_token == dense - emb + emb // c.vocab_size + experts
+
+
+def test_speculative_verification_rows_equal_one_row_steps(pair) -> None:  # type: ignore[no-untyped-def]
+    """A draft verified in one step (k+1 rows through the batched kernels) gives the tokens one-row steps
+    give, on every architecture (windows, softcaps, MoE routing): drafts right, wrong, and mixed."""
+    from engine.sched.lane import Request
+    from engine.sched.scheduler import NativeScheduler
+    from support.sched_helpers import ScriptedDrafter, use_drafter
+
+    _, _, model, _ = pair
+    plain = NativeScheduler(model, prefill_chunk=1024, thread=False, prefix_cache=False)
+    hs = [plain.admit(Request(p, max_new_tokens=24, stop_on_eos=False)) for p in PROMPTS]
+    while plain.step():
+        pass
+    answers = {tuple(p): h.result(0).token_ids for p, h in zip(PROMPTS, hs, strict=True)}
+    vocab = int(model.config.vocab_size)
+    for wrong_every in (0, 1, 3):
+        sched = use_drafter(NativeScheduler(model, prefill_chunk=1024, speculative="ngram", thread=False,
+                                            prefix_cache=False),
+                            ScriptedDrafter(answers, k=5, wrong_every=wrong_every, vocab=vocab))
+        hs = [sched.admit(Request(p, max_new_tokens=24, stop_on_eos=False)) for p in PROMPTS]
+        while sched.step():
+            pass
+        assert [h.result(0).token_ids for h in hs] == [answers[tuple(p)] for p in PROMPTS], wrong_every
+        assert sched.stats().spec_drafted > 0 and sched.pool.num_used == 0

@@ -1,0 +1,168 @@
+"""Speculative decoding, side by side in one run: --speculative off vs ngram vs suffix.
+
+    python bench/spec.py [--lanes 1,16] [--new 160] [--workloads edit,plain]
+
+Workloads (greedy; the outputs of every mode are asserted equal to speculation off's):
+  edit   Qwen2.5-Coder 0.5B instruct (resident): an 80-line Python file returned with one change, a
+         unified diff of a small change to it, and the same tool-call JSON asked for 5 times with
+         different arguments;
+  plain  Gemma 3 270M base continuing story openings (text that does not repeat).
+For each mode and lane count: decode tok/s (tokens after the first / the time between the first and the
+last; with 16 lanes the aggregate over every lane, each batch's prompts already in the prefix cache),
+acceptance (kept / drafted draft tokens), tokens per drafting lane-step, steps, and the share of the
+decode ceiling (stream-read GB/s / weight bytes a step reads) the rate is: past 100% is more than one
+token per read of the weights. The ratios are against off, measured in the same round.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import numpy as np
+from decode import bytes_per_token  # bench/decode.py (the script's own directory is on sys.path)
+
+from engine.model.diag import stream_read_gbps
+from engine.sched.lane import Request
+from engine.sched.scheduler import NativeScheduler
+from fak.runtime.boot import SchedOptions, boot
+
+MODES = ("off", "ngram", "suffix")
+
+
+def python_file() -> str:
+    """An 80-line module: what an agent asks a model to return with one change."""
+    lines = ['"""Inventory records: parse, validate, summarise."""', "", "from __future__ import annotations", "",
+             "import csv", "import json", "from dataclasses import dataclass", "from pathlib import Path", "", ""]
+    lines += ["@dataclass", "class Item:", "    sku: str", "    name: str", "    quantity: int", "    price: float",
+              "", "    def value(self) -> float:", "        return self.quantity * self.price", "", ""]
+    for name, field, check in (("parse_quantity", "quantity", "value < 0"), ("parse_price", "price", "value < 0.0")):
+        lines += [f"def {name}(raw: str) -> float:", f'    """The {field} column of a row, checked."""',
+                  "    value = float(raw.strip())", f"    if {check}:",
+                  f'        raise ValueError(f"negative {field}: {{raw!r}}")', "    return value", "", ""]
+    lines += ["def parse_line(row: dict[str, str]) -> Item:", '    """One CSV row as an Item."""',
+              "    return Item(", '        sku=row["sku"].strip(),', '        name=row["name"].strip(),',
+              '        quantity=int(parse_quantity(row["quantity"])),', '        price=parse_price(row["price"]),',
+              "    )", "", "",
+              "def load(path: Path) -> list[Item]:", '    """Every row of the file, in order."""',
+              "    with path.open(newline=\"\") as f:", "        return [parse_line(row) for row in csv.DictReader(f)]",
+              "", "",
+              "def total_value(items: list[Item]) -> float:", "    return sum(item.value() for item in items)", "", "",
+              "def summary(items: list[Item]) -> dict[str, float]:", "    return {",
+              '        "items": len(items),', '        "units": sum(item.quantity for item in items),',
+              '        "value": round(total_value(items), 2),', "    }", "", "",
+              "def main(argv: list[str]) -> int:", "    items = load(Path(argv[1]))",
+              "    print(json.dumps(summary(items), indent=2))", "    return 0"]
+    return "\n".join(lines) + "\n"
+
+
+def edit_prompts(tok) -> list[list[int]]:  # type: ignore[no-untyped-def]
+    src = python_file()
+    tasks = [
+        f"Here is a file:\n```python\n{src}```\nRename the function `parse_line` to `parse_row` everywhere. "
+        "Return the whole file in one ```python block and nothing else.",
+        f"Here is `inventory.py`:\n```python\n{src}```\nWrite a unified diff (--- a/inventory.py, +++ "
+        "b/inventory.py) that makes `total_value` round its result to 2 places. Reply with the diff only.",
+        "Call the tool read_file once for each of these paths, one JSON object per line, each exactly "
+        '{"name": "read_file", "arguments": {"path": "<path>", "encoding": "utf-8"}}: '
+        "src/app.py, src/models/user.py, tests/test_app.py, docs/index.md, setup.cfg",
+    ]
+    out = []
+    for t in tasks:
+        text = tok.apply_chat_template([{"role": "user", "content": t}], add_generation_prompt=True)
+        out.append(list(tok.encode(text)))
+    return out
+
+
+STORIES = [
+    "The lighthouse keeper had not spoken to another person in eleven years when the boat appeared",
+    "My grandmother kept a jar of buttons on the kitchen windowsill, and every button had a story",
+    "The train stopped in the middle of the desert, and the conductor walked through the carriages",
+    "Nobody in the village remembered who had planted the orchard on the hill above the river",
+    "On the first day of the expedition, the cartographer lost her compass in the snow",
+]
+
+
+def plain_prompts(tok) -> list[list[int]]:  # type: ignore[no-untyped-def]
+    return [list(tok.encode(s)) for s in STORIES]
+
+
+def run(sched: NativeScheduler, prompts: list[list[int]], new: int) -> tuple[list[list[int]], float, int]:
+    """Every prompt at once; (tokens of each, decode tok/s aggregated, steps)."""
+    steps0 = sched.stats().steps
+    hs = [sched.admit(Request(p, max_new_tokens=new, stop_on_eos=False)) for p in prompts]
+    res = [h.result(timeout=3600) for h in hs]
+    # decode time: from the first token any lane emitted (prompts are prefix-cache hits by then) to the last
+    tokens = sum(len(r.token_ids) - 1 for r in res)
+    starts = [h._lane.first_token_at for h in hs]  # type: ignore[attr-defined]
+    ends = [h._lane.token_times[-1] for h in hs]  # type: ignore[attr-defined]
+    return [r.token_ids for r in res], tokens / (max(ends) - min(starts)), sched.stats().steps - steps0
+
+
+def bench(alias: str, workload: str, lanes_list: list[int], new: int) -> None:
+    b = boot(alias, sched=SchedOptions.resolve(env=False), scheduler=False, show=False)
+    model, tok = b.model, b.tokenizer
+    prompts = edit_prompts(tok) if workload == "edit" else plain_prompts(tok)
+    per_token = bytes_per_token(model)
+    scheds = {m: NativeScheduler(model, tokenizer=tok, eos_ids=(), warm=True, speculative=m) for m in MODES}
+    for s in scheds.values():
+        s.warmed.wait()
+    print(f"\n{workload}: {alias}, {len(prompts)} prompts ({', '.join(str(len(p)) for p in prompts)} tokens), "
+          f"{new} new tokens each, weights read per step {per_token / 1e6:.0f} MB")
+    for lanes in lanes_list:
+        batch = [prompts[i % len(prompts)] for i in range(lanes)] if lanes > 1 else None
+        for s in scheds.values():  # every prompt's full blocks cached, in each scheduler
+            run(s, prompts, 2)
+        bw = stream_read_gbps(256 << 20, 3)
+        ceiling = bw * 1e9 / per_token
+        rows, ref = {}, None
+        for m, s in scheds.items():
+            st0 = s.stats()
+            if batch is None:  # single stream: each prompt alone, rates over the whole set
+                outs, secs, toks, steps = [], 0.0, 0, 0
+                for p in prompts:
+                    o, rate, n = run(s, [p], new)
+                    outs += o
+                    secs += (len(o[0]) - 1) / rate
+                    toks += len(o[0]) - 1
+                    steps += n
+                rate = toks / secs
+            else:
+                outs, rate, steps = run(s, batch, new)
+            st = s.stats()
+            drafted, accepted = st.spec_drafted - st0.spec_drafted, st.spec_accepted - st0.spec_accepted
+            lsteps, emitted = st.spec_lane_steps - st0.spec_lane_steps, st.spec_emitted - st0.spec_emitted
+            if ref is None:
+                ref = outs
+            elif outs != ref:
+                bad = next(i for i, (a, c) in enumerate(zip(outs, ref, strict=True)) if a != c)
+                sys.exit(f"bench/spec.py: {m} changed the greedy output of prompt {bad} ({workload}, {lanes} lanes)")
+            rows[m] = (rate, drafted, accepted, lsteps, emitted, steps)
+        base = rows["off"][0]
+        print(f"  {lanes} lane{'s' if lanes > 1 else ''} (ceiling {ceiling:.1f} tok/s a lane at {bw:.1f} GB/s):")
+        for m, (rate, drafted, accepted, lsteps, emitted, steps) in rows.items():
+            acc = f"{accepted / drafted:5.1%}" if drafted else "   - "
+            tps = f"{emitted / lsteps:4.2f}" if lsteps else "  - "
+            share = rate / lanes / ceiling if batch is not None else rate / ceiling
+            print(f"    {m:7s} {rate:7.1f} tok/s  {rate / base:5.2f}x  acceptance {acc}  tokens/drafting step {tps}"
+                  f"  steps {steps:5d}  {share:6.1%} of the ceiling{' a lane' if batch is not None else ''}")
+    for s in scheds.values():
+        s.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--lanes", default="1,16")
+    ap.add_argument("--new", type=int, default=160)
+    ap.add_argument("--workloads", default="edit,plain")
+    a = ap.parse_args()
+    lanes = [int(x) for x in a.lanes.split(",")]
+    print(f"bench/spec.py: {time.strftime('%Y-%m-%d %H:%M')}, lanes {lanes}, greedy, outputs asserted equal")
+    np.random.seed(0)
+    for w in a.workloads.split(","):
+        bench("qwen2.5-coder-0.5b" if w == "edit" else "gemma3-270m", w, lanes, a.new)
+
+
+if __name__ == "__main__":
+    main()

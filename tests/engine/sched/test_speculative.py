@@ -1,0 +1,312 @@
+"""Speculative decoding in the scheduler (engine/sched/draft.py, OutputProcessor.after_verify): the drafts
+change how many tokens a step emits, never which. Greedy and seeded lanes give the tokens they give without
+speculation, with drafts right, wrong or mixed, under preemption, prefix hits, stops, grammars and cancel."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from engine import Session
+from engine.errors import EngineError
+from engine.model.sampling import Sampler, SamplingParams
+from engine.sched.draft import MAX_N, Drafter, LaneDraft, SuffixStore, TokenLog
+from engine.sched.lane import FinishReason, Request
+from engine.sched.scheduler import NativeScheduler
+from engine.tokenizer.tokenizer import ByteTokenizer
+from support.sched_helpers import ScriptedDrafter, model, rand_prompt, solo, use_drafter
+
+
+def _run(sched: NativeScheduler, reqs: list[Request], check: bool = True) -> list:  # type: ignore[type-arg]
+    """Step a thread=False scheduler to the end; after every step each running lane holds exactly the
+    blocks its length needs (a rejected draft's blocks went back)."""
+    hs = [sched.admit(r) for r in reqs]
+    bt = sched.pool.block_tokens
+    while sched.step():
+        if check:
+            for lane in sched._running:
+                if lane.session is not None:
+                    assert len(lane.session.kv.blocks) == -(-lane.session.length // bt)
+                    assert len(lane.session.tokens) == lane.session.length
+    return [h.result(0) for h in hs]
+
+
+def _prompts(seed: int = 0) -> list[list[int]]:
+    rng = np.random.default_rng(seed)
+    base = rand_prompt(rng, 30)
+    return [rand_prompt(rng, 5), base * 3, rand_prompt(rng, 40), base[:12] * 4 + [7], [1]]
+
+
+# -- the drafters ---------------------------------------------------------------------------------
+def test_token_log_finds_the_latest_longest_match() -> None:
+    log = TokenLog([1, 2, 3, 9, 1, 2, 3, 4, 5, 7, 2, 3, 4, 6])
+    # tail (.., 2, 3): the longest suffix seen is "7 2 3"? no: "1 2 3" twice, "2 3" thrice; tail 0 1 2 3
+    assert log.match(np.array([0, 1, 2, 3]), 3) == (3, [4, 5, 7])  # "1 2 3" latest at 4..6, then 4 5 7
+    assert log.match(np.array([8, 2, 3]), 2) == (2, [4, 6])  # "2 3" latest at 10..11
+    assert log.match(np.array([5, 5]), 3) == (0, [])  # nothing
+    assert log.match(np.array([3]), 3) == (0, [])  # one token is below MIN_N
+    own = TokenLog([5, 6, 7, 5, 6])  # its own end: the match is the earlier "5 6", not itself
+    assert own.match(own.tokens[-MAX_N:], 4, exclude_end=True) == (2, [7, 5, 6])
+    run = TokenLog([4, 4, 4, 4])
+    assert run.match(run.tokens, 4, exclude_end=True) == (3, [4])  # a run drafts its next token
+
+
+def test_drafter_lengths_adapt_and_misses_cool_down() -> None:
+    d, st = Drafter("ngram", 8), LaneDraft()
+    assert st.k == 4
+    d.verified(st, 4, 4)
+    assert st.k == 8  # all kept: doubled, to the cap
+    d.verified(st, 8, 8)
+    assert st.k == 8
+    d.verified(st, 8, 2)
+    assert st.k == 3  # what was kept, plus one
+    for _ in range(3):
+        d.verified(st, 3, 0)
+    assert st.cooldown == 8 and st.k == 1 and st.pause == 16  # paused; the next pause twice as long
+    prompt = [1, 2, 3, 1, 2]
+    assert [d.propose(st, prompt, [], None) for _ in range(8)] == [[]] * 8
+    assert d.propose(st, prompt, [], None) == [3]  # drafting again, at the length it earned
+    for _ in range(3):
+        d.verified(st, 1, 0)
+    assert st.cooldown == 16 and st.pause == 32
+    d.verified(st, 1, 1)
+    assert st.pause == 8  # a kept token: back to short pauses
+
+
+def test_suffix_store_keeps_scopes_apart_and_drops_the_oldest() -> None:
+    store = SuffixStore(capacity_tokens=10)
+    store.add("a", [1, 2, 3, 4, 5, 6])
+    assert store.match("a", np.array([9, 2, 3]), 2) == (2, [4, 5])
+    assert store.match("b", np.array([9, 2, 3]), 2) == (0, [])  # another scope never sees it
+    store.add("a", [7, 8, 9, 10, 11])  # 11 tokens > 10: the oldest goes
+    assert store.match("a", np.array([2, 3]), 2) == (0, [])
+    assert store.match("a", np.array([8, 9]), 2) == (2, [10, 11])
+    d = Drafter("suffix", 4, store)
+    assert d.propose(LaneDraft(), [50, 8, 9], [], "a") == [10, 11]  # the lane has no match: the store's
+    assert d.propose(LaneDraft(), [50, 8, 9], [], "b") == []
+
+
+def test_bad_settings_are_refused() -> None:
+    with pytest.raises(EngineError, match="speculative must be one of off, ngram, suffix, got 'eagle'"):
+        NativeScheduler(model(), speculative="eagle", thread=False)
+    with pytest.raises(EngineError, match="spec_tokens must be >= 1, got 0"):
+        NativeScheduler(model(), speculative="ngram", spec_tokens=0, thread=False)
+
+
+# -- greedy identity ------------------------------------------------------------------------------
+@pytest.mark.parametrize("mode", ["ngram", "suffix"])
+def test_greedy_tokens_equal_without_speculation(mode: str) -> None:
+    prompts = _prompts()
+    sched = NativeScheduler(model(), prefill_chunk=32, speculative=mode, thread=False)
+    res = _run(sched, [Request(p, max_new_tokens=48) for p in prompts])
+    for p, r in zip(prompts, res, strict=True):
+        assert r.finish_reason is FinishReason.LENGTH and r.token_ids == solo(p, 48, 32)
+    st = sched.stats()
+    assert st.spec_accepted > 10 and st.spec_drafted > st.spec_accepted  # drafts kept and drafts rejected
+    assert st.spec_emitted == st.spec_accepted + st.spec_lane_steps  # each drafting step: kept + the next
+    sched.close()
+    assert sched.pool.num_used == 0
+
+
+@pytest.mark.parametrize("wrong_every", [0, 1, 2, 3])
+def test_scripted_drafts_right_wrong_and_mixed(wrong_every: int) -> None:
+    """Right drafts are all kept, always-wrong ones none, mixed ones up to the first wrong token; the
+    tokens never change."""
+    prompts = _prompts(1)
+    answers = {tuple(p): solo(p, 40, 16) for p in prompts}
+    sched = use_drafter(NativeScheduler(model(), prefill_chunk=16, speculative="ngram", thread=False,
+                                        prefix_cache=False), ScriptedDrafter(answers, k=5, wrong_every=wrong_every))
+    res = _run(sched, [Request(p, max_new_tokens=40) for p in prompts])
+    assert [r.token_ids for r in res] == [answers[tuple(p)] for p in prompts]
+    st = sched.stats()
+    assert st.spec_drafted > 0
+    if wrong_every == 1:
+        assert st.spec_accepted == 0 and st.spec_emitted == st.spec_lane_steps
+    elif wrong_every == 0:
+        assert st.spec_accepted == st.spec_drafted  # every draft kept (the last ones cut to what is left)
+        assert st.spec_emitted == 5 * 39  # every token after each lane's first came from a drafting step
+        assert st.spec_lane_steps == 5 * math.ceil(39 / 6)  # six tokens a step: the pending one's and 5 drafted
+    else:
+        assert 0 < st.spec_accepted < st.spec_drafted
+    assert sched.pool.num_used == 0  # no prefix cache: every block back
+
+
+def test_max_new_tokens_stop_ids_and_eos_inside_a_draft() -> None:
+    p = _prompts(2)[1]
+    want = solo(p, 30, 16)
+    answers = {tuple(p): want}
+    for req, n in ((Request(p, max_new_tokens=7), 7),  # the length ends inside a right draft
+                   (Request(p, max_new_tokens=30, stop_ids=(want[9],)), 9),  # a stop id inside one
+                   (Request(p, max_new_tokens=30, stop_on_eos=True), 30)):
+        sched = use_drafter(NativeScheduler(model(), prefill_chunk=16, speculative="ngram", thread=False,
+                                            prefix_cache=False), ScriptedDrafter(answers, k=8, wrong_every=0))
+        (r,) = _run(sched, [req])
+        first = want.index(want[9]) if req.stop_ids else n
+        assert r.token_ids == want[:min(n, first)]
+        assert sched.pool.num_used == 0
+    eos = NativeScheduler(model(), prefill_chunk=16, speculative="ngram", thread=False, prefix_cache=False,
+                          eos_ids=(want[5],))
+    use_drafter(eos, ScriptedDrafter(answers, k=8, wrong_every=0))
+    (r,) = _run(eos, [Request(p, max_new_tokens=30)])
+    assert r.finish_reason is FinishReason.EOS and r.token_ids == want[:want.index(want[5])]
+
+
+def test_stop_strings_and_logprobs_with_speculation() -> None:
+    tok = ByteTokenizer()
+    p = _prompts(3)[1]
+    plain = NativeScheduler(model(), tokenizer=tok, prefill_chunk=16, thread=False)
+    (ref,) = _run(plain, [Request(p, max_new_tokens=40, logprobs=2)])
+    stop = ref.text[12:15]
+    (ref_stop,) = _run(plain, [Request(p, max_new_tokens=40, stop_strings=(stop,))])
+    answers = {tuple(p): ref.token_ids}
+    spec = use_drafter(NativeScheduler(model(), tokenizer=tok, prefill_chunk=16, speculative="ngram", thread=False),
+                       ScriptedDrafter(answers, k=6, wrong_every=4))
+    (a,) = _run(spec, [Request(p, max_new_tokens=40, logprobs=2)])
+    (b,) = _run(spec, [Request(p, max_new_tokens=40, stop_strings=(stop,))])
+    assert a.token_ids == ref.token_ids and a.logprobs == ref.logprobs and a.text == ref.text
+    assert b.token_ids == ref_stop.token_ids and b.text == ref_stop.text and b.finish_reason is FinishReason.STOP
+
+
+@pytest.mark.parametrize("mode", ["swap", "recompute"])
+def test_preemption_with_speculation(mode: str) -> None:
+    rng = np.random.default_rng(11)
+    prompts = [rand_prompt(rng, int(n)) for n in rng.integers(4, 40, size=8)]
+    answers = {tuple(p): solo(p, 24, 16) for p in prompts}
+    sched = NativeScheduler(model(), max_running=6, kv_blocks=18, block_tokens=4, preempt=mode, prefill_chunk=16,
+                            thread=False, speculative="ngram")
+    use_drafter(sched, ScriptedDrafter(answers, k=4, wrong_every=3))
+    hs = [sched.admit(Request(p, max_new_tokens=24)) for p in prompts]
+    while sched.step():
+        assert sched.pool.num_used <= 18
+    res = [h.result(0) for h in hs]
+    st = sched.stats()
+    assert (st.preemptions_swap if mode == "swap" else st.preemptions_recompute) >= 2
+    assert st.spec_accepted > 0
+    assert [r.token_ids for r in res] == [answers[tuple(p)] for p in prompts]
+
+
+def test_prefix_hits_with_speculation() -> None:
+    p = _prompts(4)[2] * 2
+    sched = NativeScheduler(model(), prefill_chunk=16, speculative="ngram", thread=False)
+    first = _run(sched, [Request(p, max_new_tokens=32)])[0]
+    again = _run(sched, [Request(p, max_new_tokens=32), Request(p + first.token_ids[:20], max_new_tokens=16)])
+    assert again[0].prefix_hit_tokens > 0 and again[1].prefix_hit_tokens > 0
+    assert first.token_ids == again[0].token_ids == solo(p, 32, 16)
+    assert again[1].token_ids == solo(p + first.token_ids[:20], 16, 16)
+
+
+def test_cancel_mid_draft_frees_the_lane() -> None:
+    prompts = _prompts(5)
+    answers = {tuple(p): solo(p, 40, 16) for p in prompts}
+    sched = use_drafter(NativeScheduler(model(), prefill_chunk=16, speculative="ngram", thread=False,
+                                        prefix_cache=False), ScriptedDrafter(answers, k=6, wrong_every=0))
+    hs = [sched.admit(Request(p, max_new_tokens=40)) for p in prompts]
+    steps = 0
+    while len(hs[1]._lane.generated) < 6:  # type: ignore[attr-defined]
+        sched.step()
+        steps += 1
+    hs[1].cancel()
+    while sched.step():
+        pass
+    r = hs[1].result(0)
+    assert r.finish_reason is FinishReason.CANCELLED and r.token_ids == answers[tuple(prompts[1])][:len(r.token_ids)]
+    assert 6 <= len(r.token_ids) < 40 and sched.stats().spec_accepted > 0
+    for i in (0, 2, 3, 4):
+        assert hs[i].result(0).token_ids == answers[tuple(prompts[i])]
+    assert sched.pool.num_used == 0
+
+
+def test_grammar_lanes_with_speculation() -> None:
+    from engine.grammar import GrammarSpec
+
+    schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 6},
+                                               "n": {"type": "integer", "minimum": 0, "maximum": 99}},
+              "required": ["name", "n"], "additionalProperties": False}
+    reqs = [Request(p, max_new_tokens=80, grammar=GrammarSpec.json_schema(schema, (", ", ": ")),
+                    sampling=SamplingParams(logit_bias={ord('"'): 8.0, ord("}"): 4.0})) for p in _prompts(6)[:3]]
+    tok = ByteTokenizer()
+    ref = _run(NativeScheduler(model(), tokenizer=tok, thread=False), reqs)
+    answers = {tuple(r.prompt): x.token_ids for r, x in zip(reqs, ref, strict=True)}  # type: ignore[arg-type]
+    spec = use_drafter(NativeScheduler(model(), tokenizer=tok, speculative="ngram", thread=False),
+                       ScriptedDrafter(answers, k=5, wrong_every=3))
+    got = _run(spec, reqs)
+    assert [g.token_ids for g in got] == [x.token_ids for x in ref]
+    assert all(g.finish_reason is FinishReason.STOP for g in got) and spec.stats().spec_accepted > 0
+
+
+def test_a_tainted_or_other_scope_output_never_drafts_for_another() -> None:
+    p = _prompts(7)[2]
+    sched = NativeScheduler(model(), prefill_chunk=16, speculative="suffix", thread=False)
+    _run(sched, [Request(p, max_new_tokens=24, scope="alice"), Request(p[:9], max_new_tokens=24, tainted=True)])
+    store = sched.drafter.store  # type: ignore[union-attr]
+    assert set(store._scopes) == {"alice"}  # the tainted request's output was not kept
+    out = _run(sched, [Request(p, max_new_tokens=24, scope="bob")])[0]
+    assert out.token_ids == solo(p, 24, 16)
+
+
+# -- sampling -------------------------------------------------------------------------------------
+def test_seeded_sampling_gives_the_unspeculated_tokens() -> None:
+    """Each row is drawn as the one-token step would draw it (same logits, same rng): the same tokens."""
+    prompts = _prompts(8)
+    sps = [SamplingParams(temperature=t, top_k=k, top_p=tp, seed=s)
+           for s, (t, k, tp) in enumerate([(1.0, 0, 1.0), (0.8, 40, 0.95), (1.5, 0, 0.9), (0.6, 8, 1.0),
+                                           (1.0, 0, 1.0)])]
+    reqs = [Request(p, max_new_tokens=32, sampling=sp) for p, sp in zip(prompts, sps, strict=True)]
+    ref = _run(NativeScheduler(model(), prefill_chunk=16, thread=False), reqs)
+    answers = {tuple(r.prompt): x.token_ids for r, x in zip(reqs, ref, strict=True)}  # type: ignore[arg-type]
+    spec = use_drafter(NativeScheduler(model(), prefill_chunk=16, speculative="ngram", thread=False),
+                       ScriptedDrafter(answers, k=4, wrong_every=3))
+    assert [g.token_ids for g in _run(spec, reqs)] == [x.token_ids for x in ref]
+    assert spec.stats().spec_accepted > 0
+
+
+def test_a_sampled_draft_is_kept_with_the_models_probability() -> None:
+    """The acceptance rule, counted: a draft token d proposed after the first one is kept in a fraction
+    of seeds that matches p(d) under the lane's sampling distribution (binomial, 4.5 sigma)."""
+    p = _prompts(9)[0]
+    s = Session(model())
+    first_logits = s.prefill(p)
+    s.free()
+    seeds = 400
+    kept, expect = 0, 0.0
+    for seed in range(seeds):
+        sp = SamplingParams(temperature=1.3, seed=seed)
+        t0 = Sampler(sp)(first_logits)  # what the lane emits first (its prefill's draw)
+        probs = _softmax(_step_logits(p, t0), 1.3)  # the distribution of the token after it
+        d = int(np.argsort(probs)[-2])  # the second most likely: kept sometimes, not always
+        sched = use_drafter(NativeScheduler(model(), prefill_chunk=16, speculative="ngram", thread=False,
+                                            prefix_cache=False), _Fixed(d))
+        (r,) = _run(sched, [Request(p, max_new_tokens=3, sampling=sp)], check=False)
+        assert r.token_ids[0] == t0 and sched.stats().spec_drafted == 1
+        kept += sched.stats().spec_accepted
+        expect += float(probs[d])
+    var = expect * (1 - expect / seeds)
+    assert abs(kept - expect) <= 4.5 * math.sqrt(var) + 1, (kept, expect)
+    assert 0 < kept < seeds
+
+
+class _Fixed(Drafter):
+    """Drafts one fixed token after the first emitted one."""
+
+    def __init__(self, token: int) -> None:
+        super().__init__("ngram", 1)
+        self.token = token
+
+    def propose(self, state, prompt, generated, scope):  # type: ignore[no-untyped-def]
+        return [self.token] if len(generated) == 1 else []
+
+
+def _step_logits(p: list[int], t0: int) -> np.ndarray:
+    s = Session(model())
+    s.prefill(p)
+    out = s.step(t0)
+    s.free()
+    return out
+
+
+def _softmax(z: np.ndarray, temperature: float) -> np.ndarray:
+    x = z.astype(np.float64) / temperature
+    e = np.exp(x - x.max())
+    return e / e.sum()
