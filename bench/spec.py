@@ -100,12 +100,13 @@ def run(sched: NativeScheduler, prompts: list[list[int]], new: int) -> tuple[lis
     return [r.token_ids for r in res], tokens / (max(ends) - min(starts)), sched.stats().steps - steps0
 
 
-def bench(alias: str, workload: str, lanes_list: list[int], new: int) -> None:
+def bench(alias: str, workload: str, lanes_list: list[int], new: int, spec_tokens: int) -> None:
     b = boot(alias, sched=SchedOptions.resolve(env=False), scheduler=False, show=False)
     model, tok = b.model, b.tokenizer
     prompts = edit_prompts(tok) if workload == "edit" else plain_prompts(tok)
     per_token = bytes_per_token(model)
-    scheds = {m: NativeScheduler(model, tokenizer=tok, eos_ids=(), warm=True, speculative=m) for m in MODES}
+    scheds = {m: NativeScheduler(model, tokenizer=tok, eos_ids=(), warm=True, speculative=m, spec_tokens=spec_tokens)
+              for m in MODES}
     for s in scheds.values():
         s.warmed.wait()
     print(f"\n{workload}: {alias}, {len(prompts)} prompts ({', '.join(str(len(p)) for p in prompts)} tokens), "
@@ -156,12 +157,14 @@ def main() -> None:
     ap.add_argument("--lanes", default="1,16")
     ap.add_argument("--new", type=int, default=160)
     ap.add_argument("--workloads", default="edit,plain")
+    ap.add_argument("--spec-tokens", type=int, default=SchedOptions.spec_tokens)
     a = ap.parse_args()
     lanes = [int(x) for x in a.lanes.split(",")]
-    print(f"bench/spec.py: {time.strftime('%Y-%m-%d %H:%M')}, lanes {lanes}, greedy, outputs asserted equal")
+    print(f"bench/spec.py: {time.strftime('%Y-%m-%d %H:%M')}, lanes {lanes}, --spec-tokens {a.spec_tokens}, greedy, "
+          "outputs asserted equal")
     np.random.seed(0)
     for w in a.workloads.split(","):
-        bench("qwen2.5-coder-0.5b" if w == "edit" else "gemma3-270m", w, lanes, a.new)
+        bench("qwen2.5-coder-0.5b" if w == "edit" else "gemma3-270m", w, lanes, a.new, a.spec_tokens)
 
 
 if __name__ == "__main__":
