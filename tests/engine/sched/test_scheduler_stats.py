@@ -89,3 +89,31 @@ def test_rate_meter_window() -> None:
         m.add(i * 0.1, 5)
     assert abs(m.rate(1.0) - 50.0) < 1e-9
     assert m.rate(10.0) == 0.0  # idle: stale marks do not report a rate
+
+
+def test_speculation_counters_reach_metrics_and_the_panel() -> None:
+    """fak_spec_* (counts, acceptance, tokens per drafting step) and the panel's row, from a real run."""
+    p = rand_prompt(np.random.default_rng(2), 20) * 3
+    s = NativeScheduler(model(), prefill_chunk=16, speculative="ngram", thread=False)
+    h = s.admit(Request(p, max_new_tokens=40))
+    while s.step():
+        pass
+    assert h.result(0).token_ids
+    st = s.stats()
+    assert st.speculative == "ngram" and st.spec_drafted >= st.spec_accepted > 0
+    reg = CollectorRegistry()
+    reg.register(SchedCollector(s.stats))
+    text = generate_latest(reg).decode()
+    assert f"fak_spec_drafted_total {float(st.spec_drafted)}" in text
+    assert f"fak_spec_accepted_total {float(st.spec_accepted)}" in text
+    assert f"fak_spec_acceptance {st.spec_accepted / st.spec_drafted}" in text
+    assert f"fak_spec_tokens_per_step {st.spec_emitted / st.spec_lane_steps}" in text
+    con = Console(record=True, width=160)
+    con.print(sched_panel(st))
+    out = con.export_text()
+    assert f"ngram · {st.spec_accepted}/{st.spec_drafted} drafted tokens kept" in out
+    assert SchedStats.from_json(st.to_json()) == st
+    off = NativeScheduler(model(), thread=False).stats()
+    con = Console(record=True, width=160)
+    con.print(sched_panel(off))
+    assert "speculative" not in con.export_text()  # no row while it is off
