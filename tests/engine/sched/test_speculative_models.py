@@ -29,8 +29,11 @@ def _run(sched: NativeScheduler, prompts: list[list[int]], n: int) -> list[list[
 
 
 def _check(alias: str, texts: list[str], n: int, chat: bool) -> None:
+    from engine.tokenizer import tokenizer as T
+
     path = resolve_model(alias)
     model, tok = load_model(str(path), resident=True, progress=False), load_tokenizer(str(path))
+    T.clear_memo()  # leave no process-wide tokenizer behind (the tokenizer tests time and check cold loads)
     prompts = [list(tok.encode(tok.apply_chat_template([{"role": "user", "content": t}]) if chat else t))
                for t in texts]
     plain = NativeScheduler(model, prefill_chunk=1024, eos_ids=(), prefix_cache=False, thread=False)
