@@ -40,3 +40,22 @@ def cache_flags(prefix_cache_gib: float | None, kv_cache_dir: str | None, no_kv_
         raise FakError("--kv-cache-dir and --no-kv-cache-dir contradict each other")
     return {"prefix_cache_gib": prefix_cache_gib, "kv_cache_dir": "off" if no_kv_cache_dir else kv_cache_dir,
             "kv_cache_disk_gib": kv_cache_disk_gib, "kv_dtype": kv_dtype}
+
+
+KEY = typer.Option(None, "--key", help="Cluster key: every worker link is handshaken on it and every message "
+                   "sealed; the same on every worker and head (prefer the env var: argv is visible) [FAK_PD_KEY].")
+LINK_ENCRYPT = typer.Option(False, "--link-encrypt", help="Encrypt worker links too (AES-256-GCM), not only "
+                            "authenticate them; needs the cluster key [FAK_LINK_ENCRYPT=1].")
+
+
+def link_flags(key: str | None, link_encrypt: bool) -> dict[str, object]:
+    """The cluster key (bytes, b"" for none) and whether links are encrypted, from the flags or the env."""
+    import os
+
+    from fak.errors import FakError
+
+    secret = (key or os.environ.get("FAK_PD_KEY") or "").encode()
+    encrypt = link_encrypt or os.environ.get("FAK_LINK_ENCRYPT", "").lower() in ("1", "true", "yes", "on")
+    if encrypt and not secret:
+        raise FakError("--link-encrypt needs the cluster key (--key or FAK_PD_KEY)")
+    return {"key": secret, "encrypt": encrypt}

@@ -59,6 +59,8 @@ def register(app: typer.Typer) -> None:
                                           "(the running cluster), HOST:PORT, or local (start Ray here); fak[ray]."),
         micro_batches: int = typer.Option(0, "--micro-batches", help="Pipeline: groups of lanes in flight at once, "
                                           "one scheduler each (0: one per stage)."),
+        cluster_key: str | None = sched_flags.KEY,
+        link_encrypt: bool = sched_flags.LINK_ENCRYPT,
         no_console: bool = typer.Option(False, "--no-console", help="No web console at / (chat, engine, decisions, "
                                         "policy tester)."),
     ) -> None:
@@ -110,13 +112,14 @@ def register(app: typer.Typer) -> None:
             _ray()  # not installed: one line now, before anything listens
             if pipe is not None:
                 pipe["ray"] = ray
+        link = sched_flags.link_flags(cluster_key, link_encrypt)
         kernel = _kernel(policy, journal)
 
         def _boot() -> object:
             if pipe is not None:
                 from fak.runtime.topology import boot_pipeline
 
-                b = boot_pipeline(name, resident=not plain, sched=sched, worker_argv=WORKER_ARGV, **pipe)
+                b = boot_pipeline(name, resident=not plain, sched=sched, worker_argv=WORKER_ARGV, **pipe, **link)
                 logs.SERVER.info(b.boot_line(), extra={"model": name})
                 p = b.scheduler.model.pipeline  # type: ignore[attr-defined]
                 bands = [f"{s['layers'][0]}:{s['layers'][1]}" for s in p.stage_stats()]
@@ -128,7 +131,7 @@ def register(app: typer.Typer) -> None:
 
                 b = boot_pd(name, resident=not plain, sched=sched, local=local, workers=workers, worker_argv=WORKER_ARGV,
                             transport=pd_transport, ray=ray, stages=int((pd_pipe or {}).get("stages") or 0),
-                            cuts=(pd_pipe or {}).get("cuts"))  # type: ignore[arg-type]
+                            cuts=(pd_pipe or {}).get("cuts"), **link)  # type: ignore[arg-type]
                 logs.SERVER.info(b.boot_line(), extra={"model": name})
                 h = b.scheduler  # type: ignore[attr-defined]
                 logs.SERVER.info(f"P/D over {h.transport}: prefill {h.prefill.address} · decode "

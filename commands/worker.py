@@ -39,8 +39,8 @@ def register(app: typer.Typer) -> None:
         victim: str | None = sched_flags.VICTIM,
         kv_dtype: str | None = sched_flags.KV_DTYPE,
         shm_mb: int = typer.Option(256, "--shm-mb", help="decode: shared-memory ring size per prefill link (MiB)."),
-        key: str | None = typer.Option(None, "--key", help="Seal KV frame descriptors with this cluster key; "
-                                          "every worker of a cluster needs the same one [FAK_PD_KEY]."),
+        key: str | None = sched_flags.KEY,
+        link_encrypt: bool = sched_flags.LINK_ENCRYPT,
         exit_with_parent: bool = typer.Option(False, "--exit-with-parent", help="Exit when stdin closes (the "
                                               "process that started this one is gone)."),
     ) -> None:
@@ -67,13 +67,14 @@ def register(app: typer.Typer) -> None:
             import numba
 
             numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
-        secret = (key or os.environ.get("FAK_PD_KEY") or "").encode()
-        if host not in ("127.0.0.1", "localhost", "::1"):
-            print(f"fak worker: warning: listening on {host}: the P/D wire has no authentication; use a private "
-                  "network (and --key, so frames from outside the cluster are refused)", file=sys.stderr)
+        link = sched_flags.link_flags(key, link_encrypt)
+        if not link["key"] and host not in ("127.0.0.1", "localhost", "::1"):
+            raise FakError(f"--listen {listen}: listening beyond loopback needs the cluster key (--key or FAK_PD_KEY, "
+                           "the same on every worker and head): without it anyone who reaches the port drives "
+                           "this worker")
         b = boot(gguf, resident=not plain, sched=sched, show=False, scheduler=False)
         node = build_node(role, b, name=name, host=host, port=port, layers=band, prefill_chunk=prefill_chunk,
-                          shm_bytes=shm_mb << 20, key=secret, **sched.as_kwargs())
+                          shm_bytes=shm_mb << 20, **link, **sched.as_kwargs())
         address = f"{node.address[0]}:{node.address[1]}"
         print(json.dumps({"fak_worker": "ready", "role": role, "name": node.name, "address": address,
                           "pid": os.getpid()}), flush=True)

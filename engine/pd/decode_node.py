@@ -24,6 +24,7 @@ from engine.sched.lane import Handle
 from engine.wire.channel import Channel
 from engine.wire.link import DataReceiver, ShmDataReceiver
 from engine.wire.node import Node
+from engine.wire.secure import LinkKey
 from engine.wire.spec import logprob_to_json, request_from_json
 from engine.wire.transport import TransportClosed, TransportTimeout
 
@@ -32,7 +33,8 @@ class DecodeNode(Node):
     role = "decode"
 
     def __init__(self, model: Any, name: str = "decode-0", *, host: str = "127.0.0.1", port: int = 0,
-                 shm_bytes: int = 256 << 20, key: bytes = b"", beat_s: float = 0.5, **sched_kwargs: Any) -> None:
+                 shm_bytes: int = 256 << 20, key: bytes = b"", beat_s: float = 0.5, link: LinkKey | None = None,
+                 **sched_kwargs: Any) -> None:
         self._events: queue.Queue[tuple[Any, ...]] = queue.Queue()
         self.worker = DecodeWorker(model, name, key=key, listener=lambda kind, hs: self._events.put(("cache", kind, hs)),
                                    **sched_kwargs)
@@ -40,7 +42,7 @@ class DecodeNode(Node):
         self._lanes: dict[str, list[Any]] = {}  # rid -> [handle, event cursor, logprob cursor]
         self._lanes_lock = threading.Lock()
         self._rings: list[ShmDataReceiver] = []
-        super().__init__(model, name, self.worker.layout, host, port, beat_s)
+        super().__init__(model, name, self.worker.layout, host, port, beat_s, link)
         self._spawn(self._forward, "events")
 
     # ------------------------------------------------------------------ wire
@@ -102,6 +104,11 @@ class DecodeNode(Node):
             if item[0] == "cache":
                 self.send_head({"op": "cache", "kind": item[1], "h": list(item[2])})
                 continue
+            if item[0] == "link_lost":  # with the requests this node holds: the others' deliveries are lost
+                with self._lanes_lock:
+                    held = list(self._lanes)
+                self.send_head({"op": "link_lost", "from": item[1], "error": item[2], "lanes": held})
+                continue
             rid = item[1]
             with self._lanes_lock:
                 lane = self._lanes.get(rid)
@@ -130,6 +137,12 @@ class DecodeNode(Node):
             lanes = len(self._lanes)
         return {"sched": w.sched.stats().to_json(), "worker": dict(w.stats), "transfer_s": w.transfer_s,
                 "lanes": lanes}
+
+    def link_lost(self, who: str, why: str) -> None:
+        # deliveries the prefill node sent on that link may never arrive (a tampered one is dropped unread):
+        # the head resumes this node's requests elsewhere and re-links it
+        if who == "prefill":
+            self._events.put(("link_lost", who, why))  # after the lane events already queued
 
     def head_lost(self) -> None:
         with self._lanes_lock:

@@ -6,12 +6,17 @@ leading blocks it holds, and the prefill node computes the rest and sends it str
 node. The decode node streams token ids; the head detokenizes, cuts stop strings (then cancels the lane
 there) and fills the caller's Handle, so a client sees one stream whatever happens behind it.
 
-Failure: a decode node whose connection drops, or whose heartbeat stops for `down_after` seconds, is
-marked down. Each of its unfinished requests is resumed on another node as prompt + the tokens already
-streamed, for the tokens still owed: the client's stream continues with no token lost or repeated
-(greedy decoding gives the tokens an uninterrupted run gives; a sampled one continues from a fresh rng).
-A constrained (grammar) request cannot resume mid-grammar and finishes with an error saying so. If the
-prefill node fails, the requests it holds finish with an error (never hang), and so do later ones.
+Failure: a decode node whose connection drops, whose heartbeat stops for `down_after` seconds, or whose
+link from the prefill node breaks (cut, or a message that failed its seal) is marked down. Each of its
+unfinished requests is resumed on another node as prompt + the tokens already streamed, for the tokens
+still owed: the client's stream continues with no token lost or repeated (greedy decoding gives the
+tokens an uninterrupted run gives; a sampled one continues from a fresh rng). A constrained (grammar)
+request cannot resume mid-grammar and finishes with an error saying so. If the prefill node fails, the
+requests it had not finished prefilling go back to the queue. A down node is retried at its address every
+`rejoin_every` seconds (a host that comes back, a link that heals) and rejoins when it answers. A request
+with no prefill node or no decode node up waits for one at most `hold_s` seconds, then fails with the
+reason: with the links' own bound (engine/wire/tcp.py, ~10 s), a partition that does not heal fails the
+requests it strands within down_after + hold_s (35 s by default), never hangs.
 """
 
 from __future__ import annotations
@@ -33,8 +38,9 @@ from engine.sched.lane import FinishReason, Handle, LaneResult, LaneState, Reque
 from engine.sched.prefix_cache import chain_hashes, shareable_blocks
 from engine.sched.router import Router
 from engine.sched.stats import SchedStats, merge_stats
-from engine.wire.channel import Channel, ChannelClosed, parse_address
+from engine.wire.channel import Channel, ChannelClosed, ChannelRefused, parse_address
 from engine.wire.node import PROTOCOL
+from engine.wire.secure import LinkKey
 from engine.wire.spec import finish_reason, logprob_from_json, request_to_json
 from engine.wire.transport import TransportTimeout
 
@@ -54,6 +60,8 @@ class _Peer:
         self.beat: dict[str, Any] = {}
         self.replies: dict[int, Future[dict[str, Any]]] = {}
         self.lock = threading.Lock()
+        self.rejoining = threading.Lock()  # one reconnection at a time (the watcher's, a supervisor's)
+        self.down_at = 0.0
 
 
 @dataclass(eq=False)
@@ -75,21 +83,26 @@ class _Job:
     preemptions: int = 0
     cancelled: bool = False
     held: list[int] = field(default_factory=list)  # blocks the decode node reserved for the current attempt
+    parked_at: float | None = None  # waiting for a worker to come back since (monotonic)
 
 
 class PDHead(GrammarHost):
     def __init__(self, prefill: str, decoders: list[str], *, tokenizer: Any = None, identity: bytes | None = None,
                  vocab_size: int, context_length: int = 0, block_tokens: int = 16, transport: str = "tcp",
                  shm_bytes: int = 256 << 20, balance_abs: int = 4, balance_rel: float = 1.5,
-                 down_after: float = 5.0, connect_timeout: float = 10.0, eos_ids: tuple[int, ...] = ()) -> None:
+                 down_after: float = 5.0, connect_timeout: float = 10.0, eos_ids: tuple[int, ...] = (),
+                 link: LinkKey | None = None, hold_s: float = 30.0, rejoin_every: float = 1.0) -> None:
         if not decoders:
             raise EngineError("P/D needs at least one decode worker")
         if transport not in ("tcp", "shm"):
             raise EngineError(f"P/D transport across processes is tcp or shm, not {transport!r}")
         self.tokenizer = tokenizer
         self.identity = identity
+        self.link = link  # the cluster key: every worker connection handshaken and sealed
         self.vocab_size, self.context_length, self.block_tokens = vocab_size, context_length, block_tokens
         self.transport, self.shm_bytes, self.down_after = transport, shm_bytes, down_after
+        self.hold_s, self.rejoin_every = hold_s, rejoin_every
+        self._parked: list[_Job] = []  # jobs waiting for a prefill or decode node to come back
         self.eos_ids = eos_ids
         self.on_finish: Callable[[LaneResult], None] | None = None
         self.owned: list[Any] = []  # closed after the head (e.g. the local worker processes it started)
@@ -131,9 +144,12 @@ class PDHead(GrammarHost):
         deadline = time.monotonic() + timeout
         while True:
             try:
-                ch = Channel.connect(host, port, timeout=min(5.0, timeout), peer=f"{peer.role} worker {peer.address}")
+                ch = Channel.connect(host, port, timeout=min(5.0, timeout), peer=f"{peer.role} worker {peer.address}",
+                                     key=self.link)
                 break
             except ChannelClosed as e:
+                if isinstance(e, ChannelRefused):  # reachable, but the key does not match: waiting will not help
+                    raise EngineError(f"{peer.role} worker at {peer.address}: {e}") from None
                 if time.monotonic() > deadline:
                     raise EngineError(f"{peer.role} worker at {peer.address} is not reachable: {e}") from None
                 time.sleep(0.1)
@@ -199,6 +215,8 @@ class PDHead(GrammarHost):
                     self._on_prefilled(header)
                 elif op == "failed":
                     self._on_failed(header)
+                elif op == "link_lost":
+                    self._on_link_lost(peer, header)
         except ChannelClosed as e:
             if not self._closed:
                 self._down(peer, str(e))
@@ -213,12 +231,46 @@ class PDHead(GrammarHost):
             for peer in [*self.decoders.values(), self.prefill]:
                 if peer.up and t - peer.last_beat > self.down_after:
                     self._down(peer, f"no heartbeat for {t - peer.last_beat:.1f} s")
+                elif not peer.up and self.rejoin_every > 0 and t - peer.down_at >= self.rejoin_every:
+                    peer.down_at = t
+                    self._spawn(self._retry, f"rejoin-{peer.name}", peer)
+            self._unpark(t)
+
+    def _retry(self, peer: _Peer) -> None:
+        """One attempt to take a down node back at its address (it came back, or the link healed)."""
+        try:
+            self.rejoin(peer.name, peer.address, timeout=2.0, wait=False)
+        except Exception:  # still down: the watcher tries again later
+            pass
+
+    def _park(self, job: _Job) -> None:
+        """No worker to run `job` now: it waits (at most hold_s) for one to come back."""
+        with self._lock:
+            if job.parked_at is None:
+                job.parked_at = time.monotonic()
+            self._parked.append(job)
+
+    def _unpark(self, t: float) -> None:
+        with self._lock:
+            parked, self._parked = self._parked, []
+            ready = self.prefill.up and any(p.up for p in self.decoders.values())
+        for job in parked:
+            if ready:
+                self._queue.put(job)
+            elif job.cancelled:
+                self._finish(job, FinishReason.CANCELLED)
+            elif t - (job.parked_at or t) > self.hold_s:
+                self._fail(job, f"no worker came back within {self.hold_s:.0f} s: {self.down_reason}")
+            else:
+                with self._lock:
+                    self._parked.append(job)
 
     def _down(self, peer: _Peer, why: str) -> None:
         with self._lock:
             if not peer.up:
                 return
             peer.up = False
+            peer.down_at = time.monotonic()
             self.counts["down"] += 1
             self.down_reason = f"{peer.name} ({peer.address}) down: {why}"
             if peer.channel is not None:
@@ -227,35 +279,46 @@ class PDHead(GrammarHost):
                 for fut in peer.replies.values():
                     if not fut.done():
                         fut.set_exception(ChannelClosed(f"{peer.name} went down"))
-            if peer.role == "prefill":
+            if peer.role == "prefill":  # what it had not prefilled goes back to the queue (and waits for it)
                 victims = [j for j in self._jobs.values() if j.phase in ("queued", "prefill")]
                 for j in victims:
-                    self._fail(j, f"prefill worker {peer.address} is down: {why}")
-                return
-            self.router.down(peer.name)
-            victims = [j for j in self._jobs.values() if j.worker == peer.name and j.phase != "done"]
+                    if j.held and j.worker in self.decoders:
+                        self._send(self.decoders[j.worker], {"op": "release", "blocks": j.held})
+            else:
+                self.router.down(peer.name)
+                victims = [j for j in self._jobs.values() if j.worker == peer.name and j.phase != "done"]
         for j in victims:
-            self._resume(j, f"decode worker {peer.name} ({peer.address}) went down: {why}")
+            self._resume(j, f"{peer.role} worker {peer.name} ({peer.address}) went down: {why}")
 
-    def rejoin(self, name: str, address: str, timeout: float = 30.0) -> None:
-        """Take a restarted worker back (a supervisor such as Ray brought it up at `address`): a decode worker
-        rejoins the router (its cache is empty: cold routes until it fills), a prefill worker is re-linked to
-        every decode worker."""
+    def rejoin(self, name: str, address: str, timeout: float = 30.0, wait: bool = True) -> None:
+        """Take a worker back (restarted by a supervisor such as Ray at `address`, or back at its old one): a
+        decode worker rejoins the router (cold routes until its cache fills), a prefill worker is re-linked
+        to every decode worker. `wait=False`: give up at once if another rejoin of it is under way."""
         peer = self.prefill if name == self.prefill.name else self.decoders.get(name)
         if peer is None:
             raise EngineError(f"no P/D worker named {name!r}")
-        if peer.up:
+        if not peer.rejoining.acquire(blocking=wait):
             return
-        peer.address, peer.beat = address, {}
-        self._connect(peer, timeout)
-        targets = list(self.decoders.items()) if peer is self.prefill else [(name, peer)]
-        for n, p in targets:
-            if p.up:
-                self._rpc_call(self.prefill, {"op": "link", "name": n, "address": p.address,
-                                              "shm": self.transport == "shm", "shm_bytes": self.shm_bytes}, timeout)
-        if peer is not self.prefill:
-            self.router.up(name)
-        self.counts["rejoined"] = self.counts.get("rejoined", 0) + 1
+        try:
+            if peer.up:
+                return
+            peer.address, peer.beat = address, {}
+            self._connect(peer, timeout)
+            try:
+                targets = list(self.decoders.items()) if peer is self.prefill else [(name, peer)]
+                for n, p in targets:
+                    if p.up and self.prefill.up:  # a decode node rejoining while the prefill is down: linked when it is back
+                        self._rpc_call(self.prefill, {"op": "link", "name": n, "address": p.address,
+                                                      "shm": self.transport == "shm", "shm_bytes": self.shm_bytes},
+                                       timeout)
+            except Exception as e:
+                self._down(peer, f"rejoined but could not be linked: {e}")
+                raise
+            if peer is not self.prefill:
+                self.router.up(name)
+            self.counts["rejoined"] = self.counts.get("rejoined", 0) + 1
+        finally:
+            peer.rejoining.release()
 
     # ------------------------------------------------------------------ caller side
     def admit(self, request: Request) -> Handle:
@@ -320,15 +383,15 @@ class PDHead(GrammarHost):
                 self._finish(job, FinishReason.CANCELLED)
                 return
             if not self.prefill.up:
-                self._fail(job, f"prefill worker {self.prefill.address} is down")
+                self._park(job)
                 return
             ids = job.ids + job.generated
             scope = job.request.scope
             hashes = chain_hashes(ids, self.block_tokens, shareable_blocks(ids, self.block_tokens), scope)
             try:
                 route = self.router.route(hashes, self._load)
-            except LookupError:
-                self._fail(job, "no decode worker is up" + (f" ({self.down_reason})" if self.down_reason else ""))
+            except LookupError:  # no decode worker is up
+                self._park(job)
                 return
             job.attempts += 1
             job.worker, job.phase = route.worker, "prefill"
@@ -340,9 +403,11 @@ class PDHead(GrammarHost):
             held = self._rpc_call(peer, {"op": "reserve", "ids": ids, "scope": scope})["held"]
         except EngineError:
             held = None
-        if held is None:  # the node is going down: its watcher will resume this job elsewhere
+        if held is None:  # the node is going down (its jobs, this one included, resume elsewhere) or just went
             if peer.up:
                 self._down(peer, "reserve failed")
+            else:
+                self._resume(job, f"decode worker {peer.name} went down as the request was routed to it")
             return
         job.held = list(held)
         left = job.request.max_new_tokens - len(job.generated)
@@ -350,8 +415,8 @@ class PDHead(GrammarHost):
         spec["request_id"] = job.rid
         self._send(self.prefill, {"op": "prefill", "rid": job.rid, "target": route.worker, "ids": ids,
                                   "spec": spec, "held": held})
-        if not self.prefill.up:
-            self._fail(job, f"prefill worker {self.prefill.address} is down")
+        if not self.prefill.up:  # it went down before taking the job: back to the queue, to wait for it
+            self._resume(job, f"prefill worker {self.prefill.address} is down")
 
     # ------------------------------------------------------------------ events
     def _job(self, header: dict[str, Any]) -> _Job | None:
@@ -383,6 +448,30 @@ class PDHead(GrammarHost):
         if peer is not None and job.held:
             self._send(peer, {"op": "release", "blocks": job.held})
         self._fail(job, str(h.get("error")))
+
+    def _on_link_lost(self, peer: _Peer, h: dict[str, Any]) -> None:
+        """A decode node's KV link from the prefill node broke (cut, the prefill gone, or a message that
+        failed its seal, dropped unread): the requests routed there that it does not hold lost their
+        delivery and start again (elsewhere or there); the node is re-linked once the prefill is up."""
+        why = f"{peer.name}'s link from the {h.get('from')} worker broke: {h.get('error')}"
+        holds = {str(r) for r in h.get("lanes", ())}
+        with self._lock:
+            victims = [j for j in self._jobs.values() if j.worker == peer.name and j.phase != "done"
+                       and j.rid not in holds]
+            self.counts["links_lost"] = self.counts.get("links_lost", 0) + 1
+        for j in victims:
+            if j.held:
+                self._send(peer, {"op": "release", "blocks": j.held})
+            self._resume(j, why)
+        if self.prefill.up:
+            self._spawn(self._relink, f"relink-{peer.name}", peer)
+
+    def _relink(self, peer: _Peer) -> None:
+        try:
+            self._rpc_call(self.prefill, {"op": "link", "name": peer.name, "address": peer.address,
+                                          "shm": self.transport == "shm", "shm_bytes": self.shm_bytes})
+        except Exception as e:  # the prefill cannot reach it: route elsewhere until it rejoins
+            self._down(peer, f"the prefill worker cannot re-link it: {e}")
 
     def _on_tokens(self, h: dict[str, Any]) -> None:
         job = self._job(h)

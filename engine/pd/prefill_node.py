@@ -18,6 +18,7 @@ from engine.wire.channel import Channel, parse_address
 from engine.wire.frame import KVLayout
 from engine.wire.link import ChannelSender, DataSender, ShmDataSender
 from engine.wire.node import PROTOCOL, Node
+from engine.wire.secure import LinkKey
 from engine.wire.transport import TransportError
 
 
@@ -25,12 +26,12 @@ class PrefillNode(Node):
     role = "prefill"
 
     def __init__(self, model: Any, name: str = "prefill-0", *, host: str = "127.0.0.1", port: int = 0,
-                 key: bytes = b"", beat_s: float = 0.5, **prefill_kwargs: Any) -> None:
+                 key: bytes = b"", beat_s: float = 0.5, link: LinkKey | None = None, **prefill_kwargs: Any) -> None:
         self.worker = PrefillWorker(model, key=key, **prefill_kwargs)
         self._links: dict[str, DataSender] = {}
         self._links_lock = threading.Lock()
         self._shm_control: list[Channel] = []  # an shm link's TCP connection stays open: the decode node's view of us
-        super().__init__(model, name, KVLayout.of(self.worker.pool), host, port, beat_s)
+        super().__init__(model, name, KVLayout.of(self.worker.pool), host, port, beat_s, link)
 
     def handle(self, ch: Channel, header: dict[str, Any], blobs: list[memoryview]) -> None:
         op = header.get("op")
@@ -54,7 +55,7 @@ class PrefillNode(Node):
 
     def _link(self, name: str, address: str, shm: bool, shm_bytes: int) -> None:
         host, port = parse_address(address, f"decode worker {name}")
-        ch = Channel.connect(host, port, peer=f"decode {name}")
+        ch = Channel.connect(host, port, peer=f"decode {name}", key=self.link)
         ch.send({"op": "hello", "as": "prefill", "protocol": PROTOCOL, "shm": shm, "shm_bytes": shm_bytes})
         reply, _ = ch.recv(30.0)
         if reply.get("error"):

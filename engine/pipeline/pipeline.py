@@ -39,6 +39,7 @@ from engine.pipeline.stage import Stage, serve
 from engine.wire.channel import Channel, parse_address
 from engine.wire.link import ChannelLink, QueueLink, RingReceiver, RingSender
 from engine.wire.node import PROTOCOL
+from engine.wire.secure import LinkKey
 from engine.wire.transport import TransportClosed, TransportTimeout
 
 T = TypeVar("T")
@@ -88,10 +89,10 @@ class RemoteStage:
     """A `fak worker --role stage` process, driven over its control channel (a reader thread routes the
     replies and keeps the latest heartbeat; a stage that goes away fails the calls waiting on it)."""
 
-    def __init__(self, address: str, timeout: float = 30.0) -> None:
+    def __init__(self, address: str, timeout: float = 30.0, link: LinkKey | None = None) -> None:
         host, port = parse_address(address, "stage worker")
         self.address = address
-        self.ch = Channel.connect(host, port, timeout=timeout, peer=f"stage {address}")
+        self.ch = Channel.connect(host, port, timeout=timeout, peer=f"stage {address}", key=link)
         self.ch.send({"op": "hello", "as": "head", "protocol": PROTOCOL})
         self.hello, _ = self.ch.recv(timeout)
         if self.hello.get("error"):
@@ -203,6 +204,7 @@ class Pipeline:
         self.pools: weakref.WeakSet[Any] = weakref.WeakSet()
         self.rejoin: Callable[[int, str], str] | None = None
         self.ring_bytes, self.connect_timeout = 256 << 20, 30.0
+        self.link: LinkKey | None = None  # the cluster key the stage links are handshaken with
         self._recover_lock = threading.Lock()
         threading.Thread(target=self._collect, args=(inbound, 0), name="fak-pipeline-results", daemon=True).start()
 
@@ -324,13 +326,14 @@ class Pipeline:
                 for i, s in enumerate(self.stages):
                     if not getattr(s, "up", True):
                         address = self.rejoin(i, why)
-                        self.stages[i] = RemoteStage(address, self.connect_timeout)
+                        self.stages[i] = RemoteStage(address, self.connect_timeout, self.link)
                 for link in (self.out, self.back):
                     try:
                         link.close()
                     except Exception:
                         pass
-                out, back = _wire(self.model, self.stages, self.transport, self.ring_bytes, self.connect_timeout)
+                out, back = _wire(self.model, self.stages, self.transport, self.ring_bytes, self.connect_timeout,
+                                  self.link)
                 with self._send_lock:
                     self.generation += 1
                     self._sent.clear()
@@ -500,7 +503,7 @@ def local_pipeline(model: Model, plan: PartitionPlan, *, micro_batches: int = 0,
 
 
 def _wire(model: Model, stages: list[RemoteStage], transport: str, ring_bytes: int,
-          timeout: float) -> tuple[Any, Any]:
+          timeout: float, link: LinkKey | None = None) -> tuple[Any, Any]:
     """Link the stages in order (each one's outbound to the next's inbound) and the head to both ends;
     returns the head's (outbound, inbound). Run again after a stage is replaced: every link is renewed."""
     bands = [s.layers for s in stages]
@@ -522,11 +525,11 @@ def _wire(model: Model, stages: list[RemoteStage], transport: str, ring_bytes: i
     if transport == "shm":
         return RingSender(str(ins[0]["ring"])), back
     host, port = parse_address(stages[-1].address)
-    sink = Channel.connect(host, port, peer=f"stage {stages[-1].address} (results)")
+    sink = Channel.connect(host, port, peer=f"stage {stages[-1].address} (results)", key=link)
     sink.send({"op": "hello", "as": "sink", "protocol": PROTOCOL})
     sink.recv(timeout)
     host, port = parse_address(stages[0].address)
-    up = Channel.connect(host, port, peer=f"stage {stages[0].address}")
+    up = Channel.connect(host, port, peer=f"stage {stages[0].address}", key=link)
     up.send({"op": "hello", "as": "upstream", "protocol": PROTOCOL})
     up.recv(timeout)
     return ChannelLink(up), ChannelLink(sink)
@@ -534,7 +537,7 @@ def _wire(model: Model, stages: list[RemoteStage], transport: str, ring_bytes: i
 
 def remote_pipeline(model: Model, addresses: list[str], *, transport: str = "tcp", micro_batches: int = 0,
                     ring_bytes: int = 256 << 20, timeout: float = 30.0, head_last: bool = True,
-                    rejoin: Callable[[int, str], str] | None = None) -> PipelineModel:
+                    rejoin: Callable[[int, str], str] | None = None, link: LinkKey | None = None) -> PipelineModel:
     """Stages in `fak worker --role stage` processes, in layer order, linked stage to stage (tcp or shm).
     `rejoin(i, why)`: how to get stage i back after it went away (its new address, once it is up: a
     supervisor such as Ray restarts it); without one a lost stage fails the requests it held."""
@@ -543,12 +546,12 @@ def remote_pipeline(model: Model, addresses: list[str], *, transport: str = "tcp
     stages: list[RemoteStage] = []
     try:
         for a in addresses:
-            stages.append(RemoteStage(a, timeout))
-        out, back = _wire(model, stages, transport, ring_bytes, timeout)
+            stages.append(RemoteStage(a, timeout, link))
+        out, back = _wire(model, stages, transport, ring_bytes, timeout, link)
     except BaseException:
         for s in stages:
             s.close()
         raise
     p = Pipeline(model, stages, out, back, micro_batches=micro_batches, transport=transport, head_last=head_last)
-    p.rejoin, p.ring_bytes, p.connect_timeout = rejoin, ring_bytes, timeout
+    p.rejoin, p.ring_bytes, p.connect_timeout, p.link = rejoin, ring_bytes, timeout, link
     return PipelineModel(model, p)

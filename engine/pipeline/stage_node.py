@@ -19,6 +19,7 @@ from engine.wire.channel import Channel, parse_address
 from engine.wire.frame import KVLayout
 from engine.wire.link import ChannelLink, RingReceiver, RingSender
 from engine.wire.node import PROTOCOL, Node
+from engine.wire.secure import LinkKey
 
 
 class _Later:
@@ -44,13 +45,13 @@ class StageNode(Node):
     role = "stage"
 
     def __init__(self, model: Any, lo: int, hi: int, name: str | None = None, *, host: str = "127.0.0.1",
-                 port: int = 0, beat_s: float = 0.5) -> None:
+                 port: int = 0, beat_s: float = 0.5, link: LinkKey | None = None) -> None:
         self.stage = Stage(model, lo, hi)
         self.out = _Later()
         self._ring: RingReceiver | None = None
         self._ring_stop = threading.Event()
         self._ring_thread: threading.Thread | None = None
-        super().__init__(model, name or f"stage-{lo}-{hi}", KVLayout.of(self.stage.pools[0]), host, port, beat_s)
+        super().__init__(model, name or f"stage-{lo}-{hi}", KVLayout.of(self.stage.pools[0]), host, port, beat_s, link)
 
     def hello(self) -> dict[str, Any]:
         return {"layers": [self.stage.lo, self.stage.hi]}
@@ -82,7 +83,7 @@ class StageNode(Node):
                     self.out.set(RingSender(str(nxt)))
                 elif nxt:  # tcp to the next stage, as its upstream; None: the head's sink connection comes
                     host, port = parse_address(str(nxt), "next stage")
-                    down = Channel.connect(host, port, peer=f"stage {nxt}")
+                    down = Channel.connect(host, port, peer=f"stage {nxt}", key=self.link)
                     down.send({"op": "hello", "as": "upstream", "protocol": PROTOCOL})
                     down.recv(30.0)
                     self.out.set(ChannelLink(down))

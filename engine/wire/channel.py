@@ -4,6 +4,11 @@ A message is a JSON header (a dict) and zero or more binary blobs (logits, a KV 
 
     <4-byte magic "FAKC"> <u32 header length> <u32 blob count> <u64 blob length> x count  <header> <blobs>
 
+With a cluster key (engine/wire/secure.py) the two ends first prove the key to each other, and every
+message is sealed: magic "FAKS", the sender's sequence number after the counts, a 16-byte AES-GCM tag
+after the blobs (header and blobs encrypted too with `encrypt`). `recv` returns a message only once its
+tag and sequence number check; a failure closes the channel like a dead peer.
+
 Blobs are read with `recv_into` into buffers the channel keeps and grows (never one per message), so a
 KV frame crosses without a Python loop or an intermediate bytes object; a received blob is a view valid
 until the next `recv` on that channel. Sends are serialised by a lock (several threads share a channel);
@@ -19,12 +24,27 @@ import struct
 import threading
 from typing import Any
 
+from engine.wire.secure import (
+    HELLO_MAGIC,
+    SEALED_MAGIC,
+    TAG_BYTES,
+    InvalidTag,
+    LinkKey,
+    LinkRefused,
+    LinkTampered,
+    Session,
+    client_handshake,
+    recv_exact,
+    server_handshake,
+)
 from engine.wire.tcp import tune
 from engine.wire.transport import Buffer, TransportClosed, TransportTimeout
 
 MAGIC = b"FAKC"
 _HEAD = struct.Struct("<4sII")
 _LEN = struct.Struct("<Q")
+_SEQ = struct.Struct("<Q")
+CHUNK = 1 << 20  # sealing works a MiB at a time, between socket calls: the bytes are still in cache
 MAX_HEADER = 64 << 20
 MAX_BLOB = 1 << 36
 MAX_BLOBS = 8
@@ -32,6 +52,10 @@ MAX_BLOBS = 8
 
 class ChannelClosed(TransportClosed):
     """The peer closed the connection, died, or sent something that is not a channel message."""
+
+
+class ChannelRefused(ChannelClosed):
+    """The link handshake failed: one end has no cluster key, or another one."""
 
 
 def parse_address(text: str, what: str = "address") -> tuple[str, int]:
@@ -46,11 +70,17 @@ def parse_address(text: str, what: str = "address") -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+def _chunks(view: memoryview) -> list[memoryview]:
+    return [view[i : i + CHUNK] for i in range(0, len(view), CHUNK)] or [view]
+
+
 class Channel:
-    def __init__(self, sock: socket.socket, peer: str = "peer") -> None:
+    def __init__(self, sock: socket.socket, peer: str = "peer", session: Session | None = None) -> None:
         tune(sock)
         self.sock = sock
         self.peer = peer
+        self.session = session
+        self._sbuf = bytearray(CHUNK + 16) if session is not None and session.encrypt else None
         self._send_lock = threading.Lock()
         self._bufs: list[bytearray] = []
         self._hdr = bytearray(_HEAD.size)
@@ -59,30 +89,98 @@ class Channel:
         self.bytes_out = 0
 
     @classmethod
-    def connect(cls, host: str, port: int, timeout: float = 10.0, peer: str | None = None) -> Channel:
+    def connect(cls, host: str, port: int, timeout: float = 10.0, peer: str | None = None,
+                key: LinkKey | None = None) -> Channel:
+        """A channel to a node; with `key`, handshaken (ChannelClosed names why a handshake failed)."""
+        name = peer or f"{host}:{port}"
         try:
             sock = socket.create_connection((host, port), timeout=timeout)
         except OSError as exc:
             raise ChannelClosed(f"cannot connect to {host}:{port} ({exc})") from None
         sock.settimeout(None)
-        return cls(sock, peer or f"{host}:{port}")
+        session = None
+        if key is not None:
+            try:
+                session = client_handshake(sock, key, timeout)
+            except LinkRefused as e:
+                sock.close()
+                raise ChannelRefused(f"{name}: {e}") from None
+        return cls(sock, name, session)
+
+    @classmethod
+    def accept(cls, sock: socket.socket, peer: str, key: LinkKey | None, timeout: float = 10.0) -> Channel:
+        """The server's end of a new connection: handshaken when this node has a key. A client that does not
+        speak the same (a keyless one to a keyed node, or the reverse) is told why in a plain message and
+        refused (LinkRefused)."""
+        sock.settimeout(timeout)
+        try:
+            first = sock.recv(4, socket.MSG_PEEK | socket.MSG_WAITALL)
+        except OSError as e:
+            sock.close()
+            raise LinkRefused(f"{peer}: nothing received ({e})") from None
+        sock.settimeout(None)
+        if key is None and first != HELLO_MAGIC:
+            return cls(sock, peer)
+        if key is not None and first == HELLO_MAGIC:
+            try:
+                return cls(sock, peer, server_handshake(sock, key, recv_exact(sock, 4), timeout))
+            except LinkRefused as e:
+                sock.close()
+                raise LinkRefused(f"{peer}: {e}") from None
+        why = ("this node requires the cluster key (--key or FAK_PD_KEY)" if key is not None
+               else "this node has no cluster key (start it with the same --key or FAK_PD_KEY)")
+        try:
+            cls(sock, peer).send({"op": "hello", "error": why})
+        except ChannelClosed:
+            pass
+        sock.close()
+        raise LinkRefused(f"{peer}: refused a {'keyless' if key is not None else 'keyed'} client: {why}")
 
     # ------------------------------------------------------------------ send (any thread)
     def send(self, header: dict[str, Any], *blobs: Buffer) -> None:
         views = [memoryview(b).cast("B") for b in blobs]
         text = json.dumps(header, separators=(",", ":")).encode()
-        pre = _HEAD.pack(MAGIC, len(text), len(views)) + b"".join(_LEN.pack(len(v)) for v in views) + text
+        lens = b"".join(_LEN.pack(len(v)) for v in views)
         with self._send_lock:
             if self.closed:
                 raise ChannelClosed(f"channel to {self.peer} is closed")
             try:
-                self.sock.sendall(pre)
-                for v in views:
-                    self.sock.sendall(v)
+                if self.session is None:
+                    pre = _HEAD.pack(MAGIC, len(text), len(views)) + lens + text
+                    self.sock.sendall(pre)
+                    for v in views:
+                        self.sock.sendall(v)
+                    sent = len(pre)
+                else:
+                    sent = self._send_sealed(text, lens, views)
             except OSError as exc:
                 self.closed = True
                 raise ChannelClosed(f"{self.peer}: connection lost while sending ({exc})") from None
-            self.bytes_out += len(pre) + sum(len(v) for v in views)
+            self.bytes_out += sent + sum(len(v) for v in views)
+
+    def _send_sealed(self, text: bytes, lens: bytes, views: list[memoryview]) -> int:
+        """One sealed message (the send lock held); returns the bytes sent besides the blobs."""
+        assert self.session is not None
+        seq, enc = self.session.sealer()
+        pre = _HEAD.pack(SEALED_MAGIC, len(text), len(views)) + _SEQ.pack(seq) + lens
+        enc.authenticate_additional_data(pre)  # type: ignore[attr-defined]
+        if self._sbuf is None:  # MAC only: everything is additional data, sent as it is covered
+            enc.authenticate_additional_data(text)  # type: ignore[attr-defined]
+            self.sock.sendall(pre + text)
+            for v in views:
+                for c in _chunks(v):
+                    enc.authenticate_additional_data(c)  # type: ignore[attr-defined]
+                    self.sock.sendall(c)
+        else:  # encrypted: a MiB at a time into the send buffer, then onto the socket
+            self.sock.sendall(pre)
+            out = memoryview(self._sbuf)
+            for part in (memoryview(text), *views):
+                for c in _chunks(part):
+                    n = enc.update_into(c, out)  # type: ignore[attr-defined]
+                    self.sock.sendall(out[:n])
+        enc.finalize()  # type: ignore[attr-defined]
+        self.sock.sendall(enc.tag)  # type: ignore[attr-defined]
+        return len(pre) + len(text) + TAG_BYTES
 
     # ------------------------------------------------------------------ receive (one thread)
     def _fill(self, view: memoryview, timeout: float | None) -> None:
@@ -109,22 +207,32 @@ class Channel:
         """The next message: its header and blob views (valid until the next recv)."""
         self._fill(memoryview(self._hdr), timeout)
         magic, hlen, count = _HEAD.unpack(self._hdr)
-        if magic != MAGIC or hlen > MAX_HEADER or count > MAX_BLOBS:
+        sealed = self.session is not None
+        if magic != (SEALED_MAGIC if sealed else MAGIC) or hlen > MAX_HEADER or count > MAX_BLOBS:
             self.closed = True
-            raise ChannelClosed(f"{self.peer} sent something that is not a fak channel message")
+            what = "an unsealed message on a keyed link" if sealed and magic == MAGIC else \
+                "something that is not a fak channel message"
+            raise ChannelClosed(f"{self.peer} sent {what}")
+        opener = None
+        if sealed:
+            assert self.session is not None
+            seq = bytearray(_SEQ.size)
+            self._fill(memoryview(seq), None)
+            try:
+                opener = self.session.opener(_SEQ.unpack(seq)[0])
+            except LinkTampered as e:
+                self.closed = True
+                raise ChannelClosed(f"{self.peer}: link tampered with: {e}") from None
         lens = bytearray(_LEN.size * count)
         self._fill(memoryview(lens), None)
         sizes = [_LEN.unpack_from(lens, i * _LEN.size)[0] for i in range(count)]
         if any(s > MAX_BLOB for s in sizes):
             self.closed = True
             raise ChannelClosed(f"{self.peer} announced a blob larger than {MAX_BLOB} bytes")
+        if opener is not None:
+            opener.authenticate_additional_data(bytes(self._hdr) + bytes(seq) + bytes(lens))  # type: ignore[attr-defined]
         text = bytearray(hlen)
-        self._fill(memoryview(text), None)
-        try:
-            header = json.loads(text)
-        except ValueError:
-            self.closed = True
-            raise ChannelClosed(f"{self.peer} sent a header that is not JSON") from None
+        self._fill_open(memoryview(text), opener)
         views = []
         for i, n in enumerate(sizes):
             while len(self._bufs) <= i:
@@ -132,10 +240,38 @@ class Channel:
             if len(self._bufs[i]) < n:
                 self._bufs[i] = bytearray(max(n, 2 * len(self._bufs[i])))  # grow once, reuse after
             v = memoryview(self._bufs[i])[:n]
-            self._fill(v, None)
+            self._fill_open(v, opener)
             views.append(v)
-        self.bytes_in += _HEAD.size + len(lens) + hlen + sum(sizes)
+        extra = 0
+        if opener is not None:
+            tag = bytearray(TAG_BYTES)
+            self._fill(memoryview(tag), None)
+            try:
+                opener.finalize_with_tag(bytes(tag))  # type: ignore[attr-defined]
+            except InvalidTag:
+                self.closed = True
+                raise ChannelClosed(f"{self.peer}: link tampered with: message {_SEQ.unpack(seq)[0]} fails its "
+                                    "authentication tag (bytes changed in transit or a wrong key)") from None
+            extra = _SEQ.size + TAG_BYTES
+        try:
+            header = json.loads(text)
+        except ValueError:
+            self.closed = True
+            raise ChannelClosed(f"{self.peer} sent a header that is not JSON") from None
+        self.bytes_in += _HEAD.size + len(lens) + hlen + sum(sizes) + extra
         return header, views
+
+    def _fill_open(self, view: memoryview, opener: Any) -> None:
+        """Fill `view`; on a sealed link, cover (MAC) or decrypt (in place) each MiB as it lands."""
+        if opener is None:
+            self._fill(view, None)
+            return
+        for c in _chunks(view):
+            self._fill(c, None)
+            if self.session is not None and self.session.encrypt:
+                opener.update_into(c, c)
+            else:
+                opener.authenticate_additional_data(c)
 
     def close(self) -> None:
         with self._send_lock:

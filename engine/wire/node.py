@@ -1,6 +1,8 @@
 """Node: a P/D worker as a server process (`fak worker --role prefill|decode --listen HOST:PORT`).
 
-A node listens on TCP; every connection is a Channel whose first message is a hello saying who connects
+A node listens on TCP; with a cluster key (`link`) every connection first passes the key handshake
+(engine/wire/secure.py) and every message is sealed, and without one the node refuses to listen beyond
+loopback. Every connection is a Channel whose first message is a hello saying who connects
 ("head": the serving process that routes and streams; "prefill": a prefill node bringing KV). The node
 answers with its role, name, model identity and KV layout, so a head refuses a worker loaded with another
 model before any block moves. One thread per connection reads messages and calls `handle(op, ...)`;
@@ -21,6 +23,7 @@ from typing import Any
 
 from engine.wire.channel import Channel, ChannelClosed
 from engine.wire.frame import KVLayout
+from engine.wire.secure import LinkKey, LinkRefused, check_bind
 from engine.wire.transport import TransportTimeout
 
 PROTOCOL = 1
@@ -30,8 +33,11 @@ class Node:
     role = "node"
 
     def __init__(self, model: Any, name: str, layout: KVLayout, host: str = "127.0.0.1", port: int = 0,
-                 beat_s: float = 0.5) -> None:
+                 beat_s: float = 0.5, link: LinkKey | None = None) -> None:
+        check_bind(host, link)
         self.model = model
+        self.link = link
+        self.refused = 0  # connections that failed the handshake (no key, a wrong one, not a fak peer)
         self.name = name
         self.layout = layout
         self.beat_s = beat_s
@@ -64,6 +70,9 @@ class Node:
     def head_lost(self) -> None:
         """The head's connection closed (it restarts or reconnects; in-flight work is the head's to resume)."""
 
+    def link_lost(self, who: str, why: str) -> None:
+        """A connection from a peer other than the head broke (closed, cut, or failed its seal)."""
+
     def close_workers(self) -> None:
         pass
 
@@ -78,9 +87,14 @@ class Node:
             except OSError:
                 return
             sock.settimeout(None)
-            self._spawn(self._serve, "conn", Channel(sock, f"{addr[0]}:{addr[1]}"))
+            self._spawn(self._serve, "conn", sock, f"{addr[0]}:{addr[1]}")
 
-    def _serve(self, ch: Channel) -> None:
+    def _serve(self, sock: socket.socket, peer: str) -> None:
+        try:
+            ch = Channel.accept(sock, peer, self.link)
+        except LinkRefused:
+            self.refused += 1
+            return
         try:
             header, _ = ch.recv(30.0)
         except (ChannelClosed, TransportTimeout):
@@ -121,8 +135,9 @@ class Node:
                     self._stop.set()
                     break
                 self.handle(ch, header, blobs)
-        except ChannelClosed:
-            pass
+        except ChannelClosed as e:
+            if who != "head" and not self._stop.is_set():
+                self.link_lost(str(who), str(e))
         finally:
             if self.head is ch:
                 self.head = None
@@ -167,12 +182,12 @@ class Node:
         self.close_workers()
 
 
-def probe(address: str, timeout: float = 10.0) -> dict[str, Any]:
+def probe(address: str, timeout: float = 10.0, key: LinkKey | None = None) -> dict[str, Any]:
     """A worker's hello (role, name, model identity, layout) without becoming its head."""
     from engine.wire.channel import parse_address
 
     host, port = parse_address(address, "worker address")
-    ch = Channel.connect(host, port, timeout=timeout, peer=address)
+    ch = Channel.connect(host, port, timeout=timeout, peer=address, key=key)
     try:
         ch.send({"op": "hello", "as": "probe", "protocol": PROTOCOL})
         hello, _ = ch.recv(timeout)

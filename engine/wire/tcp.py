@@ -19,10 +19,22 @@ from engine.wire.transport import (
 
 _LEN = struct.Struct("<Q")
 MAX_FRAME = 1 << 36  # 64 GiB: a length past this is a corrupt or foreign stream, not a frame
+# A link whose peer stops acknowledging (a cut cable, a partition, a host gone without a RST) fails within
+# this bound instead of blocking a send forever: TCP_USER_TIMEOUT for data in flight, keepalive probes for
+# an idle connection (idle 5 s, then 3 probes 2 s apart). Heartbeats (1/s) keep links busy, so ~10 s.
+USER_TIMEOUT_MS = 10_000
 
 
 def tune(sock: socket.socket) -> None:
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # the length prefix must not wait for Nagle
+    for level, opt, val in ((socket.SOL_SOCKET, "SO_KEEPALIVE", 1), (socket.IPPROTO_TCP, "TCP_KEEPIDLE", 5),
+                            (socket.IPPROTO_TCP, "TCP_KEEPINTVL", 2), (socket.IPPROTO_TCP, "TCP_KEEPCNT", 3),
+                            (socket.IPPROTO_TCP, "TCP_USER_TIMEOUT", USER_TIMEOUT_MS)):
+        if hasattr(socket, opt):  # Linux has them all; elsewhere the heartbeat alone bounds it
+            try:
+                sock.setsockopt(level, getattr(socket, opt), val)
+            except OSError:
+                pass
     for opt in (socket.SO_SNDBUF, socket.SO_RCVBUF):
         try:
             sock.setsockopt(socket.SOL_SOCKET, opt, 4 << 20)

@@ -57,7 +57,7 @@ class LocalWorkers:
     def __init__(self, model: str, n_decode: int, *, worker_argv: list[str], plain: bool = False,
                  sched_args: list[str] | None = None,
                  prefill_chunk: int = 64, ready_timeout: float = 300.0, cpus: list[int] | None = None,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None) -> None:  # env: e.g. the cluster key (fak.runtime.topology)
         pre, dec, background = split_cores(cpus if cpus is not None else _cpus(), n_decode)
         extra = [*(sched_args or []), "--prefill-chunk", str(prefill_chunk)]
         self.nice = {"prefill-0": 10} if background else {}

@@ -17,33 +17,40 @@ ROLES = ("prefill", "decode", "stage")
 
 def build_node(role: str, booted: Any, *, name: str | None = None, host: str = "127.0.0.1", port: int = 0,
                layers: tuple[int, int] | None = None, prefill_chunk: int = 64, shm_bytes: int | None = None,
-               key: bytes = b"", stage_addresses: list[str] | None = None,
+               key: bytes = b"", encrypt: bool = False, stage_addresses: list[str] | None = None,
                rejoin: Callable[[int, str], str] | None = None, **sched: Any) -> Any:
     """A warmed node for `role` over `booted` (a Booted, or anything with .model and .tokenizer).
 
     stage: `layers` (LO, HI) is its band. decode: `stage_addresses` makes it a pipelined decode worker
     (its layers on those stage workers, `rejoin(i, why)` to get stage i back); `sched` are the scheduler's
-    keyword arguments (max_running, kv_blocks, block_tokens, ...). prefill: `sched["block_tokens"]`."""
+    keyword arguments (max_running, kv_blocks, block_tokens, ...). prefill: `sched["block_tokens"]`.
+    `key`: the cluster key (every link handshaken on it, every message sealed; `encrypt` too); without one
+    the node listens on loopback only."""
+    from engine.wire.secure import LinkKey, LinkRefused
+
     if role not in ROLES:
         raise FakError(f"--role {role!r}: expected one of {', '.join(ROLES)}")
+    link = LinkKey.of(key, encrypt)
     try:
         if role == "stage":
             if layers is None:
                 raise FakError("a stage worker needs its band (--layers LO:HI)")
-            return _stage(booted.model, layers, host, port, name)
+            return _stage(booted.model, layers, host, port, name, link)
         if role == "prefill":
-            return _prefill(booted.model, host, port, name, key, prefill_chunk, sched)
-        return _decode(booted, host, port, name, key, prefill_chunk, shm_bytes, stage_addresses, rejoin, sched)
+            return _prefill(booted.model, host, port, name, key, link, prefill_chunk, sched)
+        return _decode(booted, host, port, name, key, link, prefill_chunk, shm_bytes, stage_addresses, rejoin, sched)
     except OSError as e:
         raise FakError(f"--listen {host}:{port}: {e.strerror or e}") from None
+    except LinkRefused as e:
+        raise FakError(str(e)) from None
 
 
-def _stage(model: Any, band: tuple[int, int], host: str, port: int, name: str | None) -> Any:
+def _stage(model: Any, band: tuple[int, int], host: str, port: int, name: str | None, link: Any) -> Any:
     from engine.errors import EngineError
     from engine.pipeline.stage_node import StageNode
 
     try:
-        node = StageNode(model, band[0], band[1], name, host=host, port=port)
+        node = StageNode(model, band[0], band[1], name, host=host, port=port, link=link)
     except EngineError as e:
         raise FakError(f"--layers {band[0]}:{band[1]}: {e}") from None
     keep_band(model, *band, last=band[1] == model.config.n_layers)
@@ -66,7 +73,7 @@ def held_layers(model: Any) -> list[int]:
     return [i for i, layer in enumerate(model.weights.layers) if layer is not None]
 
 
-def _prefill(model: Any, host: str, port: int, name: str | None, key: bytes, prefill_chunk: int,
+def _prefill(model: Any, host: str, port: int, name: str | None, key: bytes, link: Any, prefill_chunk: int,
              sched: dict[str, Any]) -> Any:
     from engine.errors import EngineError
     from engine.model.session import warmup
@@ -74,7 +81,7 @@ def _prefill(model: Any, host: str, port: int, name: str | None, key: bytes, pre
 
     try:
         bt = {"block_tokens": sched["block_tokens"]} if sched.get("block_tokens") is not None else {}
-        node = PrefillNode(model, name or f"prefill-{port}", host=host, port=port, key=key,
+        node = PrefillNode(model, name or f"prefill-{port}", host=host, port=port, key=key, link=link,
                            prefill_chunk=prefill_chunk, **bt)
         node.worker.submit(warmup).result()  # on the thread that runs them
     except EngineError as e:
@@ -82,7 +89,7 @@ def _prefill(model: Any, host: str, port: int, name: str | None, key: bytes, pre
     return node
 
 
-def _decode(booted: Any, host: str, port: int, name: str | None, key: bytes, prefill_chunk: int,
+def _decode(booted: Any, host: str, port: int, name: str | None, key: bytes, link: Any, prefill_chunk: int,
             shm_bytes: int | None, stage_addresses: list[str] | None, rejoin: Callable[[int, str], str] | None,
             sched: dict[str, Any]) -> Any:
     from engine.errors import EngineError
@@ -95,9 +102,9 @@ def _decode(booted: Any, host: str, port: int, name: str | None, key: bytes, pre
         if stage_addresses:  # a pipelined decode worker: its layers on stage workers, its scheduler and KV pool here
             from engine.pipeline.pipeline import remote_pipeline
 
-            served = remote_pipeline(model, stage_addresses, transport="tcp", rejoin=rejoin)
+            served = remote_pipeline(model, stage_addresses, transport="tcp", rejoin=rejoin, link=link)
         extra = {} if shm_bytes is None else {"shm_bytes": shm_bytes}
-        node = DecodeNode(served, name or f"decode-{port}", host=host, port=port, key=key, tokenizer=tok,
+        node = DecodeNode(served, name or f"decode-{port}", host=host, port=port, key=key, link=link, tokenizer=tok,
                           eos_ids=eos_ids(tok, model.config), prefill_chunk=prefill_chunk, warm=True,
                           **extra, **sched)
         node.worker.sched.warmed.wait()

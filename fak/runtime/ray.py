@@ -49,6 +49,8 @@ class _Host:
 
         b = boot(model, resident=resident, show=False, scheduler=False)
         self._model = b.model
+        key = os.environ.get("FAK_PD_KEY", "").encode()  # RayWorkers(env=...): the head's cluster key
+        encrypt = os.environ.get("FAK_LINK_ENCRYPT") == "1"
         opts = dict(spec.options)
         b.model.kv_dtype = opts.pop("kv_dtype", b.model.kv_dtype)  # the head's: its frames carry that layout
         stages = opts.pop("stage_actors", None)
@@ -59,7 +61,7 @@ class _Host:
         self.node: Any = build_node(spec.role, b, name=spec.name, host=ray.util.get_node_ip_address(),
                                     layers=spec.layers, prefill_chunk=prefill_chunk, stage_addresses=addrs,
                                     rejoin=(lambda i, why: new_address(stages[i], addrs, i)) if stages else None,
-                                    **opts)
+                                    key=key, encrypt=encrypt, **opts)
         self._address = f"{self.node.address[0]}:{self.node.address[1]}"
 
     def address(self) -> str:
@@ -77,7 +79,7 @@ class _Host:
 class RayWorkers:
     def __init__(self, specs: list[WorkerSpec], model: str, *, address: str | None = None, resident: bool = True,
                  resources: list[dict[str, float]] | None = None, num_cpus: float = 1.0,
-                 ready_timeout: float = 300.0) -> None:
+                 ready_timeout: float = 300.0, env: dict[str, str] | None = None) -> None:
         ray = _ray()
         self._started_ray = not ray.is_initialized()  # ours to shut down at close
         if self._started_ray:
@@ -107,8 +109,10 @@ class RayWorkers:
             opts = [{"scheduling_strategy": PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=i),
                      "num_cpus": num_cpus} for i in range(len(specs))]
         threads = str(max(1, round(num_cpus)))
-        env = {"env_vars": {"NUMBA_NUM_THREADS": threads, "OMP_NUM_THREADS": threads, "OPENBLAS_NUM_THREADS": threads}}
-        self.actors = [cls.options(name=None, runtime_env=env, **o).remote(spec, model, resident)
+        # the cluster key rides in the actor's environment, like a `fak worker`'s (never in argv or a task's args)
+        renv = {"env_vars": {"NUMBA_NUM_THREADS": threads, "OMP_NUM_THREADS": threads, "OPENBLAS_NUM_THREADS": threads,
+                             **(env or {})}}
+        self.actors = [cls.options(name=None, runtime_env=renv, **o).remote(spec, model, resident)
                        for spec, o in zip(specs, opts, strict=False)]
         try:
             self.addresses = ray.get([a.address.remote() for a in self.actors], timeout=ready_timeout)

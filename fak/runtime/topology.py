@@ -97,6 +97,21 @@ def _argv(worker_argv: list[str] | None) -> list[str]:
     return worker_argv
 
 
+def cluster_key(key: bytes, own_workers: bool) -> bytes:
+    """The key the links are sealed with: the user's, or for workers this process starts itself (local or Ray)
+    a fresh random one, so even loopback links are authenticated and no other process can join them."""
+    if key or not own_workers:
+        return key
+    import secrets
+
+    return secrets.token_hex(32).encode()
+
+
+def link_env(key: bytes, encrypt: bool) -> dict[str, str]:
+    """How a worker this process starts learns the key: its environment (argv is visible to every user)."""
+    return {"FAK_PD_KEY": key.decode(), **({"FAK_LINK_ENCRYPT": "1"} if encrypt else {})} if key else {}
+
+
 def _boot_head(model: str, resident: bool, opts: SchedOptions) -> Booted:
     """The serving process's model and tokenizer, no scheduler of its own (its workers run the engine)."""
     b = boot(model, resident=resident, sched=opts, show=False, scheduler=False)
@@ -119,16 +134,21 @@ def _close_on_error(started: Any, e: BaseException) -> None:
 def boot_pd(model: str, *, resident: bool = True, sched: SchedOptions | None = None, local: int = 0,
             workers: list[str] | None = None, transport: str | None = None, down_after: float = 5.0,
             ray: str | None = None, ray_resources: list[dict[str, float]] | None = None, stages: int = 0,
-            cuts: list[int] | None = None, worker_argv: list[str] | None = None) -> Booted:
+            cuts: list[int] | None = None, worker_argv: list[str] | None = None, key: bytes = b"",
+            encrypt: bool = False) -> Booted:
     """`boot_for_text` for P/D across processes: this process keeps the tokenizer (and a copy of the model
     for embeddings), the engine is a PDHead over `fak worker` processes: `local` decode workers (and one
     prefill worker) started here, or the running workers at `workers` (HOST:PORT each; their roles are
-    asked). Transport: shm for local workers, tcp for remote ones, unless given."""
+    asked). Transport: shm for local workers, tcp for remote ones, unless given. `key`: the cluster key
+    (workers started here get a random one when none is given), `encrypt`: links encrypted too."""
     from engine.errors import EngineError
     from engine.pd.head import PDHead
     from engine.wire.node import probe
+    from engine.wire.secure import LinkKey
 
     opts = sched or SchedOptions.resolve()
+    key = cluster_key(key, bool(local or ray is not None))
+    link = LinkKey.of(key, encrypt)
     b = _boot_head(model, resident, opts)
     started: Any = None
     try:
@@ -141,11 +161,12 @@ def boot_pd(model: str, *, resident: bool = True, sched: SchedOptions | None = N
             if stages or cuts:  # each decode worker pipelined over its own stage actors
                 plan = PartitionPlan.at(b.model, cuts) if cuts else PartitionPlan.by_bytes(b.model, stages)
                 groups = [RayWorkers(stage_specs(plan.bands, f"decode-{j}-", opts.kv_dtype), path, address=ray,
-                                     resident=resident)
+                                     resident=resident, env=link_env(key, encrypt))
                           for j in range(local)]
             specs = pd_specs(local, opts.as_kwargs() | {"kv_dtype": opts.kv_dtype},
                              stage_actors=[g.actors for g in groups] or None)
-            started = RayWorkers(specs, path, address=ray, resident=resident, resources=ray_resources)
+            started = RayWorkers(specs, path, address=ray, resident=resident, resources=ray_resources,
+                                 env=link_env(key, encrypt))
             started.owned = groups
             prefill, decoders = started.addresses[0], started.addresses[1:]
             transport = "tcp"
@@ -154,13 +175,13 @@ def boot_pd(model: str, *, resident: bool = True, sched: SchedOptions | None = N
 
             args = opts.worker_args()
             started = LocalWorkers(str(b.path) if b.path is not None else model, local, plain=not resident,
-                                   sched_args=args, worker_argv=_argv(worker_argv))
+                                   sched_args=args, worker_argv=_argv(worker_argv), env=link_env(key, encrypt))
             prefill, decoders = started.prefill.address, [w.address for w in started.decoders]
         else:
             roles: dict[str, list[str]] = {"prefill": [], "decode": []}
             for url in workers or []:
                 try:
-                    hello = probe(url)
+                    hello = probe(url, key=link)
                 except (EngineError, ValueError) as e:
                     raise FakError(f"--pd-workers {url}: {e}") from None
                 roles.setdefault(str(hello.get("role")), []).append(url)
@@ -172,7 +193,7 @@ def boot_pd(model: str, *, resident: bool = True, sched: SchedOptions | None = N
         head = PDHead(prefill, decoders, tokenizer=b.tokenizer, identity=b.model.identity,
                       vocab_size=int(c.vocab_size), context_length=int(getattr(c, "context_length", 0) or 0),
                       block_tokens=opts.block_tokens, transport=transport or ("shm" if local else "tcp"),
-                      down_after=down_after, eos_ids=eos_ids(b.tokenizer, c))
+                      down_after=down_after, eos_ids=eos_ids(b.tokenizer, c), link=link)
     except BaseException as e:
         _close_on_error(started, e)
     if started is not None:
@@ -189,7 +210,8 @@ def boot_pd(model: str, *, resident: bool = True, sched: SchedOptions | None = N
 def boot_pipeline(model: str, *, resident: bool = True, sched: SchedOptions | None = None, stages: int = 0,
                   cuts: list[int] | None = None, workers: list[str] | None = None, transport: str | None = None,
                   micro_batches: int = 0, ray: str | None = None,
-                  ray_resources: list[dict[str, float]] | None = None, worker_argv: list[str] | None = None) -> Booted:
+                  ray_resources: list[dict[str, float]] | None = None, worker_argv: list[str] | None = None,
+                  key: bytes = b"", encrypt: bool = False) -> Booted:
     """`boot_for_text` with the layers on pipeline stages: `stages` bands split by bytes (or at `cuts`), run
     by `fak worker --role stage` processes started here (shm), by threads (transport "inproc"), or the
     running stage workers at `workers` (tcp). The scheduler, the embedding and the LM head stay here;
@@ -197,8 +219,11 @@ def boot_pipeline(model: str, *, resident: bool = True, sched: SchedOptions | No
     from engine.pipeline.partition import PartitionPlan
     from engine.pipeline.pipeline import local_pipeline, remote_pipeline
     from engine.pipeline.scheduler import PipelinedScheduler
+    from engine.wire.secure import LinkKey
 
     opts = sched or SchedOptions.resolve()
+    key = cluster_key(key, not workers and transport != "inproc")
+    link = LinkKey.of(key, encrypt)
     b = _boot_head(model, resident, opts)
     started: Any = None
     try:
@@ -208,11 +233,11 @@ def boot_pipeline(model: str, *, resident: bool = True, sched: SchedOptions | No
             plan = PartitionPlan.at(b.model, cuts) if cuts else PartitionPlan.by_bytes(b.model, stages)
             path = str(b.path) if b.path is not None else model
             started = RayWorkers(stage_specs(plan.bands, kv_dtype=opts.kv_dtype), path, address=ray, resident=resident,
-                                 resources=ray_resources)
-            pm = remote_pipeline(b.model, started.addresses, transport="tcp", rejoin=started.rejoin)
+                                 resources=ray_resources, env=link_env(key, encrypt))
+            pm = remote_pipeline(b.model, started.addresses, transport="tcp", rejoin=started.rejoin, link=link)
             pm.pipeline.owned.append(started)
         elif workers:
-            pm = remote_pipeline(b.model, workers, transport=transport or "tcp")
+            pm = remote_pipeline(b.model, workers, transport=transport or "tcp", link=link)
         else:
             plan = PartitionPlan.at(b.model, cuts) if cuts else PartitionPlan.by_bytes(b.model, stages)
             if transport == "inproc":
@@ -221,8 +246,10 @@ def boot_pipeline(model: str, *, resident: bool = True, sched: SchedOptions | No
                 from fak.runtime.local import LocalStages
 
                 started = LocalStages(str(b.path) if b.path is not None else model, plan.bands, plain=not resident,
-                                      worker_argv=_argv(worker_argv), env={"FAK_KV_DTYPE": opts.kv_dtype})
-                pm = remote_pipeline(b.model, [w.address for w in started.workers], transport=transport or "shm")
+                                      worker_argv=_argv(worker_argv),
+                                      env={"FAK_KV_DTYPE": opts.kv_dtype, **link_env(key, encrypt)})
+                pm = remote_pipeline(b.model, [w.address for w in started.workers], transport=transport or "shm",
+                                     link=link)
                 pm.pipeline.owned.append(started)
         eos = eos_ids(b.tokenizer, b.model.config)
         # one scheduler per group of lanes in flight (default: one per stage, so every stage has a step to run)

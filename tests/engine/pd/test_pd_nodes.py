@@ -2,8 +2,10 @@
 sockets and shared-memory rings (the nodes run in this process here; tests/test_pd_serve.py runs them as
 `fak worker` processes). Greedy outputs equal a single scheduler's for 1, 2 and 3 decode nodes on both
 transports; only suffix blocks move for a shared system prompt; a decode node that dies or stops answering
-mid-stream has its requests resumed elsewhere with the same tokens; a dead prefill node fails requests
-with an error, never a hang; a worker with another model is refused before anything moves."""
+mid-stream has its requests resumed elsewhere with the same tokens; a dead prefill node's requests wait
+for it (bounded: then an error, never a hang) and complete when it comes back; a decode node whose link
+from the prefill node breaks is resumed elsewhere and rejoins; a worker with another model is refused
+before anything moves."""
 
 from __future__ import annotations
 
@@ -40,13 +42,15 @@ def _addr(node: object) -> str:
 class Cluster:
     """n decode nodes, a prefill node and a head, all over sockets (and shm rings for transport="shm")."""
 
-    def __init__(self, n: int, transport: str = "tcp", down_after: float = 5.0, **kw: object) -> None:
+    def __init__(self, n: int, transport: str = "tcp", down_after: float = 5.0, hold_s: float = 30.0,
+                 **kw: object) -> None:
         m = model()
         self.decoders = [DecodeNode(m, f"d{i}", block_tokens=BT, prefill_chunk=CHUNK, beat_s=0.1, **kw)
                          for i in range(n)]
         self.prefill = PrefillNode(m, block_tokens=BT, prefill_chunk=CHUNK, beat_s=0.1)
         self.head = PDHead(_addr(self.prefill), [_addr(d) for d in self.decoders], vocab_size=m.config.vocab_size,
-                           identity=m.identity, block_tokens=BT, transport=transport, down_after=down_after)
+                           identity=m.identity, block_tokens=BT, transport=transport, down_after=down_after,
+                           hold_s=hold_s)
 
     def close(self) -> None:
         self.head.close()
@@ -203,16 +207,73 @@ def test_a_kv_import_that_lost_its_stage_is_rerouted_other_failures_are_not() ->
         assert c.head.counts["resumed"] == 1
 
 
-def test_prefill_node_lost_fails_requests_never_hangs() -> None:
-    with Cluster(1, "tcp", down_after=1.0) as c:
+def test_prefill_node_lost_fails_requests_within_the_hold_never_hangs() -> None:
+    with Cluster(1, "tcp", down_after=1.0, hold_s=2.0) as c:
         c.prefill.worker.submit(lambda: time.sleep(1.5))  # the next prefills wait behind this
         hs = [c.head.admit(Request(list(range(1, 60)), max_new_tokens=4)) for _ in range(3)]
         time.sleep(0.3)
+        t0 = time.monotonic()
         c.prefill.close()
         got = [h.result(timeout=30) for h in hs]
-        assert all(r.finish_reason is FinishReason.ERROR and "prefill worker" in (r.error or "") for r in got)
+        assert time.monotonic() - t0 < 2.0 + 1.0 + 2.0  # the hold, the watcher's tick, slack
+        assert all(r.finish_reason is FinishReason.ERROR and "no worker came back within 2 s" in (r.error or "")
+                   and "prefill-0" in (r.error or "") for r in got), [r.error for r in got]
         r = c.head.admit(Request([1, 2, 3], max_new_tokens=2)).result(timeout=10)
-        assert r.finish_reason is FinishReason.ERROR and "prefill worker" in (r.error or "")
+        assert r.finish_reason is FinishReason.ERROR and "prefill-0" in (r.error or "")
+
+
+def test_prefill_node_that_comes_back_completes_the_requests_that_waited() -> None:
+    rng = np.random.default_rng(3)
+    prompts = [rand_prompt(rng, 40 + 7 * i) for i in range(3)]
+    want = [solo(p, 6) for p in prompts]
+    with Cluster(2, "tcp", down_after=1.0, hold_s=60.0) as c:
+        host, port = c.prefill.address
+        c.prefill.worker.submit(lambda: time.sleep(1.0))  # the requests are still queued there when it dies
+        hs = [c.head.admit(Request(p, max_new_tokens=6)) for p in prompts]
+        time.sleep(0.2)
+        c.prefill.close()
+        time.sleep(1.5)  # marked down; the requests wait
+        assert all(h._result is None for h in hs)
+        c.prefill = PrefillNode(model(), block_tokens=BT, prefill_chunk=CHUNK, beat_s=0.1, host=host, port=port)
+        got = [h.result(timeout=60) for h in hs]
+        assert [r.token_ids for r in got] == want, [r.error for r in got]
+        assert c.head.counts.get("rejoined", 0) >= 1
+
+
+def test_a_broken_prefill_to_decode_link_resumes_what_it_lost_and_relinks() -> None:
+    """The decode node's inbound KV link breaks while the head still hears it: the delivery on it is lost,
+    so that request starts again (same tokens), and the node is re-linked and used again."""
+    rng = np.random.default_rng(4)
+    prompts = [rand_prompt(rng, 50 + 5 * i) for i in range(4)]
+    want = [solo(p, 8) for p in prompts]
+    with Cluster(2, "tcp") as c:
+        target = c.decoders[0]
+        real = target._deliver
+        cut = {"n": 0}
+
+        def deliver_then_cut(header: dict, logits: np.ndarray, frame: memoryview) -> None:
+            if cut["n"] == 0:  # the first delivery is lost with the link (as if tampered with and dropped)
+                cut["n"] += 1
+                link = c.prefill._links["decode-0"]
+                link.channel.sock.shutdown(socket.SHUT_RDWR)  # type: ignore[attr-defined]
+                return
+            real(header, logits, frame)
+
+        target._deliver = deliver_then_cut  # type: ignore[method-assign]
+        real_route = c.head.router.route
+
+        def first_to_decode_0(hashes: list[int], load: dict[str, int]) -> object:
+            c.head.router.route = real_route  # type: ignore[method-assign]
+            return type("Route", (), {"worker": "decode-0"})()
+
+        c.head.router.route = first_to_decode_0  # type: ignore[method-assign]
+        h0 = c.head.admit(Request(prompts[0], max_new_tokens=8))
+        got = [h0.result(timeout=60)] + [c.head.admit(Request(p, max_new_tokens=8)).result(timeout=60)
+                                         for p in prompts[1:]]
+        assert [r.token_ids for r in got] == want, [r.error for r in got]
+        assert c.head.counts["links_lost"] >= 1 and c.head.counts["resumed"] >= 1
+        assert c.head.decoders["decode-0"].up and "decode-0" in c.prefill._links  # re-linked
+        assert c.head.moved["decode-0"]["requests"] >= 2  # and used again (one lost, then more)
 
 
 def test_worker_of_another_model_or_role_is_refused() -> None:
