@@ -530,8 +530,8 @@ class PDHead(GrammarHost):
     # ------------------------------------------------------------------ resume / finish
     def _resume(self, job: _Job, why: str) -> None:
         with self._lock:
-            if job.phase == "done":
-                return
+            if job.phase == "done" or self._jobs.get(job.rid) is not job:  # finished, or this attempt already
+                return  # resumed (two failures seen at once: a broken link and the node marked down)
             self._jobs.pop(job.rid, None)
             self._load[job.worker] = max(0, self._load[job.worker] - 1)
             if job.cancelled:

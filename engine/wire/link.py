@@ -156,6 +156,10 @@ class ChannelSender:
         self.channel.send({"op": "deliver", **header}, np.ascontiguousarray(logits, dtype=np.float32), frame)
 
     def close(self) -> None:
+        try:  # a link closed on purpose (replaced, unlinked) says so: the receiver must not take it for a break
+            self.channel.send({"op": "bye"})
+        except TransportClosed:
+            pass
         self.channel.close()
 
 

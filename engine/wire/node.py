@@ -134,6 +134,8 @@ class Node:
                 if header.get("op") == "shutdown":
                     self._stop.set()
                     break
+                if header.get("op") == "bye":  # the peer ends this connection on purpose
+                    break
                 self.handle(ch, header, blobs)
         except ChannelClosed as e:
             if who != "head" and not self._stop.is_set():
