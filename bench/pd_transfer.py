@@ -1,6 +1,9 @@
 """KV transfer throughput: export, import and each transport (inproc, shm, tcp) against a plain memcpy.
 
-    python bench/pd_transfer.py [--min-mb 400] [--shape gemma3-270m|synthetic]
+    python bench/pd_transfer.py [--min-mb 400] [--shape gemma3-270m|synthetic] [--links-only]
+
+Then the worker link itself (bench/link_seal.py): a delivery over a Channel plain, MAC (the default with a
+cluster key) and encrypted (--link-encrypt), GB/s and the ratio to plain, in the same run.
 
 Payloads: the KV frame of a 256- and a 2048-token prompt in the chosen model's pool shape (Gemma 3 270M:
 18 layers, 1 KV head of 256, float32, 16-token blocks: 36 KiB per token), and a raw 64 MiB frame.
@@ -147,7 +150,17 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--min-mb", type=int, default=400, help="bytes moved per measurement (MiB)")
     ap.add_argument("--shape", choices=sorted(SHAPES), default="gemma3-270m")
+    ap.add_argument("--links-only", action="store_true", help="only the plain / MAC / encrypted link table")
     a = ap.parse_args()
+    if not a.links_only:
+        transports(a)
+    print()
+    import link_seal
+
+    link_seal.report(link_seal.measure(mib=64, reps=10, rounds=3), 64, 10, 3)
+
+
+def transports(a: argparse.Namespace) -> None:
     shape = SHAPES[a.shape]
     payloads: list[tuple[str, int | None]] = [(f"{a.shape} KV, 256 tok", 256), (f"{a.shape} KV, 2048 tok", 2048),
                                               ("raw 64 MiB", None)]
