@@ -78,11 +78,11 @@ class LinkKey:
         return hmac.new(self.secret, label + b"\0" + transcript, "sha256").digest()
 
 
-def check_bind(host: str, key: LinkKey | None, what: str = "--listen") -> None:
+def check_bind(host: str, key: LinkKey | None, what: str | None = None) -> None:
     """Refuse to listen beyond loopback without a cluster key (anyone who can reach the port could drive the
     worker and feed it KV)."""
     if key is None and host not in LOOPBACK:
-        raise LinkRefused(f"{what} {host}: listening beyond loopback needs the cluster key "
+        raise LinkRefused(f"{what or f'--listen {host}'}: listening beyond loopback needs the cluster key "
                           "(--key or FAK_PD_KEY on every worker and head)")
 
 

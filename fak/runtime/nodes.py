@@ -26,11 +26,15 @@ def build_node(role: str, booted: Any, *, name: str | None = None, host: str = "
     keyword arguments (max_running, kv_blocks, block_tokens, ...). prefill: `sched["block_tokens"]`.
     `key`: the cluster key (every link handshaken on it, every message sealed; `encrypt` too); without one
     the node listens on loopback only."""
-    from engine.wire.secure import LinkKey, LinkRefused
+    from engine.wire.secure import LinkKey, LinkRefused, check_bind
 
     if role not in ROLES:
         raise FakError(f"--role {role!r}: expected one of {', '.join(ROLES)}")
     link = LinkKey.of(key, encrypt)
+    try:
+        check_bind(host, link, f"--listen {host}:{port}")
+    except LinkRefused as e:
+        raise FakError(str(e)) from None
     try:
         if role == "stage":
             if layers is None:
@@ -41,8 +45,6 @@ def build_node(role: str, booted: Any, *, name: str | None = None, host: str = "
         return _decode(booted, host, port, name, key, link, prefill_chunk, shm_bytes, stage_addresses, rejoin, sched)
     except OSError as e:
         raise FakError(f"--listen {host}:{port}: {e.strerror or e}") from None
-    except LinkRefused as e:
-        raise FakError(str(e)) from None
 
 
 def _stage(model: Any, band: tuple[int, int], host: str, port: int, name: str | None, link: Any) -> Any:

@@ -14,6 +14,7 @@ Nothing of Ray is imported unless this module is used.
 from __future__ import annotations
 
 import os
+import secrets
 import threading
 import time
 from dataclasses import dataclass, field
@@ -109,9 +110,15 @@ class RayWorkers:
             opts = [{"scheduling_strategy": PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=i),
                      "num_cpus": num_cpus} for i in range(len(specs))]
         threads = str(max(1, round(num_cpus)))
-        # the cluster key rides in the actor's environment, like a `fak worker`'s (never in argv or a task's args)
+        # the cluster key rides in the actor's environment, like a `fak worker`'s (never in argv or a task's
+        # args); actors listen on their node's IP, so there always is one: the caller's, else a fresh one
+        from engine.wire.secure import LinkKey
+
+        env = dict(env or {})
+        env.setdefault("FAK_PD_KEY", secrets.token_hex(32))
+        self.link = LinkKey.of(env["FAK_PD_KEY"], env.get("FAK_LINK_ENCRYPT") == "1")  # the head's end of the links
         renv = {"env_vars": {"NUMBA_NUM_THREADS": threads, "OMP_NUM_THREADS": threads, "OPENBLAS_NUM_THREADS": threads,
-                             **(env or {})}}
+                             **env}}
         self.actors = [cls.options(name=None, runtime_env=renv, **o).remote(spec, model, resident)
                        for spec, o in zip(specs, opts, strict=False)]
         try:

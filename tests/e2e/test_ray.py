@@ -70,7 +70,7 @@ def test_two_stage_actors_equal_single_process_and_survive_a_kill(cluster, gemma
     path, model, tok = gemma
     plan = PartitionPlan.by_bytes(model, 2)
     workers = RayWorkers(stage_specs(plan.bands), path, resources=[{"n1": 1}, {"n2": 1}])
-    pm = remote_pipeline(model, workers.addresses, transport="tcp", rejoin=workers.rejoin)
+    pm = remote_pipeline(model, workers.addresses, transport="tcp", rejoin=workers.rejoin, link=workers.link)
     try:
         assert len(set(_nodes(workers))) == 2  # each stage on its own node
         assert [h["layers"] for h in workers.health()] == [list(range(*b)) for b in plan.bands]  # only its band
@@ -95,7 +95,7 @@ def test_pd_actors_equal_single_process_and_resume_after_a_decode_kill(cluster, 
     path, model, tok = gemma
     c = model.config
     workers = RayWorkers(pd_specs(2, {"block_tokens": 16}), path, resources=[{"n0": 1}, {"n1": 1}, {"n2": 1}])
-    head = PDHead(workers.addresses[0], workers.addresses[1:], tokenizer=tok, identity=model.identity,
+    head = PDHead(workers.addresses[0], workers.addresses[1:], link=workers.link, tokenizer=tok, identity=model.identity,
                   vocab_size=c.vocab_size, context_length=c.context_length, eos_ids=tuple(tok.eos_ids))
     supervise_pd(head, workers)
     try:
@@ -130,10 +130,11 @@ def test_pd_with_a_pipelined_decode_worker_equals_single_process_and_survives_a_
     path, model, tok = gemma
     c = model.config
     plan = PartitionPlan.by_bytes(model, 2)
-    stages = RayWorkers(stage_specs(plan.bands, "decode-0-"), path, resources=[{"n1": 1}, {"n2": 1}])
+    key = {"FAK_PD_KEY": "one cluster key for both groups of actors"}  # the decode actor links to the stage actors
+    stages = RayWorkers(stage_specs(plan.bands, "decode-0-"), path, resources=[{"n1": 1}, {"n2": 1}], env=key)
     workers = RayWorkers(pd_specs(1, {"block_tokens": 16}, stage_actors=[stages.actors]), path,
-                         resources=[{"n0": 0.5}, {"n0": 0.5}])
-    head = PDHead(workers.addresses[0], workers.addresses[1:], tokenizer=tok, identity=model.identity,
+                         resources=[{"n0": 0.5}, {"n0": 0.5}], env=key)
+    head = PDHead(workers.addresses[0], workers.addresses[1:], link=workers.link, tokenizer=tok, identity=model.identity,
                   vocab_size=c.vocab_size, context_length=c.context_length, eos_ids=tuple(tok.eos_ids))
     try:
         assert len(set(_nodes(stages) + _nodes(workers))) == 3

@@ -47,5 +47,7 @@ def test_errors_are_one_line() -> None:
         build_node("x", _booted())
     with pytest.raises(FakError, match=r"^--layers 2:1: "):
         build_node("stage", _booted(), layers=(2, 1))
-    with pytest.raises(FakError, match=r"^--listen 203\.0\.113\.1:0: "):
+    with pytest.raises(FakError, match=r"^--listen 203\.0\.113\.1:0: listening beyond loopback needs the cluster key"):
         build_node("stage", _booted(), host="203.0.113.1", layers=(0, 1))
+    with pytest.raises(FakError, match=r"^--listen 203\.0\.113\.1:0: "):  # keyed: the address itself is refused
+        build_node("stage", _booted(), host="203.0.113.1", layers=(0, 1), key=b"k" * 32)
