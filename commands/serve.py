@@ -110,6 +110,10 @@ def register(app: typer.Typer) -> None:
             from fak.runtime.ray import _ray
 
             _ray()  # not installed: one line now, before anything listens
+            if ray not in ("local",) and os.environ.get("RAY_AUTH_MODE") != "token":
+                logs.SERVER.warning("fak serve: warning: --ray without Ray's token authentication (RAY_AUTH_MODE=token "
+                                    "and RAY_AUTH_TOKEN_PATH on every node and here): whoever reaches the cluster's "
+                                    "ports can run code on it")
             if pipe is not None:
                 pipe["ray"] = ray
         link = sched_flags.link_flags(cluster_key, link_encrypt)
