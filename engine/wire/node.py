@@ -193,6 +193,8 @@ def probe(address: str, timeout: float = 10.0, key: LinkKey | None = None) -> di
     try:
         ch.send({"op": "hello", "as": "probe", "protocol": PROTOCOL})
         hello, _ = ch.recv(timeout)
+        if hello.get("error"):  # e.g. a keyed worker asked without the key
+            raise LinkRefused(f"{address}: {hello['error']}")
         return hello
     finally:
         ch.close()

@@ -114,6 +114,17 @@ def test_pd_one_prefill_two_decode_hosts_equals_one_process(net: Net, reference:
         head.close()
 
 
+def test_a_head_without_the_key_or_with_another_is_refused_at_the_handshake(net: Net) -> None:
+    from fak.errors import FakError
+    from fak.runtime.topology import boot_pd
+
+    workers = _addresses(net, "prefill-0", "decode-0", "decode-1")
+    with pytest.raises(FakError, match="requires the cluster key"):
+        boot_pd(MODEL, workers=workers)
+    with pytest.raises(FakError, match="does not hold the cluster key"):
+        boot_pd(MODEL, workers=workers, key=b"some other key of a decent length!")
+
+
 @pytest.mark.parametrize("action", ["flip", "replay", "reorder"])
 def test_a_man_in_the_middle_on_a_third_host_is_caught_and_costs_no_request(net: Net, reference: dict[str, Any],
                                                                            action: str) -> None:
