@@ -149,7 +149,8 @@ class Channel:
                     pre = _HEAD.pack(MAGIC, len(text), len(views)) + lens + text
                     self.sock.sendall(pre)
                     for v in views:
-                        self.sock.sendall(v)
+                        for c in _chunks(v):
+                            self.sock.sendall(c)
                     sent = len(pre)
                 else:
                     sent = self._send_sealed(text, lens, views)
@@ -263,11 +264,10 @@ class Channel:
 
     def _fill_open(self, view: memoryview, opener: Any) -> None:
         """Fill `view`; on a sealed link, cover (MAC) or decrypt (in place) each MiB as it lands."""
-        if opener is None:
-            self._fill(view, None)
-            return
-        for c in _chunks(view):
+        for c in _chunks(view):  # a MiB at a time even in plain: the copy out of the socket stays in cache
             self._fill(c, None)
+            if opener is None:
+                continue
             if self.session is not None and self.session.encrypt:
                 opener.update_into(c, c)
             else:
