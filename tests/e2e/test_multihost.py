@@ -24,7 +24,7 @@ from engine.sched.lane import FinishReason, Request
 from support.netns import Hosts, make_hosts
 from support.paths import REPO
 
-pytestmark = [pytest.mark.gemma, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.gemma, pytest.mark.slow, pytest.mark.timeout(900)]
 MODEL = "gemma3-270m"
 KEY = "multihost test cluster key, 32+ characters long"
 N_REQ, NEW = 16, 10

@@ -25,7 +25,7 @@ from support.raycluster import RayCluster
 from support.serve_helpers import Server
 
 pytest.importorskip("ray")
-pytestmark = [pytest.mark.serve, pytest.mark.gemma, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.serve, pytest.mark.gemma, pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(900)]
 MODEL = "gemma3-270m"
 NEW = 12
 PROMPTS = [f"{w} number {i} is" for i, w in enumerate(["The story", "def f(x):", "A list:", "Dear Sam,"] * 4)]
