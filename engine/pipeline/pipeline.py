@@ -535,6 +535,27 @@ def _wire(model: Model, stages: list[RemoteStage], transport: str, ring_bytes: i
     return ChannelLink(up), ChannelLink(sink)
 
 
+def rejoin_in_place(addresses: list[str], link: LinkKey | None = None,
+                    hold_s: float = 30.0) -> Callable[[int, str], str]:
+    """A `rejoin` for stage workers nobody supervises (`--stage-workers`): wait, at most hold_s, for stage i
+    to answer at its address again (a link that heals, a host that comes back with its worker), then the
+    pipeline re-links and recomputes. A stage that stays away fails the forward with why."""
+    from engine.wire.node import probe
+
+    def rejoin(i: int, why: str) -> str:
+        deadline = time.monotonic() + hold_s
+        while True:
+            try:
+                probe(addresses[i], timeout=2.0, key=link)
+                return addresses[i]
+            except (EngineError, OSError, ValueError):
+                if time.monotonic() > deadline:
+                    raise EngineError(f"stage worker {addresses[i]} did not come back within {hold_s:.0f} s") from None
+                time.sleep(0.5)
+
+    return rejoin
+
+
 def remote_pipeline(model: Model, addresses: list[str], *, transport: str = "tcp", micro_batches: int = 0,
                     ring_bytes: int = 256 << 20, timeout: float = 30.0, head_last: bool = True,
                     rejoin: Callable[[int, str], str] | None = None, link: LinkKey | None = None) -> PipelineModel:

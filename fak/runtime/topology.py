@@ -217,7 +217,7 @@ def boot_pipeline(model: str, *, resident: bool = True, sched: SchedOptions | No
     running stage workers at `workers` (tcp). The scheduler, the embedding and the LM head stay here;
     `micro_batches` groups of lanes (0: one per stage) are in flight at once, one scheduler each."""
     from engine.pipeline.partition import PartitionPlan
-    from engine.pipeline.pipeline import local_pipeline, remote_pipeline
+    from engine.pipeline.pipeline import local_pipeline, rejoin_in_place, remote_pipeline
     from engine.pipeline.scheduler import PipelinedScheduler
     from engine.wire.secure import LinkKey
 
@@ -237,7 +237,8 @@ def boot_pipeline(model: str, *, resident: bool = True, sched: SchedOptions | No
             pm = remote_pipeline(b.model, started.addresses, transport="tcp", rejoin=started.rejoin, link=link)
             pm.pipeline.owned.append(started)
         elif workers:
-            pm = remote_pipeline(b.model, workers, transport=transport or "tcp", link=link)
+            pm = remote_pipeline(b.model, workers, transport=transport or "tcp", link=link,
+                                 rejoin=rejoin_in_place(workers, link))  # a stage that comes back is taken back
         else:
             plan = PartitionPlan.at(b.model, cuts) if cuts else PartitionPlan.by_bytes(b.model, stages)
             if transport == "inproc":
