@@ -47,9 +47,9 @@ def _root(
 
 def _register() -> None:
     # Imported here so `fak --help` stays cheap and each module owns its flags.
-    from commands import agent, audit, chat, guard, q4kdiag, run, serve, top, worker
+    from commands import agent, audit, chat, doctor, guard, q4kdiag, run, serve, top, worker
 
-    for mod in (run, agent, serve, guard, q4kdiag, chat, top, worker):
+    for mod in (run, agent, serve, guard, q4kdiag, chat, top, worker, doctor):
         mod.register(app)
     app.add_typer(audit.app, name="audit")
 
