@@ -153,6 +153,34 @@ class Booted:
             thing.close()
 
 
+def cold_kernels(root: Path | None = None) -> Path | None:
+    """Where numba caches the kernels of `root` (default: the engine package) when the next run will compile
+    some: nothing cached at all (the first run), or a module whose cached kernels are all older than its
+    source (an update). About a minute on 2 cores. A module with no index is not a sign by itself: inline
+    helpers and kernels of paths not taken yet are never cached on their own."""
+    if os.environ.get("NUMBA_CACHE_DIR"):
+        return None  # relocated: numba's own layout there, not checked
+    if root is None:
+        import engine
+
+        root = Path(engine.__file__).parent
+    first: Path | None = None
+    any_index = False
+    for src in sorted(root.rglob("*.py")):
+        try:
+            if "cache=True" not in src.read_text(encoding="utf-8"):
+                continue
+            cache = src.parent / "__pycache__"
+            first = first or cache
+            index = list(cache.glob(f"{src.stem}.*.nbi"))
+            any_index = any_index or bool(index)
+            if index and all(p.stat().st_mtime < src.stat().st_mtime for p in index):
+                return cache
+        except OSError:
+            continue
+    return None if any_index else first
+
+
 def boot(model: str | None = None, *, resident: bool = True, sched: SchedOptions | None = None,
          show: bool | None = None, bytes_fallback: bool = False, scheduler: bool = True) -> Booted:
     """Load the model (plain or resident), install its tokenizer, build the scheduler, warm the kernels.
@@ -170,6 +198,9 @@ def boot(model: str | None = None, *, resident: bool = True, sched: SchedOptions
     show = sys.stderr.isatty() if show is None else show
     name = model if model is not None else default_model()
     opts = sched or SchedOptions.resolve()
+    if show and (cold := cold_kernels()) is not None:  # say why the first run is slow before it is
+        print(f"fak: compiling the kernels for this CPU (first run only, about a minute; cached in {cold.parent})",
+              file=sys.stderr, flush=True)
     try:
         path = None if name == "synthetic" else resolve_model(name)
         t0 = time.perf_counter()

@@ -1,0 +1,56 @@
+"""The first run says why it is slow (fak/runtime/boot.py cold_kernels): a module with cached kernels and no
+index as new as its source is a compile to come; a terminal boot prints the reason before it starts."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from fak.runtime import boot as boot_mod
+
+
+def _module(root: Path, name: str, cached: bool = True) -> Path:
+    src = root / f"{name}.py"
+    src.write_text("from numba import njit\n@njit(cache=True)\ndef f(x):\n    return x\n" if cached else "x = 1\n")
+    return src
+
+
+def test_nothing_cached_is_cold_a_fresh_index_is_not_a_stale_one_is(tmp_path: Path) -> None:
+    _module(tmp_path, "plain", cached=False)  # no cached kernels: never a reason
+    src = _module(tmp_path, "kern")
+    _module(tmp_path, "helpers")  # inline helpers: never cached on their own, not a sign either way
+    assert boot_mod.cold_kernels(tmp_path) == tmp_path / "__pycache__"  # the first run
+    idx = tmp_path / "__pycache__" / "kern.f-2.py311.nbi"
+    idx.parent.mkdir()
+    idx.write_bytes(b"")
+    assert boot_mod.cold_kernels(tmp_path) is None
+    later = time.time() + 10  # the source edited after the index: compiled again on the next run
+    os.utime(src, (later, later))
+    assert boot_mod.cold_kernels(tmp_path) == tmp_path / "__pycache__"
+
+
+def test_a_boot_on_a_terminal_says_it_is_compiling(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+                                                   tmp_path: Path) -> None:
+    monkeypatch.setattr(boot_mod, "cold_kernels", lambda root=None: tmp_path / "__pycache__")
+    b = boot_mod.boot("synthetic", show=True, scheduler=False)
+    err = capsys.readouterr().err
+    assert err.splitlines()[0] == (f"fak: compiling the kernels for this CPU (first run only, about a minute; "
+                                   f"cached in {tmp_path})")
+    b.close()
+    monkeypatch.setattr(boot_mod, "cold_kernels", lambda root=None: None)
+    boot_mod.boot("synthetic", show=True, scheduler=False).close()
+    assert "compiling" not in capsys.readouterr().err
+    monkeypatch.setattr(boot_mod, "cold_kernels", lambda root=None: tmp_path)
+    boot_mod.boot("synthetic", show=False, scheduler=False).close()  # piped / --json: quiet
+    assert capsys.readouterr().err == ""
+
+
+def test_this_checkout_is_warm_after_the_suite_compiled_it() -> None:
+    """The engine's kernels are cached by the time this runs (earlier tests ran them): nothing cold."""
+    from engine.model.session import warmup
+
+    warmup()
+    assert boot_mod.cold_kernels() is None
