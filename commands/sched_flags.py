@@ -58,4 +58,10 @@ def link_flags(key: str | None, link_encrypt: bool) -> dict[str, object]:
     encrypt = link_encrypt or os.environ.get("FAK_LINK_ENCRYPT", "").lower() in ("1", "true", "yes", "on")
     if encrypt and not secret:
         raise FakError("--link-encrypt needs the cluster key (--key or FAK_PD_KEY)")
+    from engine.wire.secure import LinkKey, LinkRefused
+
+    try:
+        LinkKey.of(secret)  # too short: one line now, before a model is loaded
+    except LinkRefused as e:
+        raise FakError(f"--key / FAK_PD_KEY: {e}") from None
     return {"key": secret, "encrypt": encrypt}

@@ -22,6 +22,7 @@ import json
 import socket
 import struct
 import threading
+import time
 from typing import Any
 
 from engine.wire.secure import (
@@ -112,9 +113,19 @@ class Channel:
         """The server's end of a new connection: handshaken when this node has a key. A client that does not
         speak the same (a keyless one to a keyed node, or the reverse) is told why in a plain message and
         refused (LinkRefused)."""
-        sock.settimeout(timeout)
+        deadline = time.monotonic() + timeout  # the whole greeting, however the peer trickles it
+        first = b""
         try:
-            first = sock.recv(4, socket.MSG_PEEK | socket.MSG_WAITALL)
+            while len(first) < 4:  # a peek returns what has arrived: a hello split over packets comes in parts
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError("timed out")
+                sock.settimeout(left)
+                first = sock.recv(4, socket.MSG_PEEK)
+                if not first:
+                    raise OSError("closed")
+                if len(first) < 4:
+                    time.sleep(0.01)
         except OSError as e:
             sock.close()
             raise LinkRefused(f"{peer}: nothing received ({e})") from None
@@ -123,7 +134,7 @@ class Channel:
             return cls(sock, peer)
         if key is not None and first == HELLO_MAGIC:
             try:
-                return cls(sock, peer, server_handshake(sock, key, recv_exact(sock, 4), timeout))
+                return cls(sock, peer, server_handshake(sock, key, recv_exact(sock, 4, deadline), timeout, deadline))
             except LinkRefused as e:
                 sock.close()
                 raise LinkRefused(f"{peer}: {e}") from None
@@ -157,6 +168,9 @@ class Channel:
             except OSError as exc:
                 self.closed = True
                 raise ChannelClosed(f"{self.peer}: connection lost while sending ({exc})") from None
+            except BaseException:  # half a message may be on the wire: nothing more can follow it
+                self.closed = True
+                raise
             self.bytes_out += sent + sum(len(v) for v in views)
 
     def _send_sealed(self, text: bytes, lens: bytes, views: list[memoryview]) -> int:
@@ -165,6 +179,7 @@ class Channel:
         seq, enc = self.session.sealer()
         pre = _HEAD.pack(SEALED_MAGIC, len(text), len(views)) + _SEQ.pack(seq) + lens
         enc.authenticate_additional_data(pre)  # type: ignore[attr-defined]
+        pre += self.session.framing_tag(seq, pre)  # the receiver checks it before allocating what pre announces
         if self._sbuf is None:  # MAC only: everything is additional data, sent as it is covered
             enc.authenticate_additional_data(text)  # type: ignore[attr-defined]
             self.sock.sendall(pre + text)
@@ -206,6 +221,13 @@ class Channel:
 
     def recv(self, timeout: float | None = None) -> tuple[dict[str, Any], list[memoryview]]:
         """The next message: its header and blob views (valid until the next recv)."""
+        try:
+            return self._recv(timeout)
+        except (MemoryError, ValueError) as e:  # a size this host cannot hold, a cipher refusing a length
+            self.closed = True
+            raise ChannelClosed(f"{self.peer}: message refused ({type(e).__name__}: {e})") from None
+
+    def _recv(self, timeout: float | None) -> tuple[dict[str, Any], list[memoryview]]:
         self._fill(memoryview(self._hdr), timeout)
         magic, hlen, count = _HEAD.unpack(self._hdr)
         sealed = self.session is not None
@@ -231,7 +253,15 @@ class Channel:
             self.closed = True
             raise ChannelClosed(f"{self.peer} announced a blob larger than {MAX_BLOB} bytes")
         if opener is not None:
-            opener.authenticate_additional_data(bytes(self._hdr) + bytes(seq) + bytes(lens))  # type: ignore[attr-defined]
+            framing = bytes(self._hdr) + bytes(seq) + bytes(lens)
+            ftag = bytearray(TAG_BYTES)
+            self._fill(memoryview(ftag), None)
+            try:
+                self.session.check_framing(_SEQ.unpack(seq)[0], framing, bytes(ftag))  # type: ignore[union-attr]
+            except LinkTampered as e:
+                self.closed = True
+                raise ChannelClosed(f"{self.peer}: link tampered with: {e}") from None
+            opener.authenticate_additional_data(framing)  # type: ignore[attr-defined]
         text = bytearray(hlen)
         self._fill_open(memoryview(text), opener)
         views = []
@@ -253,7 +283,7 @@ class Channel:
                 self.closed = True
                 raise ChannelClosed(f"{self.peer}: link tampered with: message {_SEQ.unpack(seq)[0]} fails its "
                                     "authentication tag (bytes changed in transit or a wrong key)") from None
-            extra = _SEQ.size + TAG_BYTES
+            extra = _SEQ.size + 2 * TAG_BYTES
         try:
             header = json.loads(text)
         except ValueError:

@@ -14,6 +14,7 @@ so the same workers can be hosted by another supervisor (the Ray issue) without 
 
 from __future__ import annotations
 
+import errno
 import os
 import socket
 import threading
@@ -27,6 +28,7 @@ from engine.wire.secure import LinkKey, LinkRefused, check_bind
 from engine.wire.transport import TransportTimeout
 
 PROTOCOL = 1
+MAX_GREETING = 64  # connections at once still in their handshake (each bounded by its deadline)
 
 
 class Node:
@@ -38,6 +40,7 @@ class Node:
         self.model = model
         self.link = link
         self.refused = 0  # connections that failed the handshake (no key, a wrong one, not a fak peer)
+        self._greeting = threading.BoundedSemaphore(MAX_GREETING)
         self.name = name
         self.layout = layout
         self.beat_s = beat_s
@@ -53,7 +56,7 @@ class Node:
     def _spawn(self, fn: Any, what: str, *args: Any) -> None:
         t = threading.Thread(target=fn, args=args, name=f"fak-{self.name}-{what}", daemon=True)
         t.start()
-        self._threads.append(t)
+        self._threads = [x for x in self._threads if x.is_alive()] + [t]  # connections come and go
 
     # ------------------------------------------------------------------ what a subclass provides
     def hello(self) -> dict[str, Any]:
@@ -84,10 +87,21 @@ class Node:
                 sock, addr = self._listener.accept()
             except TimeoutError:
                 continue
-            except OSError:
-                return
+            except OSError as e:
+                if self._stop.is_set() or e.errno == errno.EBADF:  # closed: the node is stopping
+                    return
+                time.sleep(0.1)  # out of descriptors or memory (a flood): keep accepting once it passes
+                continue
+            if not self._greeting.acquire(blocking=False):  # too many connections not yet through the handshake
+                self.refused += 1
+                sock.close()
+                continue
             sock.settimeout(None)
-            self._spawn(self._serve, "conn", sock, f"{addr[0]}:{addr[1]}")
+            try:
+                self._spawn(self._serve, "conn", sock, f"{addr[0]}:{addr[1]}")
+            except RuntimeError:  # no thread to serve it
+                self._greeting.release()
+                sock.close()
 
     def _serve(self, sock: socket.socket, peer: str) -> None:
         try:
@@ -95,6 +109,8 @@ class Node:
         except LinkRefused:
             self.refused += 1
             return
+        finally:
+            self._greeting.release()
         try:
             header, _ = ch.recv(30.0)
         except (ChannelClosed, TransportTimeout):

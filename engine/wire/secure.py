@@ -13,8 +13,9 @@ server's proof from being reflected back as a client's. Each direction then gets
 HMAC(K, "c2s" | transcript) and HMAC(K, "s2c" | transcript), and a message counter starting at 0.
 
 A sealed message is the channel's framing with magic "FAKS" and the sender's sequence number in clear,
-then a 16-byte GCM tag over all of it. The nonce is the direction label and the sequence number, so a
-replayed, reordered or dropped message fails (the receiver expects exactly the next number), and one
+a 16-byte tag over that framing alone (checked before the receiver allocates anything for the lengths it
+announces), the header and blobs, then a 16-byte GCM tag over all of it. The nonce is the direction label
+and the sequence number, so a replayed, reordered or dropped message fails (the receiver expects exactly the next number), and one
 flipped bit anywhere (length, header, logits, K/V) fails the tag. MAC only (the default): the header
 and blobs travel in clear as GCM's additional data (GMAC, 18 GB/s here with AES-NI and VPCLMULQDQ;
 HMAC-SHA256 runs at 1.8, keyed BLAKE2b at 0.9, Poly1305 at 12). `--link-encrypt`: the header and blobs
@@ -25,11 +26,13 @@ caller, and a failure closes the channel (the caller treats the peer as down).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import os
 import socket
 import struct
+import time
 from dataclasses import dataclass, field
 
 from cryptography.exceptions import InvalidTag
@@ -68,14 +71,31 @@ class LinkKey:
 
     @classmethod
     def of(cls, text: str | bytes | None, encrypt: bool = False) -> LinkKey | None:
-        """None for no key (plain links, loopback only)."""
+        """None for no key (plain links, loopback only). A key shorter than MIN_KEY_CHARS is refused: the
+        server's proof is an HMAC anyone who connects can record, so a short key could be guessed offline."""
         if not text:
             return None
         raw = text.encode() if isinstance(text, str) else bytes(text)
-        return cls(hashlib.sha256(b"fak cluster key v1\0" + raw).digest(), encrypt)
+        if len(raw) < MIN_KEY_CHARS:
+            raise LinkRefused(f"the cluster key is {len(raw)} characters; use at least {MIN_KEY_CHARS} "
+                              "(e.g. python -c \"import secrets; print(secrets.token_hex(32))\")")
+        return cls(_derive(raw), encrypt)
 
     def mac(self, label: bytes, transcript: bytes) -> bytes:
         return hmac.new(self.secret, label + b"\0" + transcript, "sha256").digest()
+
+    @property
+    def frame_key(self) -> bytes:
+        """The key KV frame descriptors are sealed with (engine/wire/frame.py): its own, 32 bytes, whatever
+        the length of the text the user gave (keyed BLAKE2b takes at most 64)."""
+        return self.mac(b"kv descriptor seal", b"")[:32]
+
+
+@functools.lru_cache(maxsize=8)
+def _derive(raw: bytes) -> bytes:
+    """The link secret from the user's text: PBKDF2 (~0.1 s once per process), so a recorded handshake
+    costs a guesser that much per guess."""
+    return hashlib.pbkdf2_hmac("sha256", raw, b"fak cluster key v1", 100_000)
 
 
 def check_bind(host: str, key: LinkKey | None, what: str | None = None) -> None:
@@ -112,6 +132,23 @@ class Session:
         self.tx.seq += 1
         return seq, Cipher(self.tx.aes, modes.GCM(self.tx.nonce(seq))).encryptor()
 
+    def framing_tag(self, seq: int, framing: bytes) -> bytes:
+        """The tag over a message's framing alone (its own nonce space: the label's last byte 'h')."""
+        e = Cipher(self.tx.aes, modes.GCM(self.tx.label[:3] + b"h" + _SEQ.pack(seq))).encryptor()
+        e.authenticate_additional_data(framing)
+        e.finalize()
+        return e.tag
+
+    def check_framing(self, seq: int, framing: bytes, tag: bytes) -> None:
+        """LinkTampered unless `tag` is the sender's over this framing (before anything it announces is
+        allocated)."""
+        d = Cipher(self.rx.aes, modes.GCM(self.rx.label[:3] + b"h" + _SEQ.pack(seq))).decryptor()
+        d.authenticate_additional_data(framing)
+        try:
+            d.finalize_with_tag(tag)
+        except InvalidTag:
+            raise LinkTampered(f"message {seq}'s framing fails its tag (lengths changed in transit)") from None
+
     def opener(self, seq: int) -> object:
         """A GCM decryptor for the next incoming message; LinkTampered when `seq` is not the one expected."""
         want = self.rx.seq
@@ -122,9 +159,16 @@ class Session:
         return Cipher(self.rx.aes, modes.GCM(self.rx.nonce(seq))).decryptor()  # tag: finalize_with_tag
 
 
-def recv_exact(sock: socket.socket, n: int) -> bytes:
+def recv_exact(sock: socket.socket, n: int, deadline: float | None = None) -> bytes:
+    """n bytes; with a deadline (monotonic) the whole read is bounded, not each recv: a peer that trickles
+    a byte at a time cannot hold a handshake open."""
     out = bytearray()
     while len(out) < n:
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError
+            sock.settimeout(left)
         chunk = sock.recv(n - len(out))
         if not chunk:
             raise LinkRefused("the peer closed the connection during the handshake")
@@ -143,21 +187,24 @@ def _session(key: LinkKey, transcript: bytes, flags: int, client: bool) -> Sessi
 def client_handshake(sock: socket.socket, key: LinkKey, timeout: float = 10.0) -> Session:
     """Prove the key to a server and check its proof; the socket then carries sealed messages."""
     sock.settimeout(timeout)
+    deadline = time.monotonic() + timeout
     try:
         hello_c = _HELLO.pack(HELLO_MAGIC, VERSION, ENCRYPT if key.encrypt else 0, os.urandom(NONCE_BYTES))
         sock.sendall(hello_c)
-        first = recv_exact(sock, 4)
+        first = recv_exact(sock, 4, deadline)
         if first != HELLO_MAGIC:
             raise LinkRefused(_plain_refusal(sock, first))
-        hello_s = first + recv_exact(sock, _HELLO.size - 4)
+        hello_s = first + recv_exact(sock, _HELLO.size - 4, deadline)
         _, version, flags, _ = _HELLO.unpack(hello_s)
         if version != VERSION:
             raise LinkRefused(f"link handshake version {version}, this build speaks {VERSION}")
         transcript = hello_c + hello_s
-        if not hmac.compare_digest(recv_exact(sock, PROOF_BYTES), key.mac(b"server", transcript)):
+        if not hmac.compare_digest(recv_exact(sock, PROOF_BYTES, deadline), key.mac(b"server", transcript)):
             raise LinkRefused("the peer does not hold the cluster key (its proof does not verify)")
+        if key.encrypt and not flags & ENCRYPT:  # the proof covers the flags; checked anyway
+            raise LinkRefused("the peer did not grant the encryption this end asked for")
         sock.sendall(key.mac(b"client", transcript))
-        if recv_exact(sock, 1) != b"\1":
+        if recv_exact(sock, 1, deadline) != b"\1":
             raise LinkRefused("the peer refused our proof")
     except TimeoutError:
         raise LinkRefused(f"no handshake answer within {timeout:.0f} s") from None
@@ -179,19 +226,23 @@ def _plain_refusal(sock: socket.socket, first: bytes) -> str:
                 import json
 
                 msg = json.loads(rest[start : rest.rfind(b"}") + 1])
-                if isinstance(msg, dict) and msg.get("error"):
-                    return f"the peer refused the link: {msg['error']}"
+                if isinstance(msg, dict) and msg.get("error"):  # the peer's words: printable, bounded
+                    said = "".join(ch for ch in str(msg["error"]) if ch.isprintable())[:200]
+                    return f"the peer refused the link: {said}"
         except (OSError, ValueError):
             pass
         return "the peer has no cluster key (it answered in clear)"
     return f"the peer is not a fak node (it answered {first!r})"
 
 
-def server_handshake(sock: socket.socket, key: LinkKey, first: bytes, timeout: float = 10.0) -> Session:
-    """Answer a client's hello (whose first 4 bytes, `first`, the caller already read) and check its proof."""
+def server_handshake(sock: socket.socket, key: LinkKey, first: bytes, timeout: float = 10.0,
+                     deadline: float | None = None) -> Session:
+    """Answer a client's hello (whose first 4 bytes, `first`, the caller already read) and check its proof,
+    all of it within `deadline` (monotonic; default now + timeout)."""
     sock.settimeout(timeout)
+    deadline = time.monotonic() + timeout if deadline is None else deadline
     try:
-        hello_c = first + recv_exact(sock, _HELLO.size - 4)
+        hello_c = first + recv_exact(sock, _HELLO.size - 4, deadline)
         _, version, flags_c, _ = _HELLO.unpack(hello_c)
         flags = (flags_c | (ENCRYPT if key.encrypt else 0)) & ENCRYPT  # either end asking for encryption gets it
         hello_s = _HELLO.pack(HELLO_MAGIC, VERSION, flags, os.urandom(NONCE_BYTES))
@@ -199,7 +250,7 @@ def server_handshake(sock: socket.socket, key: LinkKey, first: bytes, timeout: f
         sock.sendall(hello_s + key.mac(b"server", transcript))
         if version != VERSION:
             raise LinkRefused(f"link handshake version {version}, this build speaks {VERSION}")
-        if not hmac.compare_digest(recv_exact(sock, PROOF_BYTES), key.mac(b"client", transcript)):
+        if not hmac.compare_digest(recv_exact(sock, PROOF_BYTES, deadline), key.mac(b"client", transcript)):
             sock.sendall(b"\0")
             raise LinkRefused("the client does not hold the cluster key (its proof does not verify)")
         sock.sendall(b"\1")

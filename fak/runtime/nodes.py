@@ -30,11 +30,12 @@ def build_node(role: str, booted: Any, *, name: str | None = None, host: str = "
 
     if role not in ROLES:
         raise FakError(f"--role {role!r}: expected one of {', '.join(ROLES)}")
-    link = LinkKey.of(key, encrypt)
     try:
+        link = LinkKey.of(key, encrypt)
         check_bind(host, link, f"--listen {host}:{port}")
     except LinkRefused as e:
         raise FakError(str(e)) from None
+    key = link.frame_key if link is not None else b""  # frame descriptors get a key of their own
     try:
         if role == "stage":
             if layers is None:

@@ -8,6 +8,7 @@ reads messages (plain "FAKC" or sealed "FAKS": the header is clear text unless t
 The first client-to-server message whose header op is `op` (any message when `op` is "*") is attacked:
 
     flip     one bit flipped in the middle of its largest blob (a KV frame), else of its header
+    length   its largest blob's announced length raised to 32 GiB (the receiver must not allocate it)
     replay   forwarded, then sent again
     reorder  held back and forwarded after the next message
     none     forwarded as is (the control: the proxy alone breaks nothing)
@@ -64,9 +65,10 @@ def _message(src: socket.socket) -> tuple[bytes, str, list[tuple[int, int]], tup
     sealed = magic == b"FAKS"
     seq = _read(src, 8) if sealed else b""
     lens = _read(src, 8 * count)
+    ftag = _read(src, 16) if sealed else b""  # the tag over the framing alone
     sizes = [struct.unpack_from("<Q", lens, 8 * i)[0] for i in range(count)]
     text = _read(src, hlen)
-    at = len(head) + len(seq) + len(lens)
+    at = len(head) + len(seq) + len(lens) + len(ftag)
     blobs, pos = [], at + hlen
     body = bytearray()
     for n in sizes:
@@ -78,7 +80,7 @@ def _message(src: socket.socket) -> tuple[bytes, str, list[tuple[int, int]], tup
         op = str(json.loads(text).get("op", "?"))
     except (ValueError, UnicodeDecodeError, AttributeError):
         op = "?"
-    return head + seq + lens + text + bytes(body) + tag, op, blobs, (at, hlen)
+    return head + seq + lens + ftag + text + bytes(body) + tag, op, blobs, (at, hlen)
 
 
 def _say(what: dict[str, Any]) -> None:
@@ -111,6 +113,13 @@ def _pump(src: socket.socket, dst: socket.socket, attack: Attack | None, handsha
                     buf[start + n // 2] ^= 0x10
                     dst.sendall(bytes(buf))
                     _say({"mitm": "flip", "op": op, "bytes": len(data)})
+                elif attack.action == "length":
+                    buf = bytearray(data)
+                    sealed = data[:4] == b"FAKS"
+                    i = max(range(len(blobs)), key=lambda j: blobs[j][1]) if blobs else 0
+                    struct.pack_into("<Q", buf, _HEAD.size + (8 if sealed else 0) + 8 * i, 1 << 35)
+                    dst.sendall(bytes(buf))
+                    _say({"mitm": "length", "op": op, "bytes": len(data)})
                 elif attack.action == "replay":
                     dst.sendall(data)
                     dst.sendall(data)

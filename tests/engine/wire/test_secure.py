@@ -158,6 +158,117 @@ def test_a_man_in_the_middle_is_caught_before_the_receiver_sees_anything(action:
             assert "out of order" in msg and got == []
 
 
+def test_a_changed_length_is_refused_before_anything_is_allocated() -> None:
+    """A length raised to 32 GiB on the way: the framing's own tag fails before the receiver allocates."""
+    import psutil
+
+    with linked(LinkKey.of(KEY), LinkKey.of(KEY), {"op": "deliver", "action": "length"}) as (c, srv):
+        assert srv.ch is not None
+        rss = psutil.Process().memory_info().rss
+        c.send({"op": "deliver"}, _kv(1))
+        with pytest.raises(ChannelClosed, match="framing fails its tag"):
+            srv.ch.recv(10)
+        assert psutil.Process().memory_info().rss - rss < 256 << 20
+
+
+def test_short_keys_are_refused_long_ones_work() -> None:
+    with pytest.raises(LinkRefused, match="use at least 16"):
+        LinkKey.of("abc")
+    long_key = "k" * 200  # past keyed BLAKE2b's 64 bytes: the frame seal has a key of its own
+    k = LinkKey.of(long_key)
+    assert k is not None and len(k.frame_key) == 32 and k.frame_key != k.secret
+    with linked(LinkKey.of(long_key), LinkKey.of(long_key)) as (c, srv):
+        c.send({"op": "x"})
+        assert srv.ch is not None and srv.ch.recv(5)[0] == {"op": "x"}
+
+
+def test_a_handshake_trickled_a_byte_at_a_time_is_cut_at_the_deadline() -> None:
+    import time as _time
+
+    lst = socket.create_server(("127.0.0.1", 0))
+    out: dict[str, Any] = {}
+
+    def serve() -> None:
+        sock, _ = lst.accept()
+        t0 = _time.monotonic()
+        try:
+            Channel.accept(sock, "slow", LinkKey.of(KEY), timeout=1.0)
+        except LinkRefused as e:
+            out["error"], out["took"] = str(e), _time.monotonic() - t0
+
+    t = threading.Thread(target=serve)
+    t.start()
+    s = socket.create_connection(("127.0.0.1", lst.getsockname()[1]))
+    try:
+        for b in b"FAKH" + bytes(36):
+            s.sendall(bytes([b]))
+            _time.sleep(0.1)
+            if "took" in out:
+                break
+    except OSError:
+        pass
+    t.join(10)
+    s.close()
+    lst.close()
+    assert out["took"] < 2.0, out  # one deadline for the greeting, not one per recv
+
+
+def test_a_hello_split_over_two_packets_is_still_a_hello() -> None:
+    """The greeting's first 4 bytes arriving in two parts are not taken for a keyless client."""
+    import time as _time
+
+    srv = _Server(LinkKey.of(KEY))
+    raw = socket.create_connection(("127.0.0.1", srv.port))
+    from engine.wire import secure
+
+    real_sendall = raw.sendall
+    parts: list[bytes] = []
+
+    class Slow:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(raw, name)
+
+        def sendall(self, data: bytes) -> None:
+            if not parts:  # the hello: its first two bytes, a pause, the rest
+                parts.append(data)
+                real_sendall(data[:2])
+                _time.sleep(0.3)
+                real_sendall(data[2:])
+            else:
+                real_sendall(data)
+
+    session = secure.client_handshake(Slow(), LinkKey.of(KEY), 5.0)  # type: ignore[arg-type]
+    assert srv.ready.wait(10) and srv.ch is not None and srv.error == "" and session is not None
+    raw.close()
+    srv.close()
+
+
+def test_a_flood_of_idle_connections_does_not_stop_a_node_accepting() -> None:
+    """More idle connections than handshake slots: the extra ones are closed at once, and a key holder gets
+    through once the idle ones go (the accept loop never dies)."""
+    import time as _time
+
+    from engine.wire.frame import KVLayout
+    from engine.wire.node import MAX_GREETING, Node
+
+    node = Node(object(), "n", KVLayout(1, 1, 4, 16, "<f4"), link=LinkKey.of(KEY))
+    idle = [socket.create_connection(node.address) for _ in range(MAX_GREETING + 8)]
+    try:
+        deadline = _time.monotonic() + 10
+        while node.refused < 8 and _time.monotonic() < deadline:
+            _time.sleep(0.05)
+        assert node.refused >= 8  # the ones past the slots, closed at once
+        for s in idle:
+            s.close()
+        ch = Channel.connect(*node.address, timeout=10.0, key=LinkKey.of(KEY))
+        assert ch.session is not None
+        ch.close()
+    finally:
+        for s in idle:
+            s.close()
+        node.close()
+
+
 def test_the_handshake_cannot_be_downgraded() -> None:
     """A man in the middle that clears the client's encryption flag breaks both proofs."""
     srv = _Server(LinkKey.of(KEY))
@@ -239,6 +350,9 @@ def test_fak_worker_beyond_loopback_without_a_key_exits_2_in_one_line() -> None:
     r = subprocess.run([sys.executable, "-m", "commands.main", "worker", "--role", "decode", "--link-encrypt",
                         "--gguf", "synthetic"], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "--link-encrypt needs the cluster key" in r.stderr
+    r = subprocess.run([sys.executable, "-m", "commands.main", "worker", "--role", "decode", "--key", "short",
+                        "--gguf", "synthetic"], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "use at least 16" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_the_mitm_script_runs_standalone() -> None:
