@@ -25,7 +25,7 @@ CHUNK = 64
 
 
 def _text_ids(tok, n: int) -> list[int]:  # type: ignore[no-untyped-def]
-    text = (ROOT / "README.md").read_text()
+    text = "\n".join(p.read_text() for p in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))])
     ids: list[int] = []
     while len(ids) < n:
         ids += tok.encode(text)
