@@ -11,14 +11,18 @@ one is a FakError line (exit 2) at boot, never an error on every request.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fak.errors import FakError
+
+if TYPE_CHECKING:
+    from fak.runtime.compile_progress import CompileProgress
 
 
 @dataclass(frozen=True)
@@ -190,22 +194,38 @@ def boot(model: str | None = None, *, resident: bool = True, sched: SchedOptions
     `scheduler=False` (diagnostics that run the model themselves): no scheduler; the kernels are
     warmed on the calling thread, the one that will run them.
     """
-    from engine.errors import EngineError
-    from engine.gguf.aliases import default_model, resolve_model
-    from engine.model.loader import load_model
-    from engine.sched.scheduler import NativeScheduler
+    from engine.gguf.aliases import default_model
 
     show = sys.stderr.isatty() if show is None else show
     name = model if model is not None else default_model()
     opts = sched or SchedOptions.resolve()
+    compiling: contextlib.AbstractContextManager[CompileProgress | None] = contextlib.nullcontext(None)
     if show and (cold := cold_kernels()) is not None:  # say why the first run is slow before it is
+        from rich.console import Console
+
+        from fak.runtime.compile_progress import CompileProgress
+
         print(f"fak: compiling the kernels for this CPU (first run only, about a minute; cached in {cold.parent})",
               file=sys.stderr, flush=True)
+        compiling = CompileProgress(Console(stderr=True))
+    with compiling as cp:
+        return _boot(name, resident, opts, show, bytes_fallback, scheduler, cp)
+
+
+def _boot(name: str, resident: bool, opts: SchedOptions, show: bool, bytes_fallback: bool,
+          scheduler: bool, cp: CompileProgress | None) -> Booted:
+    from engine.errors import EngineError
+    from engine.gguf.aliases import resolve_model
+    from engine.model.loader import load_model
+    from engine.sched.scheduler import NativeScheduler
+
     try:
         path = None if name == "synthetic" else resolve_model(name)
         t0 = time.perf_counter()
         m = load_model(str(path) if path is not None else "synthetic", resident=resident, progress=show)
         load_s = time.perf_counter() - t0
+        if cp is not None:
+            cp.start()  # the weights' bar is done: the kernels' rows take the screen
         m.kv_dtype = opts.kv_dtype  # every pool built over this model (scheduler, P/D, stages) stores this
         tok = tokenizer_for(m, path, bytes_fallback)
         text_ok = tok is not None and tok.vocab_size >= m.config.vocab_size

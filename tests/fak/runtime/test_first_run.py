@@ -54,3 +54,38 @@ def test_this_checkout_is_warm_after_the_suite_compiled_it() -> None:
 
     warmup()
     assert boot_mod.cold_kernels() is None
+
+
+def test_compile_rows_count_each_outermost_compile_once_by_module() -> None:
+    """A cold boot's rows (fak/runtime/compile_progress.py): a kernel compiled inside another is the outer
+    one's work; rows are by module; after the block, compiles are no longer counted."""
+    import io
+
+    from numba import njit
+    from rich.console import Console
+
+    from fak.runtime.compile_progress import CompileProgress
+
+    @njit
+    def inner(x):  # type: ignore[no-untyped-def]
+        return x + 1
+
+    @njit
+    def outer(x):  # type: ignore[no-untyped-def]
+        return inner(x) * 2
+
+    @njit
+    def after(x):  # type: ignore[no-untyped-def]
+        return x - 1
+
+    out = io.StringIO()
+    with CompileProgress(Console(file=out, width=100)) as cp:
+        cp.start()
+        assert outer(1) == 4
+        assert outer(2.5) == 7.0  # a second signature: a second compile of the same kernel
+    assert after(1) == 0
+    assert list(cp.groups) == ["test_first_run"]
+    g = cp.groups["test_first_run"]
+    assert (g.done, g.active, g.last) == (2, 0, "test_compile_rows_count_each_outermost_compile_once_by_module.<locals>.outer")
+    assert cp.compiled == 2
+    assert "test_first_run" in out.getvalue() and "2 kernels compiled" in out.getvalue()
