@@ -1,21 +1,24 @@
 """Decode / prefill speed of a model (Gemma 3 270M by default; --model qwen2.5-coder-0.5b or a path), resident.
 
     python bench/decode.py [--model ALIAS|PATH] [--plain] [--runs 5] [--decode 128] [--prefill 512]
-                           [--lanes 1,4,16] [--breakdown]
+                           [--lanes 1,4,16] [--breakdown] [--json PATH]
 
 Prints single-lane decode tok/s (128 tokens after an 8-token prompt), prefill tok/s (512-token
 prompt), aggregate decode tok/s at 1/4/16 lanes (step_batch), bytes read per token and the
 effective GB/s as a share of the stream-read ceiling. These machines are noisy (a shared host's
 memory bandwidth moves by 20% from minute to minute), so each round measures the ceiling right
 before its decode and the share is the median of the rounds' own ratios. --breakdown adds where a
-decode step goes, per kernel call site (bench/breakdown.py).
+decode step goes, per kernel call site (bench/breakdown.py). --json PATH also writes the figures there as
+JSON (bench/report.py draws them); --prefill 0 leaves prefill out.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
+from pathlib import Path
 
 import numba
 import numpy as np
@@ -71,6 +74,7 @@ def main() -> None:
     ap.add_argument("--lanes", default="1,4,16")
     ap.add_argument("--batch-steps", type=int, default=32)
     ap.add_argument("--breakdown", action="store_true", help="then where a decode step goes, per kernel call site")
+    ap.add_argument("--json", metavar="PATH", help="also write the figures to PATH as JSON")
     a = ap.parse_args()
     try:
         model = load_model(str(resolve_model(a.model)), resident=not a.plain, progress=False)
@@ -103,6 +107,7 @@ def main() -> None:
     share = float(np.median([r["share"] for r in rounds]))
     print(f"single-lane decode: {d:.1f} tok/s ({a.decode} tokens after 8; {d * per_token / 1e9:.2f} GB/s of weights, "
           f"{share:.0%} of the ceiling; per round {', '.join(format(r['share'], '.0%') for r in rounds)})")
+    p = float("nan")
     if a.prefill:
         p = med(prefill_tps, a.prefill)
         quoted = f"; llama.cpp's quoted 620 for 512: {p / 620:.2f}x" if a.model == "gemma3-270m" and a.prefill == 512 else ""
@@ -121,6 +126,15 @@ def main() -> None:
         ref = {"single-lane decode": (d, 46.0)} | {f"{n}-lane aggregate": (agg[n], r) for n, r in
                                                    ((1, 44.0), (4, 108.0), (16, 195.0)) if n in agg}
         print("vs llama.cpp's quoted figures: " + ", ".join(f"{k} {v / r:.2f}x" for k, (v, r) in ref.items()))
+    if a.json:
+        Path(a.json).write_text(json.dumps({
+            "bench": "decode", "model": a.model, "mode": mode, "threads": numba.get_num_threads(), "runs": a.runs,
+            "bytes_per_token": per_token, "ceiling_gbps": bw, "ceiling_rounds": [r["ceiling"] for r in rounds],
+            "decode_tokens": a.decode, "decode_tps": d, "weights_gbps": d * per_token / 1e9, "share": share,
+            "share_rounds": [r["share"] for r in rounds],
+            "prefill": {"tokens": a.prefill, "tps": p} if a.prefill else None,
+            "batch_steps": a.batch_steps, "lanes_tps": {str(n): v for n, v in agg.items()},
+        }, indent=1))
     if a.breakdown:
         print_breakdown(model, a.decode, 3, bw)
 

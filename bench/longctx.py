@@ -1,7 +1,7 @@
 """Agent-sized prompts: `fak serve` vs llama.cpp's `llama-server` on the same GGUF, one stream, one run.
 
     python bench/longctx.py [--model qwen2.5-coder-0.5b] [--sizes 2048,8192,16384] [--new 64]
-                            [--llama-server PATH | --build-llama | --no-llama] [--restart]
+                            [--llama-server PATH | --build-llama | --no-llama] [--restart] [--json PATH]
 
 For each size N (fresh text for each, the same token ids to both servers, on /v1/completions as an id
 list, greedy, streamed):
@@ -18,6 +18,8 @@ llama.cpp sources vendored in the llama-cpp-python sdist (pip download; cmake; ~
 bench-only step, kept under ~/.cache/fak/llama.cpp). It runs with -np 1, -t <cores>, its defaults
 otherwise (f16 KV cache, flash attention auto, prompt cache on). The servers run one at a time, so each
 has the machine to itself.
+
+--json PATH also writes the figures there as JSON (bench/report.py draws them).
 """
 
 from __future__ import annotations
@@ -108,10 +110,11 @@ def rss_mb(pid: int) -> float:
 
 
 class Llama:
-    def __init__(self, binary: str, gguf: str, ctx: int) -> None:
+    def __init__(self, binary: str, gguf: str, ctx: int, parallel: int = 1) -> None:
+        # ctx is llama-server's whole KV cache, split evenly between its `parallel` slots
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.proc = subprocess.Popen([binary, "-m", gguf, "--host", "127.0.0.1", "--port", str(self.port), "-np", "1",
+        self.proc = subprocess.Popen([binary, "-m", gguf, "--host", "127.0.0.1", "--port", str(self.port), "-np", str(parallel),
                                       "-c", str(ctx), "-t", str(os.cpu_count() or 1)],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 300
@@ -192,6 +195,7 @@ def main() -> None:
     ap.add_argument("--no-llama", action="store_true")
     ap.add_argument("--restart", action="store_true", help="restart fak serve and resend the largest prompt")
     ap.add_argument("--fak-args", default="", help="extra fak serve flags (space-separated)")
+    ap.add_argument("--json", metavar="PATH", help="also write the figures to PATH as JSON")
     a = ap.parse_args()
     from engine.errors import EngineError
     from engine.gguf.aliases import resolve_model
@@ -258,6 +262,19 @@ def main() -> None:
         print(f"\nafter a restart of fak serve, the {n}-token prompt: TTFT {restart[0]:.2f} s = "
               f"{restart[0] / cold:.1%} of its cold prefill ({cold:.1f} s); greedy tokens "
               f"{'equal' if restart[1] else 'DIFFERENT'} to the first process's")
+    if a.json:
+        Path(a.json).write_text(json.dumps({
+            "bench": "longctx", "model": a.model, "sizes": sizes, "new": a.new, "llama_server": llama,
+            "fak": {str(n): row_json(r) for n, r in fak_rows.items()},
+            "llama": {str(n): row_json(r) for n, r in llama_rows.items()} if llama else None,
+            "restart": {"ttft": restart[0], "same_tokens": restart[1]} if restart is not None else None,
+        }, indent=1))
+
+
+def row_json(r: Row) -> dict[str, float]:
+    assert r.cold is not None
+    return {"cold_ttft_s": r.cold.ttft, "cold_prefill_tps": r.size / r.cold.ttft, "decode_tps": r.cold.decode_tps,
+            "next_ttft_s": r.next_ttft, "rss_mb": r.rss_mb}
 
 
 if __name__ == "__main__":

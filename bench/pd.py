@@ -4,7 +4,7 @@ same model, the same process and so the same cores, the arms alternated round by
 
     python bench/pd.py [--model gemma3-270m | synthetic] [--plain] [--arms colo,pd1,pd1s] [--short 8]
                        [--short-prompt 16] [--new 128] [--long 4] [--long-min 1024] [--long-max 2048]
-                       [--long-new 4] [--rounds 2]
+                       [--long-new 4] [--rounds 2] [--json PATH]
 
 A round: `--short` requests of `--short-prompt` tokens and `--new` new tokens (greedy, no EOS stop) are
 admitted together; `--long` prompts of `--long-min`..`--long-max` tokens (`--long-new` new tokens) arrive
@@ -25,15 +25,20 @@ and blocks moved, blocks skipped thanks to residency and import time from `clust
 Read the thread arms for what they are: their workers share one Python process and its cores, so a long
 prefill slows the decode steps instead of stalling them between steps. The process arms give each worker
 cores of its own, the topology the issue-17 target (P/D ITL p99 <= half the colocated) is about.
+
+--json PATH also writes the figures there as JSON (bench/report.py draws them), the short requests' inter-token
+gaps included.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -145,6 +150,7 @@ def main() -> None:
     ap.add_argument("--long-max", type=int, default=2048)
     ap.add_argument("--long-new", type=int, default=4)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--json", metavar="PATH", help="also write the figures to PATH as JSON")
     a = ap.parse_args()
 
     from engine import load_model
@@ -240,6 +246,17 @@ def main() -> None:
     print("Note: the pdN arms are threads of this process sharing its cores; the procN arms are worker processes "
           "with the cores split between them (what fak serve --pd 1:N runs). Either way P/D changes who gets the "
           "cores, not how many there are: lower decode ITL, a longer TTFT for the long prompts.")
+    if a.json:
+        Path(a.json).write_text(json.dumps({
+            "bench": "pd", "model": a.model, "mode": kind, "short": a.short, "short_prompt": a.short_prompt, "new": a.new,
+            "long_prompts": lens, "long_new": a.long_new, "rounds": a.rounds,
+            "arms": {k: {"itl_p50_s": pct(f.itl, 50), "itl_p99_s": pct(f.itl, 99), "itl_max_s": max(f.itl, default=float("nan")),
+                         "long_ttft_p50_s": pct(f.ttft_long, 50), "long_ttft_max_s": max(f.ttft_long, default=float("nan")),
+                         "short_tps": statistics.mean(f.short_rate), "wall_s": statistics.mean(f.wall),
+                         "wall_all_s": statistics.mean(f.wall_all),
+                         "itl_ms": [round(x * 1e3, 2) for x in f.itl]}  # every gap, for a distribution
+                     for k, f in figs.items()},
+        }, indent=1))
 
 if __name__ == "__main__":
     main()

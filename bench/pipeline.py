@@ -1,7 +1,7 @@
 """Pipeline stages: aggregate decode throughput with 1 stage vs 2 stages, one core per stage process.
 
     python bench/pipeline.py [--model gemma3-270m] [--lanes 16] [--new 64] [--prompt 16] [--rounds 2]
-                             [--arms 1x1,1x2,2x2,2x4] [--shm | --tcp]
+                             [--arms 1x1,1x2,2x2,2x4] [--shm | --tcp] [--json PATH]
 
 Arm `SxG`: S `fak worker --role stage` processes (the layers split by weight bytes, the LM head on the last
 stage), each pinned to its own core (taskset-style CPU affinity, numba/BLAS at 1 thread), and G groups of
@@ -11,14 +11,17 @@ tokens, no EOS stop), rounds alternated between arms, tokens checked identical.
 
 Printed per arm: aggregate tok/s, the ratio to arm 1x1, and per stage its layers, utilisation (busy time /
 the run's wall time) and bubble (1 - utilisation); plus the bytes per decode step on the first link.
+--json PATH also writes the figures there as JSON (bench/report.py draws them).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -59,6 +62,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--arms", default="1x1,1x2,2x2,2x4")
     ap.add_argument("--tcp", action="store_true", help="stage links over TCP (default: shared memory)")
+    ap.add_argument("--json", metavar="PATH", help="also write the figures to PATH as JSON")
     a = ap.parse_args()
 
     from engine import load_model
@@ -101,21 +105,30 @@ def main() -> None:
                   f"{all(tokens[k] == tokens[arms[0]] for k in tokens)}")
         print(f"\nload avg at the end {os.getloadavg()[0]:.1f}\n")
         ref = a.lanes * a.new / statistics.mean(walls[arms[0]])
+        out_arms: list[dict[str, Any]] = []
         print(f"{'arm':>5} | {'tok/s':>7} | {'vs ' + f'{arms[0][0]}x{arms[0][1]}':>7} | per stage: layers, utilisation, bubble")
         for k, (_, pm, _) in built.items():
             rate = a.lanes * a.new / statistics.mean(walls[k])
             now = pm.pipeline.stage_stats()
             wall = sum(walls[k])
             parts = []
+            stage_rows = []
             for b0, b1 in zip(base[k]["stages"], now, strict=False):
                 busy = b1["busy_s"] - b0["busy_s"]
                 lo, hi = b1["layers"]
+                stage_rows.append({"layers": [lo, hi], "head": hi == model.config.n_layers, "utilisation": busy / wall})
                 parts.append(f"{lo}:{hi}{' +head' if hi == model.config.n_layers else ''} "
                              f"{100 * busy / wall:.0f}% busy, bubble {100 * (1 - busy / wall):.0f}%")
             ps = pipeline_stats(pm.pipeline)["head"]
             print(f"{k[0]}x{k[1]:<3} | {rate:7.1f} | {rate / ref:6.2f}x | " + " · ".join(parts) +
                   f" | decode step {ps['decode_bytes_per_step']:.0f} B + {ps['decode_header_bytes_per_step']:.0f} B "
                   f"header, in flight max {ps['in_flight_max']}")
+            out_arms.append({"arm": f"{k[0]}x{k[1]}", "stages": k[0], "groups": k[1], "tps": rate, "vs_first": rate / ref,
+                             "stage": stage_rows, "decode_bytes_per_step": ps["decode_bytes_per_step"]})
+        if a.json:
+            Path(a.json).write_text(json.dumps({"bench": "pipeline", "model": a.model, "lanes": a.lanes, "new": a.new,
+                                                "prompt": a.prompt, "rounds": a.rounds, "transport": transport,
+                                                "arms": out_arms}, indent=1))
     finally:
         for s, pm, _ in built.values():
             s.close()

@@ -1,7 +1,7 @@
 """`fak serve` under N concurrent streaming clients, beside the scheduler driven directly.
 
     python bench/serve.py [--model gemma3-270m] [--levels 1,4,16,64] [--prompt 8] [--new 128]
-                          [--url URL] [--peer URL]
+                          [--url URL] [--peer URL] [--json PATH]
 
 For each level c: c clients each stream one greedy completion of `--new` tokens (ignore_eos is not
 on the wire, so prompts are chosen to run long and tokens are counted as received) at the same
@@ -9,7 +9,8 @@ moment. Prints aggregate tok/s (tokens received / wall), TTFT p50/p99 and inter-
 per client stream. Without --url a `fak serve` is started on 127.0.0.1 (a free port) and stopped at
 the end; `--peer URL` runs the same load against another OpenAI-compatible server on the same GGUF,
 alternated level by level, and prints the ratio. The scheduler's own figure for the same c is
-`python bench/sched.py --levels c --prompt 8 --new 128` (its "scheduler tok/s").
+`python bench/sched.py --levels c --prompt 8 --new 128` (its "scheduler tok/s"). --json PATH also writes
+the figures there as JSON (bench/report.py draws them).
 """
 
 from __future__ import annotations
@@ -58,6 +59,11 @@ async def level(url: str, model: str, c: int, new: int) -> tuple[float, list[flo
     return tokens / wall, [t for _, t, _ in out], [x for _, _, i in out for x in i]
 
 
+def level_json(tps: float, ttft: list[float], itl: list[float]) -> dict[str, float]:
+    return {"tps": tps, "ttft_p50_s": pct(ttft, 50), "ttft_p99_s": pct(ttft, 99),
+            "itl_p50_s": pct(itl, 50), "itl_p99_s": pct(itl, 99)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="gemma3-270m")
@@ -65,7 +71,9 @@ def main() -> None:
     ap.add_argument("--new", type=int, default=128)
     ap.add_argument("--url", help="a running fak serve (default: start one)")
     ap.add_argument("--peer", help="another OpenAI-compatible server on the same GGUF")
+    ap.add_argument("--json", metavar="PATH", help="also write the figures to PATH as JSON")
     a = ap.parse_args()
+    rows: list[dict[str, object]] = []
     server = None
     url = a.url
     if url is None:
@@ -86,6 +94,11 @@ def main() -> None:
                 row += (f" | {ptps:>10.1f} {pct(pttft, 50):>7.3f}s {1e3 * pct(pitl, 50):>5.1f}ms "
                         f"{1e3 * pct(pitl, 99):>5.1f}ms | {tps / ptps:>5.2f}x")
             print(row, flush=True)
+            rows.append({"streams": c, "fak": level_json(tps, ttft, itl),
+                         "peer": level_json(ptps, pttft, pitl) if a.peer else None})
+        if a.json:
+            Path(a.json).write_text(json.dumps({"bench": "serve", "model": a.model, "new": a.new, "peer": a.peer,
+                                                "levels": rows}, indent=1))
     finally:
         if server is not None:
             server.stop()
