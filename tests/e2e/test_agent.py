@@ -102,6 +102,7 @@ def test_destructive_command_runs_in_the_baseline_only(tmp_path: Path) -> None:
     assert base["task_completed"]  # it did clean the build, and the home with it
 
 
+@pytest.mark.slow
 def test_journal_of_the_fak_arm(tmp_path: Path) -> None:
     j = tmp_path / "agent.jsonl"
     offline("clean-build", tmp_path, "--journal", str(j))
@@ -178,6 +179,7 @@ GOOD = {"instructions": "x", "success": [{"exists": "a"}], "plan": [{"tool": "Ba
     (["--task", "fix-failing-test", "--base-url", "ftp://x"], "expected an http:// or https:// URL"),
     (["--task", "fix-failing-test", "--base-url", "http://127.0.0.1:9"], "cannot list models"),
 ])
+@pytest.mark.slow
 def test_bad_input_is_one_line_exit_2(args: list[str], message: str) -> None:
     r = fak_agent(*args)
     lines = r.stderr.strip().splitlines()

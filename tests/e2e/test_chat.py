@@ -20,6 +20,8 @@ from fak.errors import FakError
 from support import paths
 from support.fake_upstream import FakeUpstream
 
+pytestmark = pytest.mark.slow  # boots a model or a server per module: the full suite runs it
+
 FAK = [sys.executable, "-m", "commands.main"]
 REPO = paths.REPO
 

@@ -23,6 +23,8 @@ import pytest
 
 from support.serve_helpers import REPO, Server
 
+pytestmark = pytest.mark.slow  # boots a model or a server per module: the full suite runs it
+
 MODEL = "gemma3-270m"
 KEY = "console-test-key"
 ARTIFACTS = REPO / "tests" / "artifacts" / "console"

@@ -21,7 +21,7 @@ import pytest
 
 from support.serve_helpers import REPO, Server
 
-pytestmark = [pytest.mark.serve, pytest.mark.gemma, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.serve, pytest.mark.gemma, pytest.mark.timeout(600), pytest.mark.slow]
 
 PROMPTS = ["The history of the printing press", "def fibonacci(n):", "A recipe for bread:\n1.",
            "The three laws of motion are", "Dear diary, today I", "SELECT name FROM users WHERE"]

@@ -172,6 +172,7 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.parametrize("cmd", RUN, ids=[f"{c.where}" for c in RUN])
+@pytest.mark.slow
 def test_runnable_command_exits_0(cmd: DocCommand, workdir: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "120"}
     r = subprocess.run([sys.executable, "-m", "commands.main", *cmd.argv], cwd=workdir, env=env,

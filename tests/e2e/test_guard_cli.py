@@ -41,6 +41,7 @@ def guard(*args: str, cwd: Path, env: dict[str, str], timeout: float = 120) -> s
 
 
 @pytest.mark.parametrize("wire,stream", [("anthropic", True), ("anthropic", False), ("chat", True), ("responses", True)])
+@pytest.mark.slow
 def test_standin_agent_under_guard(tmp_path: Path, wire: str, stream: bool) -> None:
     sb, env = sandbox(tmp_path)
     journal = tmp_path / "guard.jsonl"
@@ -68,6 +69,7 @@ def test_standin_agent_under_guard(tmp_path: Path, wire: str, stream: bool) -> N
     assert summary["top_reasons"] == {"POLICY_BLOCK": 1} and summary["verify"] == f"fak audit verify {journal}"
 
 
+@pytest.mark.slow
 def test_exit_code_is_the_agents_and_the_default_journal(tmp_path: Path) -> None:
     sb, env = sandbox(tmp_path)
     with FakeUpstream() as up:
@@ -94,6 +96,7 @@ sys.exit(7)
 """
 
 
+@pytest.mark.slow
 def test_sigint_reaches_the_agent_and_the_summary_still_prints(tmp_path: Path) -> None:
     sb, env = sandbox(tmp_path)
     (sb / "agent.py").write_text(AGENT_WAITS)
@@ -119,6 +122,7 @@ def test_sigint_reaches_the_agent_and_the_summary_still_prints(tmp_path: Path) -
     assert "ANTHROPIC_BASE_URL" not in os.environ and "MY_AGENT_URL" not in env
 
 
+@pytest.mark.slow
 def test_ctrl_c_at_the_terminal_reaches_the_agent_once(tmp_path: Path) -> None:
     """Ctrl-C in a terminal signals the whole foreground group (fak and the agent): fak must not send
     the agent a second SIGINT (Claude Code exits on the second one)."""
@@ -212,6 +216,7 @@ def test_bad_usage_is_one_line_and_exit_2(tmp_path: Path, args: list[str], messa
     assert len(lines) == 1 and message in lines[0] and "Traceback" not in r.stderr
 
 
+@pytest.mark.slow
 def test_sandbox_flags_one_line_and_exit_2(tmp_path: Path) -> None:
     """No bwrap on PATH: --sandbox on (the default) says how to install it; --sandbox off runs as before.
     And the sandbox will not make a whole home writable."""
@@ -238,6 +243,7 @@ def test_sandbox_flags_one_line_and_exit_2(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+@pytest.mark.slow
 def test_allow_net_reaches_the_named_host_only_and_the_summary_says_so(tmp_path: Path) -> None:
     """Inside the sandbox HTTPS_PROXY is the guard's allow-list proxy: a tunnel to the --allow-net host
     goes through, one to another host is refused with its reason, and the summary counts both."""
@@ -275,6 +281,7 @@ def test_allow_net_reaches_the_named_host_only_and_the_summary_says_so(tmp_path:
 
 
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+@pytest.mark.slow
 def test_the_journal_inside_the_project_is_not_the_agents_to_change(tmp_path: Path) -> None:
     sb, env = sandbox(tmp_path)
     (tmp_path / "allow.json").write_text(json.dumps({"version": "fak-policy/v1", "name": "all", "default": "allow"}))

@@ -29,7 +29,7 @@ from support import paths
 from support.fake_upstream import FakeUpstream, Offer, Proposal, Propose, one_by_one, shell_call
 from support.loopback import LoopbackServer
 
-pytestmark = [pytest.mark.agents,
+pytestmark = [pytest.mark.agents, pytest.mark.slow,
               pytest.mark.skipif(find_bwrap() is None, reason="bubblewrap is not installed (apt-get install bubblewrap)")]
 TIMEOUT = 180
 KEY = "-----BEGIN OPENSSH PRIVATE KEY----- fak-planted-canary-key"

@@ -106,6 +106,7 @@ def test_nothing_outside_the_bridge_is_reachable(hosts: Hosts) -> None:
     assert ip("-4", "route", "show", "default") == default_before  # the root namespace's way out is untouched
 
 
+@pytest.mark.slow
 def test_a_cut_cable_stops_traffic_and_mending_it_restores_it(hosts: Hosts) -> None:
     start_echo(hosts, 2)
     assert connect(hosts, 1, hosts.addr(2), timeout=5) == "hello"

@@ -14,6 +14,8 @@ from engine import load_model
 from engine.gguf.aliases import resolve_model
 from support.ggufgen import tiny_hf_llama
 
+pytestmark = pytest.mark.slow  # boots a model or a server per module: the full suite runs it
+
 KEYS = {"model", "arch", "tensor_types", "file_bytes", "resident_bytes", "rss_bytes", "kernels", "membw_gbps",
         "prompt_ids", "top"}
 

@@ -7,9 +7,12 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from engine import Session, synthetic_model
 from engine.model.sampling import Sampler, SamplingParams
+
+pytestmark = pytest.mark.slow  # boots a model or a server per module: the full suite runs it
 
 
 def fak(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:

@@ -22,6 +22,7 @@ def _fak(*args: str, **extra_env: str) -> subprocess.CompletedProcess[str]:
                           timeout=120, cwd=REPO, env=env)
 
 
+@pytest.mark.slow
 def test_flags_reach_the_engine_and_bad_values_are_one_line() -> None:
     ok = _fak("run", "--trace", "examples/trace.json", "--engine", "inkernel", "--max-running", "2",
               "--kv-blocks", "64", "--block-tokens", "8", "--preempt", "recompute", "--victim", "cost-aware", "--json")
@@ -97,6 +98,7 @@ def test_sched_options_flag_beats_env(monkeypatch: pytest.MonkeyPatch) -> None:
         SchedOptions.resolve()
 
 
+@pytest.mark.slow
 def test_small_budget_with_recompute_serves_every_call() -> None:
     r = _fak("run", "--trace", "examples/trace.json", "--engine", "inkernel", "--max-running", "2", "--kv-blocks", "8",
              "--preempt", "recompute", "--json")

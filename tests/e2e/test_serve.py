@@ -23,6 +23,7 @@ def server():  # type: ignore[no-untyped-def]
     assert s.stop() == 0  # SIGTERM: drained and exited cleanly
 
 
+@pytest.mark.slow
 def test_completion_stream_equals_non_stream_and_framing(server: Server) -> None:
     c = server.client()
     whole = c.completions.create(model=MODEL, prompt="hello", max_tokens=12, temperature=0)
@@ -114,6 +115,7 @@ def test_models_health_tokenize_metrics(server: Server) -> None:
     assert server.metric("fak_sched_admitted_total") >= 1
 
 
+@pytest.mark.slow
 def test_api_key_and_cors() -> None:
     s = Server("--gguf", "synthetic", "--api-key", "s3cret", "--cors-origin", "http://app.example")
     try:
@@ -135,6 +137,7 @@ def test_api_key_and_cors() -> None:
         assert s.stop() == 0
 
 
+@pytest.mark.slow
 def test_bad_model_and_flags_are_one_line() -> None:
     import subprocess
     import sys
@@ -197,6 +200,7 @@ def test_logit_bias_and_penalties_change_the_output(server: Server) -> None:
     assert tokens == 24 and len(set(penalised)) > len(set(plain))  # repeats are pushed down: more distinct bytes
 
 
+@pytest.mark.slow
 def test_live_view_on_a_terminal() -> None:
     import os
     import pty
@@ -225,6 +229,7 @@ def test_live_view_on_a_terminal() -> None:
     assert rc == 0
 
 
+@pytest.mark.slow
 def test_fak_top_draws_a_running_server(server: Server) -> None:
     import subprocess
     import sys
@@ -279,6 +284,7 @@ def test_embeddings_are_the_models_pooled_state(server: Server) -> None:
         assert r.status_code == 400 and r.json()["error"]["param"] == param, (body, r.text)
 
 
+@pytest.mark.slow
 def test_json_logs_every_line_parses_with_an_access_log() -> None:
     s = Server("--gguf", "synthetic", "--json-logs")
     try:
@@ -296,6 +302,7 @@ def test_json_logs_every_line_parses_with_an_access_log() -> None:
 
 
 @pytest.mark.gemma  # a cut copy of its file
+@pytest.mark.slow
 def test_a_model_that_fails_to_load_ends_the_server_with_one_line(tmp_path) -> None:  # type: ignore[no-untyped-def]
     import subprocess
     import sys
@@ -329,6 +336,7 @@ def test_kernel_counters_on_metrics() -> None:
     assert "fak_kernel_submits_total 2.0" in text and "fak_kernel_denies_total 1.0" in text
 
 
+@pytest.mark.slow
 def test_structured_output_and_forced_calls_on_every_wire(server: Server) -> None:
     import anthropic
     import jsonschema

@@ -26,6 +26,7 @@ def _client(s: Server, key: str = "none") -> anthropic.Anthropic:
     return anthropic.Anthropic(base_url=s.url, api_key=key, max_retries=0)
 
 
+@pytest.mark.slow
 def test_stream_equals_non_stream_with_the_real_event_sequence(server: Server) -> None:
     c = _client(server)
     kw = dict(model=MODEL, max_tokens=12, extra_body={"temperature": 0}, system="Be brief.",
@@ -100,6 +101,7 @@ def test_errors_in_anthropic_shape(server: Server) -> None:
         assert err["type"] == "error" and err["error"]["type"] == "invalid_request_error" and word in err["error"]["message"]
 
 
+@pytest.mark.slow
 def test_auth_by_x_api_key_in_anthropic_shape() -> None:
     s = Server("--gguf", "synthetic", "--api-key", "k3y")
     try:

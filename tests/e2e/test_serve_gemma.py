@@ -12,7 +12,7 @@ import pytest
 
 from support.serve_helpers import Server
 
-pytestmark = [pytest.mark.serve, pytest.mark.gemma]
+pytestmark = [pytest.mark.serve, pytest.mark.gemma, pytest.mark.slow]
 MODEL = "gemma3-270m"
 PROMPTS = [f"{w} is a word that" for w in ("Sea", "Tree", "Stone", "River", "Cloud", "Fire", "Glass", "Bread",
                                             "Salt", "Iron", "Wolf", "Moon", "Rain", "Sand", "Silk", "Wind")]

@@ -13,7 +13,7 @@ import pytest
 
 from support.serve_helpers import Server
 
-pytestmark = [pytest.mark.serve]
+pytestmark = [pytest.mark.serve, pytest.mark.slow]
 N_PROMPT = 3000  # the synthetic checkpoint's context is 4096
 
 

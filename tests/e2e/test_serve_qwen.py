@@ -17,7 +17,7 @@ import pytest
 from support import paths
 from support.serve_helpers import Server
 
-pytestmark = [pytest.mark.serve, pytest.mark.qwen]
+pytestmark = [pytest.mark.serve, pytest.mark.qwen, pytest.mark.slow]
 MODEL = "qwen2.5-coder-0.5b"
 REPO = paths.REPO
 WEATHER = {"type": "function", "function": {

@@ -21,6 +21,7 @@ def server():  # type: ignore[no-untyped-def]
     assert s.stop() == 0
 
 
+@pytest.mark.slow
 def test_stream_equals_non_stream_with_typed_events(server: Server) -> None:
     c = server.client()
     kw = dict(model=MODEL, input="hello there", instructions="Be brief.", max_output_tokens=10, temperature=0)

@@ -14,7 +14,7 @@ from schemathesis.specs.openapi.checks import response_schema_conformance  # noq
 
 from support.serve_helpers import Server  # noqa: E402
 
-pytestmark = pytest.mark.serve
+pytestmark = [pytest.mark.serve, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import pytest
 
 from support.serve_helpers import Server
 
-pytestmark = pytest.mark.serve
+pytestmark = [pytest.mark.serve, pytest.mark.slow]
 CLIENTS, SECONDS = 64, 60.0  # the serve issue's figures; ~65 s of the CI budget
 
 

@@ -43,6 +43,7 @@ def test_replay_in_process() -> None:
     assert rep.summary == SUMMARY
 
 
+@pytest.mark.slow
 def test_run_trace_json_and_journal(tmp_path: Path) -> None:
     j = tmp_path / "j.jsonl"
     r = fak("run", "--trace", str(TRACE), "--json", "--journal", str(j))
@@ -109,6 +110,7 @@ def _one_line_error(r: subprocess.CompletedProcess[str], *needles: str) -> None:
         assert n in lines[0]
 
 
+@pytest.mark.slow
 def test_cli_bad_inputs(tmp_path: Path) -> None:
     bad_trace = tmp_path / "bad-trace.json"
     bad_trace.write_text('{"calls": [{"tool": "x", "args": "nope"}]}')

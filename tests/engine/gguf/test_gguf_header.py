@@ -115,6 +115,7 @@ def _readers(p: Path) -> list[object]:
     return out
 
 
+@pytest.mark.slow
 def test_byte_flip_fuzz_is_one_error_or_a_result(tmp_path: Path) -> None:
     # Every header byte flipped or overwritten (and some 8-byte fields made huge): GGUFError or a result.
     src = _kinds_gguf(tmp_path / "src.gguf").read_bytes()

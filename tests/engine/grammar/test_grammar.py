@@ -285,6 +285,7 @@ def gemma():  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.gemma
+@pytest.mark.slow
 def test_gemma_constrained_outputs(gemma) -> None:  # type: ignore[no-untyped-def]
     model_, tok = gemma
 

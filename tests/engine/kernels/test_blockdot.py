@@ -34,6 +34,7 @@ def _gemm(raw: np.ndarray, x: np.ndarray, kind: int, fn=gemm) -> np.ndarray:  # 
 
 
 @pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
+@pytest.mark.slow
 def test_every_lane_group_gives_the_same_bits(qtype: QT) -> None:
     """13 lanes run as 8 + 4 + 1: each row equals the same row computed alone, and all are close to
     the float64 reference (300 rows: every parallel chunk boundary is crossed)."""
@@ -50,11 +51,13 @@ def test_every_lane_group_gives_the_same_bits(qtype: QT) -> None:
 
 
 @pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
+@pytest.mark.slow
 def test_serial_twin_equals_parallel_kernel(qtype: QT) -> None:
     raw, x, kind = _case(qtype, rows=150, lanes=9, seed=3)
     assert np.array_equal(_gemm(raw, x, kind, serial_twin(gemm)), _gemm(raw, x, kind))
 
 
+@pytest.mark.slow
 def test_misaligned_and_strided_activations() -> None:
     raw, x, kind = _case(QT.Q8_0, rows=70, lanes=5, seed=5)
     want = _gemm(raw, x, kind)
@@ -67,6 +70,7 @@ def test_misaligned_and_strided_activations() -> None:
     assert np.array_equal(_gemm(raw, wide[:, :x.shape[1]], kind), want)  # rows 32 floats apart
 
 
+@pytest.mark.slow
 def test_bad_shapes_are_refused_not_read() -> None:
     raw, x, kind = _case(QT.Q8_0, rows=8, lanes=2, seed=9)
     out = np.empty((2, 8), np.float32)

@@ -152,6 +152,7 @@ def test_declines_moe_and_the_off_switch(tmp_path: Path, monkeypatch: pytest.Mon
 
 
 @pytest.mark.gemma
+@pytest.mark.slow
 def test_gemma_decode_through_the_lane_kernel_is_bit_exact(monkeypatch: pytest.MonkeyPatch) -> None:
     """Gemma 3 270M's Q4_K_M mix (Q5_0, Q8_0, Q4_K, Q6_K tiles, fused Q/K(/V) and gate/up), 40 steps."""
     model = load_model("gemma3-270m", resident=True, progress=False)

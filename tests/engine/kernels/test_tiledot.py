@@ -40,6 +40,7 @@ def _quantize_ref(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 @pytest.mark.parametrize("kind,qtype,sb", KINDS, ids=IDS)
+@pytest.mark.slow
 def test_tiles_dequantize_to_the_gguf_values(kind: int, qtype: QT, sb: int) -> None:
     rows, n = 37, 2 * sb * (2 if sb == 32 else 1)  # 3 tiles, the last with 5 real rows
     raw, tiles = _weight(kind, qtype, rows, n, seed=kind)
@@ -78,6 +79,7 @@ def test_activation_quantizer_matches_the_obvious_one() -> None:
 
 @pytest.mark.parametrize("kind,qtype,sb", KINDS, ids=IDS)
 @pytest.mark.parametrize("rows,mult", [(37, 1), (256, 3), (16, 8)])
+@pytest.mark.slow
 def test_gemm_tiles_matches_float64_reference(kind: int, qtype: QT, sb: int, rows: int, mult: int) -> None:
     n = max(sb, 64) * mult
     raw, tiles = _weight(kind, qtype, rows, n, seed=rows + kind)

@@ -74,6 +74,7 @@ def test_gated_twin(gelu: bool, rows: int, width: int) -> None:
 
 
 @pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
+@pytest.mark.slow
 def test_dequantize_rows_twin(qtype: QT) -> None:
     """The embedding take (decode) runs the twin for few rows, the parallel kernel for many."""
     cols = 640 if qtype in (QT.Q8_0, QT.Q5_0) else 2048
@@ -83,6 +84,7 @@ def test_dequantize_rows_twin(qtype: QT) -> None:
     _assert_same(kernel, lambda: (raw, rows, np.zeros((5, cols), np.float32), K.F16_LUT, K.QK))
 
 
+@pytest.mark.slow
 def test_q5_0_repack_twin() -> None:
     raw = random_blocks(QT.Q5_0, 33, 320, seed=8)
     _assert_same(K.repack_q5_0_q8_0, lambda: (raw, np.zeros((33, 320 // 32 * 34), np.uint8)))
@@ -92,6 +94,7 @@ def test_q5_0_repack_twin() -> None:
                                           (4, QT.Q4_0, 640), (5, QT.Q4_1, 640), (6, QT.Q5_1, 640), (7, QT.Q5_K, 512),
                                           (8, QT.F16, 640), (9, QT.BF16, 640)])
 @pytest.mark.parametrize("lanes", [1, 5, 16])
+@pytest.mark.slow
 def test_tile_kernels_twins(kind: int, qtype: QT, n: int, lanes: int) -> None:
     """The 16-row tiles' product (engine/kernels/tilegemm.py; int16 dots, F16 / BF16 float FMAs); repack and
     dequantize are serial."""

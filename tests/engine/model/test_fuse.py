@@ -94,6 +94,7 @@ def _decode_digest(model) -> str:  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.gemma
+@pytest.mark.slow
 def test_gemma_fused_and_apart_give_the_same_bits(monkeypatch: pytest.MonkeyPatch) -> None:
     fused = load_model("gemma3-270m", resident=True, progress=False)
     lw = fused.weights.layers[0]

@@ -16,6 +16,7 @@ def model() -> Model:
     return load_model("gemma3-270m", progress=False)
 
 
+@pytest.mark.slow
 def test_step_batch_bit_identical_on_gemma(model: Model) -> None:
     prompts = [[2, 818], [2, 818, 5279, 529, 7001], [2, 105, 2364, 107, 3689, 563, 506, 5279, 529], [2] + list(range(300, 317))]
     serial, batch = [Session(model) for _ in prompts], [Session(model) for _ in prompts]

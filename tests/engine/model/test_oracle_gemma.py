@@ -10,7 +10,7 @@ from engine import load_model
 from engine.gguf.aliases import resolve_model
 from support.ggufgen import oracle_check
 
-pytestmark = [pytest.mark.oracle, pytest.mark.gemma]
+pytestmark = [pytest.mark.oracle, pytest.mark.gemma, pytest.mark.slow]
 
 # Token ids until the tokenizer lands: BOS (2) + ordinary vocabulary ids.
 PROMPTS = [

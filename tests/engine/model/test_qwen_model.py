@@ -25,6 +25,8 @@ from engine.gguf.packaged import ChunkedModel, Part, ensure_assembled
 from support import paths
 from support.agree import agree
 
+pytestmark = pytest.mark.slow  # boots a model or a server per module: the full suite runs it
+
 REPO = paths.REPO
 ASK = "Write a Python function that adds two numbers."
 WEATHER = {"type": "function", "function": {

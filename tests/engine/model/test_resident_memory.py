@@ -7,6 +7,8 @@ import pytest
 from engine.gguf.aliases import resolve_model
 from engine.model.diag import measure_load_rss
 
+pytestmark = pytest.mark.slow  # boots a model or a server per module: the full suite runs it
+
 
 @pytest.mark.gemma
 def test_resident_load_adds_at_most_1_2x_file_size() -> None:

@@ -74,6 +74,7 @@ def gemma_pair() -> tuple[Model, Model]:
 
 
 @pytest.mark.gemma
+@pytest.mark.slow
 def test_gemma_resident_matches_plain(gemma_pair: tuple[Model, Model]) -> None:
     res, plain = gemma_pair
     assert isinstance(res.weights.token_embd, QuantWeight) and res.weights.output is res.weights.token_embd

@@ -88,6 +88,7 @@ def test_resident_type_lane_is_the_same_alone_or_batched(pair: tuple[QT, Model, 
         assert np.array_equal(batched[b], row)
 
 
+@pytest.mark.slow
 def test_new_types_stay_tiled_under_fak_tiles_0(monkeypatch: pytest.MonkeyPatch) -> None:
     """FAK_TILES=0 (the A/B switch to GGUF-block kernels) has no block kernel for the six: they stay tiles;
     the widened two run as the GGUF blocks of their wider type."""
@@ -146,6 +147,7 @@ def test_usual_file_mixes_run_resident(mix_files: dict[str, Path], mix: str) -> 
 
 
 @pytest.mark.oracle
+@pytest.mark.slow
 def test_unsupported_resident_type_is_one_line_exit_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A Q2_K matrix (no resident kernel): `fak run` names the tensor and the type and points to --plain,
     exit 2, one line; --plain then reads it (the float32 path knows every gguf-py type)."""

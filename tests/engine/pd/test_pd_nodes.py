@@ -207,6 +207,7 @@ def test_a_kv_import_that_lost_its_stage_is_rerouted_other_failures_are_not() ->
         assert c.head.counts["resumed"] == 1
 
 
+@pytest.mark.slow
 def test_prefill_node_lost_fails_requests_within_the_hold_never_hangs() -> None:
     with Cluster(1, "tcp", down_after=1.0, hold_s=2.0) as c:
         c.prefill.worker.submit(lambda: time.sleep(1.5))  # the next prefills wait behind this
@@ -222,6 +223,7 @@ def test_prefill_node_lost_fails_requests_within_the_hold_never_hangs() -> None:
         assert r.finish_reason is FinishReason.ERROR and "prefill-0" in (r.error or "")
 
 
+@pytest.mark.slow
 def test_prefill_node_that_comes_back_completes_the_requests_that_waited() -> None:
     rng = np.random.default_rng(3)
     prompts = [rand_prompt(rng, 40 + 7 * i) for i in range(3)]

@@ -17,7 +17,7 @@ from engine.sched.scheduler import NativeScheduler
 from engine.tokenizer.tokenizer import load_tokenizer
 from support.sched_helpers import GEMMA_PROMPTS
 
-pytestmark = [pytest.mark.gemma, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.gemma, pytest.mark.timeout(600), pytest.mark.slow]
 
 PROMPTS = GEMMA_PROMPTS
 NEW = 10

@@ -146,6 +146,7 @@ def _cached(c: object, prompt: str, **kw: object) -> int:
 
 
 @pytest.mark.serve
+@pytest.mark.slow
 def test_serve_users_and_salts_never_share_the_prefix_cache(server) -> None:  # type: ignore[no-untyped-def]
     c = server.client()
     p = "users: " + LONG

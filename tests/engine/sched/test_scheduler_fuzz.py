@@ -12,6 +12,8 @@ import random
 import time
 from collections import Counter
 
+import pytest
+
 from engine.sched.lane import FinishReason, Handle, LaneState, Request
 from engine.sched.scheduler import NativeScheduler
 from support.numba_threads import ParallelLaunches
@@ -128,6 +130,7 @@ def _sync_schedule(seed: int) -> dict[str, int]:
             "hit_tokens": st.prefix_hit_tokens, **st.finished}
 
 
+@pytest.mark.slow
 def test_fuzz_synchronous_schedules() -> None:
     totals: Counter[str] = Counter()
     with ParallelLaunches() as launches:  # the first 20 schedules (the recorder costs ~1 us a launch)

@@ -39,6 +39,7 @@ def gemma():  # type: ignore[no-untyped-def]
     T.clear_memo()  # leave no process-wide tokenizer behind (the tokenizer tests time cold loads)
 
 
+@pytest.mark.slow
 def test_batched_equals_one_request_path_and_streams_text(gemma) -> None:  # type: ignore[no-untyped-def]
     model, tok = gemma
     ids = [tok.encode(p) for p in PROMPTS]

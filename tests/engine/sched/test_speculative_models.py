@@ -13,6 +13,8 @@ from engine.sched.scheduler import NativeScheduler
 from engine.tokenizer.tokenizer import load_tokenizer
 from support.sched_helpers import ScriptedDrafter, use_drafter
 
+pytestmark = pytest.mark.slow  # boots a model or a server per module: the full suite runs it
+
 CODE = ("def parse(rows):\n    out = []\n    for row in rows:\n        out.append(row.strip())\n    return out\n\n"
         "def parse_all(files):\n    out = []\n    for f in files:\n        out.append(parse(f))\n    return out\n")
 

@@ -16,7 +16,7 @@ from engine.gguf.aliases import resolve_model
 from engine.tokenizer.tokenizer import GGUFTokenizer
 from support.vocab import MIXED, no_gguf_vocab, read_cases, vocab_dir
 
-pytestmark = [pytest.mark.gemma]
+pytestmark = [pytest.mark.gemma, pytest.mark.slow]
 
 @pytest.fixture(scope="module")
 def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:

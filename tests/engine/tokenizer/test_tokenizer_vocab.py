@@ -240,6 +240,7 @@ def test_spm_merges_order() -> None:
 
 @pytest.mark.oracle
 @pytest.mark.parametrize("name", ["ggml-vocab-gpt-2.gguf", "ggml-vocab-llama-spm.gguf"])
+@pytest.mark.slow
 def test_matches_hf_transformers_beyond_the_vectors(name: str) -> None:
     # the two vocabularies transformers loads quickly (qwen2 and llama-bpe agree too but take ~30 s each)
     from transformers import AutoTokenizer
@@ -279,6 +280,7 @@ def _cached_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str) -> 
 
 
 @pytest.mark.parametrize("name", ["ggml-vocab-llama-spm.gguf", "ggml-vocab-qwen2.gguf"])
+@pytest.mark.slow
 def test_cache_warm_load_reads_the_entry_not_the_gguf(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                       name: str) -> None:
     import engine.tokenizer.tokenizer as T

@@ -340,6 +340,7 @@ def test_binding_beyond_loopback_without_a_key_is_refused() -> None:
         Node(object(), "n", KVLayout(1, 1, 4, 16, "<f4"), host="0.0.0.0")
 
 
+@pytest.mark.slow
 def test_fak_worker_beyond_loopback_without_a_key_exits_2_in_one_line() -> None:
     env = {k: v for k, v in __import__("os").environ.items() if k != "FAK_PD_KEY"}
     r = subprocess.run([sys.executable, "-m", "commands.main", "worker", "--role", "decode", "--listen", "0.0.0.0:0",

@@ -456,6 +456,7 @@ FRAGMENTS = ["rm", " ", "-rf", "-r", "/", "~", "$HOME", "sudo", "doas", "curl", 
              ",", "$'\\x72'", "chmod", "777", "-R", "find", "-delete", "printenv", "nc", "-e", "env ", "<(", "python3"]
 
 
+@pytest.mark.slow
 def test_fast_path_matches_reference() -> None:
     """The v1 arg-rule fast path (needles, the normal form) against the slow reference, on the regex floor."""
     from hypothesis import given, settings

@@ -77,6 +77,7 @@ def test_anthropic_stream_helper_reassembles_split_tool_input(up: FakeUpstream) 
     assert stream.current_message_snapshot.content[0].text == "Working on it."
 
 
+@pytest.mark.slow
 def test_anthropic_followup_and_beta_route(up: FakeUpstream) -> None:
     messages = [
         {"role": "user", "content": "hi"},

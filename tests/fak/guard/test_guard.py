@@ -434,6 +434,7 @@ def test_text_and_thinking_pass_at_once_only_calls_are_held(tmp_path: Path) -> N
         assert _frames(s.feed(Event(ev["type"], json.dumps(ev)))) == [ev]
 
 
+@pytest.mark.slow
 def test_quiet_writes_nothing_of_its_own(tmp_path: Path) -> None:
     import subprocess
     import sys

@@ -65,6 +65,7 @@ def prompt_ids(*args: str) -> list[int]:
     return list(json.loads(r.stdout)["prompt_ids"])
 
 
+@pytest.mark.slow
 def test_template_from_the_gguf_by_default_and_raw_turns_it_off(tmp_path: Path) -> None:
     p = str(tiny_chat_gguf(tmp_path / "chat.gguf", TEMPLATE))
     nl = ord("\n")
@@ -77,6 +78,7 @@ def test_template_from_the_gguf_by_default_and_raw_turns_it_off(tmp_path: Path) 
     assert r.returncode == 2 and r.stderr.strip() == "fak: error: --chat and --raw contradict each other"
 
 
+@pytest.mark.slow
 def test_base_model_gets_raw_completion_and_chat_forces_the_fallback(tmp_path: Path) -> None:
     p = str(tiny_chat_gguf(tmp_path / "base.gguf", None))
     assert prompt_ids(p, "hi") == [*b"hi"]
@@ -84,6 +86,7 @@ def test_base_model_gets_raw_completion_and_chat_forces_the_fallback(tmp_path: P
     assert forced[0] == IM_START and IM_END in forced and forced != [*b"hi"]
 
 
+@pytest.mark.slow
 def test_raw_completion_adds_bos_when_the_file_asks(tmp_path: Path) -> None:
     p = str(tiny_chat_gguf(tmp_path / "bos.gguf", TEMPLATE, add_bos=True))
     assert prompt_ids(p, "hi", "--raw") == [BOS, *b"hi"]  # BOS + text, as llama.cpp's completion tool does
@@ -112,6 +115,7 @@ def _run_on_a_tty(args: list[str]) -> tuple[int, str, str]:
     return proc.returncode, out.decode(), "\n".join(re.split(r"[\r\n]+", err))
 
 
+@pytest.mark.slow
 def test_boot_line_and_progress_on_a_tty_absent_with_json(tmp_path: Path) -> None:
     p = str(tiny_chat_gguf(tmp_path / "tty.gguf", TEMPLATE))
     rc, out, err = _run_on_a_tty([p, "hi", "--max-tokens", "2"])
@@ -127,6 +131,7 @@ def test_boot_line_and_progress_on_a_tty_absent_with_json(tmp_path: Path) -> Non
     assert r.returncode == 0 and "fak: " not in r.stderr and "decode: " in r.stderr
 
 
+@pytest.mark.slow
 def test_plain_boot_line_says_float32(tmp_path: Path) -> None:
     p = str(tiny_chat_gguf(tmp_path / "plain.gguf", TEMPLATE))
     rc, _, err = _run_on_a_tty([p, "hi", "--max-tokens", "1", "--plain"])
@@ -143,6 +148,7 @@ def test_bad_model_is_one_line_exit_2(args: list[str]) -> None:
     assert len(lines) == 1 and lines[0].startswith("fak: error: "), r.stderr
 
 
+@pytest.mark.slow
 def test_gguf_flag_is_the_model(tmp_path: Path) -> None:
     a = fak("--gguf", "synthetic", "hi", "--json", "--max-tokens", "3")
     b = fak("synthetic", "hi", "--json", "--max-tokens", "3")

@@ -159,6 +159,7 @@ def test_the_engines_bash_in_and_out_of_the_sandbox(tmp_path: Path, monkeypatch:
 
 
 @needs_bwrap
+@pytest.mark.slow
 def test_a_timeout_kills_everything_inside(tmp_path: Path) -> None:
     spec = contain(tmp_path, tmp_path)
     r = run_shell("(sleep 30; echo late > late.txt) & sleep 30", tmp_path, tmp_path, 1.0, spec)
