@@ -68,13 +68,14 @@ class CompileProgress(event.Listener):
         return sum(g.done for g in self.groups.values())
 
     def start(self) -> None:
-        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+        from rich.progress import Progress, SpinnerColumn, TextColumn
 
         with self._lock:
             if self._progress is not None:
                 return
+            # no elapsed column: a row made done (compiled before the rows were drawn) would keep counting
             self._progress = Progress(SpinnerColumn(finished_text="[green]✓"), TextColumn("{task.description}"),
-                                      TimeElapsedColumn(), console=self.console, transient=False)
+                                      console=self.console, transient=False)
             self._progress.start()
             for g in self.groups.values():
                 self._draw(g)
