@@ -98,13 +98,17 @@ class Metrics:
                                       buckets=_LATENCY, registry=r)
 
     def request_counts(self) -> tuple[float, float]:
-        """HTTP requests served so far, and how many of them were 5xx."""
+        """HTTP requests served so far, and how many of them were server errors: 5xx, but not /health's 503
+        while the model loads (a readiness probe told "not yet" is no failure; a panel counting every poll
+        of it as an error alarmed for nothing). /metrics keeps every status as it was."""
         total = errors = 0.0
         for m in self.http.collect():
             for sample in m.samples:
                 if sample.name.endswith("_total"):
                     total += sample.value
-                    errors += sample.value if sample.labels.get("status", "").startswith("5") else 0.0
+                    status, route = sample.labels.get("status", ""), sample.labels.get("route", "")
+                    if status.startswith("5") and not (route == "/health" and status == "503"):
+                        errors += sample.value
         return total, errors
 
     def finished(self, result: Any) -> None:
