@@ -31,7 +31,7 @@ from engine.kernels.parallel import serial_twin
 from engine.kernels.tasks import LINE, _fetch_add, _load_acquire, claim, cycles, finish, wait_done
 from engine.kernels.tiledot import tdot1
 from engine.kernels.tilegemm import quantize_rows_i16
-from engine.quant.tiles import FLOAT_KINDS, SB_VALUES, TILE
+from engine.quant.tiles import ALL_KINDS, FLOAT_KINDS, SB_VALUES, TILE
 
 PHASES_PER_LAYER = 10  # qkv, prep, attend, merge, o, residual, gate|up, act, down, residual
 HEAD_PHASES = 2  # output norm, LM head
@@ -57,7 +57,7 @@ def _quantize(x, xq, dx, sxd):  # type: ignore[no-untyped-def]  # pragma: no cov
 @njit(nogil=True, cache=True)
 def _tiles(kind, wa, ws, rows, t0, t1, xq, dx, sxd, xf, nsb, oa):  # type: ignore[no-untyped-def]  # pragma: no cover
     for t in range(t0, t1):
-        tdot1(kind, wa + U(t) * ws, xq, dx, sxd, xf, 0, nsb, oa + U(t * TILE * 4), U(0), min(TILE, rows - t * TILE))
+        tdot1(ALL_KINDS, kind, wa + U(t) * ws, xq, dx, sxd, xf, 0, nsb, oa + U(t * TILE * 4), U(0), min(TILE, rows - t * TILE))
 
 
 @njit(inline="always")

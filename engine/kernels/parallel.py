@@ -43,7 +43,19 @@ _MAX = numba.config.NUMBA_NUM_THREADS
 
 
 _TWINS: dict[Any, Any] = {}
-_twins_lock = threading.Lock()
+_SPECIALS: dict[tuple[Any, tuple[tuple[str, int], ...]], Any] = {}
+_copies_lock = threading.Lock()
+
+
+def _copy(kernel: Any, suffix: str, env: dict[str, Any], opts: dict[str, Any]) -> Any:
+    """The kernel's Python function as a new numba dispatcher reading globals from `env`. numba's cache
+    file is named after the qualname (its index ignores `parallel` and the globals' values): a distinct
+    qualname keeps each copy's compilations from overwriting another's."""
+    f = kernel.py_func
+    g = types.FunctionType(f.__code__, env, f.__name__ + suffix, f.__defaults__, f.__closure__)
+    g.__qualname__ = f.__qualname__ + suffix
+    g.__module__ = f.__module__
+    return numba.njit(cache=True, **opts)(g)
 
 
 def serial_twin(kernel: Any) -> Any:
@@ -51,21 +63,33 @@ def serial_twin(kernel: Any) -> Any:
     twin = _TWINS.get(kernel)
     if twin is not None:
         return twin
-    with _twins_lock:  # prefill workers may ask for the same twin at once
+    with _copies_lock:  # prefill workers may ask for the same twin at once
         twin = _TWINS.get(kernel)
         if twin is not None:
             return twin
-        f = kernel.py_func
-        g = types.FunctionType(f.__code__, f.__globals__, f.__name__ + "_serial", f.__defaults__, f.__closure__)
-        # numba's cache file is named after the qualname and its index ignores `parallel`: a distinct
-        # name keeps the two compilations from overwriting each other
-        g.__qualname__ = f.__qualname__ + "_twin"
-        g.__module__ = f.__module__
         opts = {k: v for k, v in kernel.targetoptions.items() if k not in ("parallel", "nopython", "nogil")}
         # nogil: the prefill workers run twins side by side (QuantWeight._prefill_rows); they must
         # never `launch` big work themselves (a parallel region entered from two threads)
-        twin = _TWINS[kernel] = numba.njit(cache=True, nogil=True, **opts)(g)
+        twin = _TWINS[kernel] = _copy(kernel, "_twin", kernel.py_func.__globals__, dict(opts, nogil=True))
         return twin
+
+
+def specialised(kernel: Any, **constants: int) -> Any:
+    """The kernel compiled with some of its module's int globals bound to other values: numba freezes
+    globals as compile-time literals, so each binding is a specialisation of its own (cached under its
+    own name; its serial_twin binds the same). Dispatch stays numba's fast typed path, which a literal
+    argument (numba.literally) would not: that re-types the function on every call with a plain int."""
+    key = (kernel, tuple(sorted(constants.items())))
+    spec = _SPECIALS.get(key)
+    if spec is not None:
+        return spec
+    with _copies_lock:
+        spec = _SPECIALS.get(key)
+        if spec is None:
+            suffix = "_" + "_".join(f"{k}{v}" for k, v in key[1])
+            opts = {k: v for k, v in kernel.targetoptions.items() if k != "nopython"}
+            spec = _SPECIALS[key] = _copy(kernel, suffix, dict(kernel.py_func.__globals__, **constants), opts)
+        return spec
 
 
 _warming = threading.local()

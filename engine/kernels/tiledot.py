@@ -29,7 +29,7 @@ from collections.abc import Callable
 from llvmlite import binding as llvm
 from llvmlite import ir
 from numba import types
-from numba.core import cgutils
+from numba.core import cgutils, errors
 from numba.extending import intrinsic
 
 from engine.kernels.blockdot import F32, I8, I32, P8, VF16, _at, _c, _fma, _prefetch, _splat
@@ -280,17 +280,21 @@ def _tile_codegen(kind: int, lanes: int) -> Callable:  # type: ignore[type-arg]
 
 
 def _by_kind(codegen_of: Callable, tag: str) -> Callable:  # type: ignore[type-arg]
-    """Codegen taking a run-time kind first and calling that kind's body behind a branch (taken
-    once per tile): numba cannot pick one of several intrinsics by a run-time value. Each body is
-    its own (internal, not inlined) LLVM function: optimizing ten bodies apart costs LLVM far less
-    than one function holding them all (cold compile of the tile kernels measured 65 s -> 36 s;
+    """Codegen taking a literal kind mask and a run-time kind first and calling that kind's body behind
+    a branch (taken once per tile): numba cannot pick one of several intrinsics by a run-time value.
+    Only the kinds in the mask get a body (a kind outside it does nothing: the kernels check it first).
+    Each body is its own (internal, not inlined) LLVM function: optimizing ten bodies apart costs LLVM
+    far less than one function holding them all (cold compile of the tile kernels measured 65 s -> 36 s;
     the call, once per tile, costs nothing measurable)."""
 
     def codegen(context, b, signature, args):  # type: ignore[no-untyped-def]
-        inner = types.void(*signature.args[1:])
+        mask = signature.args[0].literal_value
+        inner = types.void(*signature.args[2:])
         mod = b.module
-        argtys = [a.type for a in args[1:]]
+        argtys = [a.type for a in args[2:]]
         for code in range(len(KINDS)):
+            if not mask >> code & 1:
+                continue
             sig = zlib.crc32(f"{argtys} {HAS_VNNI}".encode())  # one body per argument types and ISA
             name = f"fak_{tag}_{KINDS[code]}_{sig:08x}"
             fn = mod.globals.get(name)
@@ -301,26 +305,33 @@ def _by_kind(codegen_of: Callable, tag: str) -> Callable:  # type: ignore[type-a
                 fb = ir.IRBuilder(fn.append_basic_block("entry"))
                 codegen_of(code)(context, fb, inner, list(fn.args))
                 fb.ret_void()
-            with b.if_then(b.icmp_signed("==", args[0], _c(code))):
-                b.call(fn, args[1:])
+            with b.if_then(b.icmp_signed("==", args[1], _c(code))):
+                b.call(fn, args[2:])
         return context.get_dummy_value()
 
     return codegen
 
 
+def _kinds_mask(kinds: types.Type) -> types.IntegerLiteral:
+    """The `kinds` argument's type: a literal bit mask of kind codes (tiles.KIND_GROUPS, ALL_KINDS)."""
+    if not isinstance(kinds, types.IntegerLiteral) or not 0 < kinds.literal_value < 1 << len(KINDS):
+        raise errors.TypingError(f"the tile kinds must be a literal bit mask of kind codes, not {kinds}")
+    return kinds
+
+
 def _tile_any(lanes: int) -> Callable:  # type: ignore[type-arg]
-    """Intrinsic `tdot(kind, w_addr, xq, dx, sxd, xf, lane, n_super, out_addr, out_stride, valid)`: one
+    """Intrinsic `tdot(kinds, kind, w_addr, xq, dx, sxd, xf, lane, n_super, out_addr, out_stride, valid)`: one
     tile of 16 rows (raw address) against lanes lane .. lane + lanes - 1 of xq (int16 [B, n]), with the
     block scales dx and dx * sum(xq) (float32 [B, n / 32]), or (float tiles) of xf (float32 [B, n]); row i of lane g goes to
     out_addr + g * out_stride + 4 i for i < valid. The arrays are passed as arrays so numba keeps
     them alive while the dots run."""
 
-    def tdot(typingctx, kind, w_addr, xq, dx, sxd, xf, lane, n_super, out_addr,  # type: ignore[no-untyped-def]
+    def tdot(typingctx, kinds, kind, w_addr, xq, dx, sxd, xf, lane, n_super, out_addr,  # type: ignore[no-untyped-def]
              out_stride, valid):
-        return (types.void(types.int64, *_tile_sig(xq, dx, sxd, xf).args),
+        return (types.void(_kinds_mask(kinds), types.int64, *_tile_sig(xq, dx, sxd, xf).args),
                 _by_kind(lambda k: _tile_codegen(k, lanes), f"tdot{lanes}"))
 
-    return intrinsic(tdot)
+    return intrinsic(prefer_literal=True)(tdot)
 
 
 def _dq_codegen(kind: int) -> Callable:  # type: ignore[type-arg]
@@ -362,16 +373,17 @@ def _dq_codegen(kind: int) -> Callable:  # type: ignore[type-arg]
     return codegen
 
 
-@intrinsic
-def dq_tile(typingctx, kind, w_addr, n_super, out, row0):  # type: ignore[no-untyped-def]
-    """Intrinsic `dq_tile(kind, w_addr, n_super, out, row0)`: the tile at w_addr as float32 rows
+@intrinsic(prefer_literal=True)
+def dq_tile(typingctx, kinds, kind, w_addr, n_super, out, row0):  # type: ignore[no-untyped-def]
+    """Intrinsic `dq_tile(kinds, kind, w_addr, n_super, out, row0)`: the tile at w_addr as float32 rows
     row0.. of out ([R, n]; rows past R are padding, skipped). Each value is what gguf.quants.dequantize gives
     (the same float32 products in the same order); the pair layout is transposed on the way out:
     each row's two values of a pair are one 8-byte store."""
-    return types.void(types.int64, types.uint64, types.int64, out, types.int64), _by_kind(_dq_codegen, "dq")
+    return (types.void(_kinds_mask(kinds), types.int64, types.uint64, types.int64, out, types.int64),
+            _by_kind(_dq_codegen, "dq"))
 
 
-# lane groups of 8, 4 and 1, every kind behind a run-time branch (taken once per tile). A lane's
+# lane groups of 8, 4 and 1, the mask's kinds behind a run-time branch (taken once per tile). A lane's
 # bits are the same in any group. (Measured and not kept: 16-lane groups, two tiles per pass, two
 # sums per lane at 8 lanes, embedded-broadcast operands: no gain beyond this box's run-to-run noise.)
 tdot8 = _tile_any(8)

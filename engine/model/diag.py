@@ -219,8 +219,9 @@ def load_rss_probe(path: str, resident: bool) -> dict[str, int]:
     from engine.model.resident import warmup
     from engine.model.session import Session
     from engine.model.synthetic import synthetic_model
+    from engine.quant.tiles import KIND_GROUPS
 
-    warmup()
+    warmup(KIND_GROUPS)  # every tile kind group: whatever the file holds, its kernels are in the baseline
     Session(synthetic_model()).prefill([1, 2, 3])  # loads the forward pass's own kernels
     base = rss_bytes()
     model = load_model(path, resident=resident, progress=False)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,6 +67,8 @@ class QuantWeight:
         self.layout = self.layout or QUANT_TYPES[self.qtype]
         self._kind = self.layout
         self._tile = L.KINDS.index(self.layout[:-3]) if self.layout.endswith(TILED) else -1
+        if self._tile >= 0:
+            _groups_used.add(L.kind_group(self._tile))  # what warmup() compiles
 
     @property
     def nbytes(self) -> int:
@@ -93,7 +96,7 @@ class QuantWeight:
         work = x2.shape[0] * self.shape[0] * self.shape[1]
         # small products run on one thread (waking the team costs more than it saves)
         if self._tile >= 0:
-            launch(T.gemm_tiles, work, self._tile, self.raw, x2, out)
+            launch(T.gemm_for(self._tile), work, self._tile, self.raw, x2, out)
         else:
             launch(gemm, work, self.raw, x2, out, K.F16_LUT, K.KIND[self._kind])
         return out[0] if squeeze else out
@@ -139,7 +142,7 @@ class QuantWeight:
             raise EngineError(f"{self.name}: row id out of range [0, {self.shape[0]})")
         out = np.empty((rows.shape[0], self.shape[1]), dtype=np.float32)
         if self._tile >= 0:  # each row through its tile: 16x the work, but take is one row a token
-            T.dq_rows_tiles(self._tile, self.raw, rows, out)
+            T.dq_rows_for(self._tile)(self._tile, self.raw, rows, out)
         else:
             launch(DQ_ROWS[self._kind], out.size * 8, self.raw, rows, out, K.F16_LUT, K.QK)  # 1 row: 1 thread
         return out
@@ -277,26 +280,31 @@ def _drop_pages(a: np.ndarray) -> None:
 
 
 _warm_lock = threading.Lock()
-_warm: set[bool] = set()  # the layout families warmed: tiles (True) or GGUF blocks (False)
+_warm: set[int] = set()  # what is warmed: tile kind groups (their masks), or 0 for the GGUF-block kernels
+_groups_used: set[int] = set()  # the tile kind groups of every tiled weight made in this process
 
 
-def warmup() -> None:
+def warmup(groups: Iterable[int] = ()) -> None:
     """Compile (or load from numba's cache) the kernels the current layouts use, so no request pays
-    a JIT. The tile kernels always (the types without GGUF-block kernels are tiled even under
-    FAK_TILES=0); the GGUF-block ones under FAK_TILES=0 only (else they compile on first use)."""
+    a JIT: the tile kernels of each kind group a tiled weight of this process holds (so call it after
+    the model is loaded; the types without GGUF-block kernels are tiled even under FAK_TILES=0) and of
+    `groups` (tiles.KIND_GROUPS masks); the GGUF-block ones under FAK_TILES=0 only (else they compile
+    on first use)."""
     tiled = resident_layout("Q8_0").endswith(TILED)
     with _warm_lock:
-        if True not in _warm:
-            src = np.zeros((1, 34), np.uint8)
+        for group in sorted((_groups_used | set(groups)) - _warm):
+            kind = (group & -group).bit_length() - 1  # the group's first kind
+            src = np.zeros((1, L.GGUF_BYTES[kind]), np.uint8)
             src.setflags(write=False)  # memmapped weights are read-only: their own specialization
-            tiles = np.zeros(L.tiled_shape(0, 1, 32), np.uint8)
-            L.repack_tiles(0, src, tiles)
+            tiles = np.zeros(L.tiled_shape(kind, 1, L.SB_VALUES[kind]), np.uint8)
+            L.repack_tiles(kind, src, tiles)
             tiles.setflags(write=False)
+            x = np.zeros((1, L.SB_VALUES[kind]), np.float32)
             with warming():  # both the parallel kernel and its serial twin
-                launch(T.gemm_tiles, 0, 0, tiles, np.zeros((1, 32), np.float32), np.empty((1, 1), np.float32))
-            T.dq_rows_tiles(0, tiles, np.zeros(1, np.int64), np.empty((1, 32), np.float32))
-            _warm.add(True)
-        if not tiled and False not in _warm:
+                launch(T.gemm_for(kind), 0, kind, tiles, x, np.empty((1, 1), np.float32))
+            T.dq_rows_for(kind)(kind, tiles, np.zeros(1, np.int64), np.empty((1, L.SB_VALUES[kind]), np.float32))
+            _warm.add(group)
+        if not tiled and 0 not in _warm:
             for kind in K.KIND:
                 bs, bb = K.BLOCK_SIZE[kind], K.BLOCK_BYTES[kind]
                 raw = np.zeros((2, (256 // bs) * bb), dtype=np.uint8)
@@ -311,4 +319,4 @@ def warmup() -> None:
                 launch(K.repack_q5_0_q8_0, 0, src, np.empty((1, 34), np.uint8))
                 src.setflags(write=False)
                 launch(K.repack_q5_0_q8_0, 0, src, np.empty((1, 34), np.uint8))
-            _warm.add(False)
+            _warm.add(0)

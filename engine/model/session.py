@@ -168,30 +168,39 @@ def warmup(model: Model | None = None, kv_dtype: str = "f32") -> None:
     """Load (or compile, first time) every numba kernel of prefill, step and step_batch, so no
     request pays for it. The kernels' types do not depend on the model, so the tiny synthetic
     checkpoint warms them for every model; pass a model to also touch its weights once. Resident
-    weights' kernels are warmed too (engine.model.resident.warmup). `kv_dtype`: the KV pools' element
+    weights' kernels are warmed too, for the tile kind groups the loaded weights hold (so call it after
+    the load; engine.model.resident.warmup). `kv_dtype`: the KV pools' element
     type the kernels are compiled for (each is its own specialisation)."""
+    from engine.model.compile_ahead import start
     from engine.model.resident import warmup as warm_resident
 
-    warm_resident()
-    if model is None:
-        from engine.model.synthetic import synthetic_model
+    ahead = start(kv_dtype)  # cold cache: the lane kernel compiles in a second process meanwhile
+    try:
+        warm_resident()
+        if model is None:
+            from engine.model.synthetic import synthetic_model
 
-        model = synthetic_model()
-        model.kv_dtype = kv_dtype
-    with warming():  # both the parallel kernels and their serial twins
-        a, b = Session(model), Session(model)
-        a.prefill([1, 2])
-        b.prefill([3])
-        a.step(4)
-        step_batch([a, b], [5, 6])
-        a.free()
-        b.free()
-    from engine.model.synthetic import synthetic_resident_model
+            model = synthetic_model()
+            model.kv_dtype = kv_dtype
+        if model.lane_plan() is not None:
+            ahead.wait()  # its steps run the lane kernel: take it from the helper's cache
+        with warming():  # both the parallel kernels and their serial twins
+            a, b = Session(model), Session(model)
+            a.prefill([1, 2])
+            b.prefill([3])
+            a.step(4)
+            step_batch([a, b], [5, 6])
+            a.free()
+            b.free()
+        from engine.model.synthetic import synthetic_resident_model
 
-    tiled = synthetic_resident_model()  # the one-kernel single-lane step (engine/kernels/lane_kernel.py)
-    tiled.kv_dtype = kv_dtype
-    if tiled.lane_plan() is not None:
-        s = Session(tiled)
-        s.prefill([1, 2])
-        s.step(3)
-        s.free()
+        tiled = synthetic_resident_model()  # the one-kernel single-lane step (engine/kernels/lane_kernel.py)
+        tiled.kv_dtype = kv_dtype
+        if tiled.lane_plan() is not None:
+            s = Session(tiled)
+            s.prefill([1, 2])
+            ahead.wait()
+            s.step(3)
+            s.free()
+    finally:
+        ahead.wait()

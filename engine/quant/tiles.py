@@ -38,6 +38,12 @@ QB = 32  # values per tile block
 # tile kind codes 0..9 (0..3 as kernels.KIND); FLOAT_KINDS and up hold floats, not integers
 KINDS = ("Q8_0", "Q5_0", "Q4_K", "Q6_K", "Q4_0", "Q4_1", "Q5_1", "Q5_K", "F16", "BF16")
 FLOAT_KINDS = 8
+# Kind groups, each compiled into the tile kernels as one specialisation (a literal bit mask of kind codes):
+# a model compiles only its weights' groups. Q4_K_M / Q6_K / Q8_0 files (the packaged models) use the
+# first alone; the second holds the legacy and Q5_K types, the third the float tiles. (One specialisation
+# per kind measured slower: each pays the kernel's own compile again.)
+KIND_GROUPS = (0x00F, 0x0F0, 0x300)
+ALL_KINDS = 0x3FF
 SB_VALUES = (32, 32, 256, 256, 32, 32, 32, 256, 32, 32)
 SB_BYTES = (544, 352, 2368, 3360, 288, 320, 384, 2880, 1024, 1024)
 HEADER = (0, 0, 64, 32, 0, 0, 0, 64, 0, 0)  # super-block header bytes (else the scales sit in the tile block)
@@ -46,6 +52,14 @@ GGUF_BYTES = (34, 22, 144, 210, 18, 20, 24, 176, 64, 64)  # per row and super-bl
 NIB = (0, 32, 32, 32, 32, 64, 64, 32, 0, 0)  # offset of the nibble vectors in a tile block (after the scales)
 HBITS = (0, 1, 0, 2, 0, 0, 1, 1, 0, 0)  # high bits per value above the nibble
 OFFSET = (0, 16, 0, 32, 8, 0, 0, 0, 0, 0)  # subtracted from the unsigned value (signed types)
+
+
+def kind_group(kind: int) -> int:
+    """The bit mask of the kind group holding tile kind `kind` (KIND_GROUPS)."""
+    for g in KIND_GROUPS:
+        if g >> kind & 1:
+            return g
+    raise ValueError(f"no tile kind {kind}")
 
 
 def tiled_shape(kind: int, rows: int, n: int) -> tuple[int, int]:

@@ -2,7 +2,8 @@
 
 numba reports every compile as an event (numba.core.event, "numba:compile"); a compile started inside
 another (a kernel calling a kernel) belongs to the outer one, so only a thread's outermost compiles are
-rows' work. A group is the kernel's module (tilegemm, lane_kernel, attention, ...). The rows are drawn
+rows' work. A group is the kernel's module (tilegemm, lane_kernel, attention, ...). A kernel compiled by a
+helper process (engine/model/compile_ahead.py) is a "fak:compile-ahead" event of its own, its row's span. The rows are drawn
 with rich on stderr, on a terminal only (boot decides); the weights' own progress bar may be on screen
 while the first compile runs (repacking tiles), and rich draws one live display at a time, so the rows
 start after the load (`start()`), those compiled before it shown done.
@@ -17,6 +18,8 @@ from typing import Any
 
 from numba.core import event
 
+from engine.model.compile_ahead import KIND as AHEAD
+
 
 @dataclass
 class Group:
@@ -27,6 +30,7 @@ class Group:
     seconds: float = 0.0
     active: int = 0  # outermost compiles of this group in flight
     last: str = ""  # the kernel compiling now (or last)
+    ahead_t0: float = 0.0  # when a helper process started compiling this group's kernel
     task: Any = field(default=None, repr=False)
 
 
@@ -51,10 +55,12 @@ class CompileProgress(event.Listener):
 
     def __enter__(self) -> CompileProgress:
         event.register("numba:compile", self)
+        event.register(AHEAD, self)
         return self
 
     def __exit__(self, *exc: object) -> None:
         event.unregister("numba:compile", self)
+        event.unregister(AHEAD, self)
         with self._lock:
             for g in self.groups.values():
                 g.active = 0
@@ -81,6 +87,9 @@ class CompileProgress(event.Listener):
                 self._draw(g)
 
     def on_start(self, ev: Any) -> None:
+        if ev.kind == AHEAD:
+            self._ahead(ev, True)
+            return
         depth = getattr(self._local, "depth", 0)
         self._local.depth = depth + 1
         if depth:
@@ -94,6 +103,9 @@ class CompileProgress(event.Listener):
             self._draw(g)
 
     def on_end(self, ev: Any) -> None:
+        if ev.kind == AHEAD:
+            self._ahead(ev, False)
+            return
         self._local.depth = depth = getattr(self._local, "depth", 1) - 1
         if depth:
             return
@@ -103,6 +115,21 @@ class CompileProgress(event.Listener):
             g.active -= 1
             g.done += 1
             g.seconds += time.perf_counter() - t
+            self._draw(g)
+
+    def _ahead(self, ev: Any, start: bool) -> None:
+        """A helper process's span: its group's row compiles from start to end (one kernel)."""
+        name = ev.data["group"]
+        with self._lock:
+            g = self.groups.setdefault(name, Group(name))
+            if start:
+                g.active += 1
+                g.last = ev.data["kernel"]
+                g.ahead_t0 = time.perf_counter()
+            elif g.active:
+                g.active -= 1
+                g.done += 1
+                g.seconds += time.perf_counter() - g.ahead_t0
             self._draw(g)
 
     def _draw(self, g: Group) -> None:

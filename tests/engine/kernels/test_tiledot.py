@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as QT
@@ -47,15 +49,15 @@ def test_tiles_dequantize_to_the_gguf_values(kind: int, qtype: QT, sb: int) -> N
     assert tiles.shape == (3, n // sb * L.SB_BYTES[kind])
     ref = dequantize(raw, qtype)
     got = np.full((37, n), np.nan, np.float32)
-    T.dq_rows_tiles(kind, tiles, np.arange(37, dtype=np.int64), got)
+    T.dq_rows_for(kind)(kind, tiles, np.arange(37, dtype=np.int64), got)
     assert np.array_equal(got, ref)  # the same float32 products
     ids = np.array([36, 0, 17, 17, 5], dtype=np.int64)
     got = np.empty((5, n), np.float32)
-    T.dq_rows_tiles(kind, tiles, ids, got)
+    T.dq_rows_for(kind)(kind, tiles, ids, got)
     assert np.array_equal(got, ref[ids])
     # padding rows are zero bytes, real rows are not
     pad = np.empty((11, n), np.float32)
-    T.dq_rows_tiles(kind, tiles, np.arange(37, 48, dtype=np.int64), pad)
+    T.dq_rows_for(kind)(kind, tiles, np.arange(37, 48, dtype=np.int64), pad)
     assert not pad.any() and ref[32:].any()
 
 
@@ -85,7 +87,7 @@ def test_gemm_tiles_matches_float64_reference(kind: int, qtype: QT, sb: int, row
     raw, tiles = _weight(kind, qtype, rows, n, seed=rows + kind)
     x = (RNG.standard_normal((6, n)) * 3).astype(np.float32)
     out = np.empty((6, rows), np.float32)
-    T.gemm_tiles(kind, tiles, x, out)
+    T.gemm_for(kind)(kind, tiles, x, out)
     xq, dx = _quantize_ref(x)
     xhat = (xq.reshape(6, -1, 32) * dx[:, :, None].astype(np.float64)).reshape(x.shape)
     if kind >= L.FLOAT_KINDS:  # float tiles take x itself (float32 FMAs: rounding grows with n)
@@ -106,10 +108,10 @@ def test_a_lane_gets_the_same_bits_in_any_batch(kind: int, qtype: QT, sb: int) -
     raw, tiles = _weight(kind, qtype, 50, n, seed=3)
     x = RNG.standard_normal((19, n)).astype(np.float32)
     full = np.empty((19, 50), np.float32)
-    T.gemm_tiles(kind, tiles, x, full)
+    T.gemm_for(kind)(kind, tiles, x, full)
     for b in (1, 3, 4, 5, 8, 9, 13):  # groups of 8, 4 and 1 in every mix
         part = np.empty((b, 50), np.float32)
-        T.gemm_tiles(kind, tiles, x[19 - b:], part)
+        T.gemm_for(kind)(kind, tiles, x[19 - b:], part)
         assert np.array_equal(part, full[19 - b:])
 
 
@@ -118,10 +120,10 @@ def test_prefill_sized_batches_pass_in_lane_blocks() -> None:
     raw, tiles = _weight(2, QT.Q4_K, 48, 512, seed=4)
     x = RNG.standard_normal((T.LANE_BLOCK * 2 + 13, 512)).astype(np.float32)
     full = np.empty((x.shape[0], 48), np.float32)
-    T.gemm_tiles(2, tiles, x, full)
+    T.gemm_for(2)(2, tiles, x, full)
     for lo, hi in ((0, 1), (60, 70), (T.LANE_BLOCK * 2, x.shape[0])):
         part = np.empty((hi - lo, 48), np.float32)
-        T.gemm_tiles(2, tiles, x[lo:hi], part)
+        T.gemm_for(2)(2, tiles, x[lo:hi], part)
         assert np.array_equal(part, full[lo:hi])
 
 
@@ -130,24 +132,81 @@ def test_non_finite_activations_poison_only_their_lane() -> None:
     x = RNG.standard_normal((3, 256)).astype(np.float32)
     x[1, 7] = np.inf
     out = np.empty((3, 20), np.float32)
-    T.gemm_tiles(2, tiles, x, out)
+    T.gemm_for(2)(2, tiles, x, out)
     assert np.isnan(out[1]).all() and np.isfinite(out[[0, 2]]).all()
 
 
 def test_shapes_are_checked() -> None:
     raw, tiles = _weight(0, QT.Q8_0, 20, 64)
     with pytest.raises(ValueError, match="shapes"):
-        T.gemm_tiles(0, tiles, np.zeros((1, 96), np.float32), np.empty((1, 20), np.float32))
+        T.gemm_for(0)(0, tiles, np.zeros((1, 96), np.float32), np.empty((1, 20), np.float32))
     with pytest.raises(ValueError, match="shapes"):
-        T.gemm_tiles(0, tiles, np.zeros((1, 64), np.float32), np.empty((1, 33), np.float32))  # 3 tiles' worth
+        T.gemm_for(0)(0, tiles, np.zeros((1, 64), np.float32), np.empty((1, 33), np.float32))  # 3 tiles' worth
     with pytest.raises(ValueError, match="shapes"):
-        T.gemm_tiles(1, tiles, np.zeros((1, 64), np.float32), np.empty((1, 20), np.float32))  # another kind's bytes
+        T.gemm_for(1)(1, tiles, np.zeros((1, 64), np.float32),  # another kind's bytes
+                     np.empty((1, 20), np.float32))
     with pytest.raises(ValueError, match="shapes"):
         L.repack_tiles(0, raw, np.empty((1, 2 * 544), np.uint8))
     with pytest.raises(ValueError, match="shapes"):
-        T.dq_rows_tiles(0, tiles, np.array([3], np.int64), np.empty((1, 96), np.float32))
+        T.dq_rows_for(0)(0, tiles, np.array([3], np.int64), np.empty((1, 96), np.float32))
     with pytest.raises(ValueError, match="out of range"):
-        T.dq_rows_tiles(0, tiles, np.array([32], np.int64), np.empty((1, 64), np.float32))
+        T.dq_rows_for(0)(0, tiles, np.array([32], np.int64), np.empty((1, 64), np.float32))
+
+
+def test_a_kind_outside_the_compiled_group_is_refused() -> None:
+    """A group's kernels hold the bodies of its kinds only: another kind is refused, not skipped (the output
+    would be left unwritten)."""
+    _, tiles = _weight(0, QT.Q8_0, 20, 64)
+    x, out = np.zeros((1, 64), np.float32), np.full((1, 20), 7.0, np.float32)
+    for other in (4, 8):  # Q4_0's group, F16's
+        with pytest.raises(ValueError, match="not one this compilation holds"):
+            T.gemm_for(other)(0, tiles, x, out)
+        with pytest.raises(ValueError, match="not one this compilation holds"):
+            T.dq_rows_for(other)(0, tiles, np.array([3], np.int64), np.empty((1, 64), np.float32))
+    with pytest.raises(ValueError, match="not one this compilation holds"):
+        T.gemm_for(0)(10, tiles, x, out)
+    assert (out == 7.0).all()
+    assert T.gemm_for(3) is T.gemm_for(0) and T.gemm_for(4) is not T.gemm_for(0)  # one compilation a group
+
+
+def test_groups_cover_every_kind_once() -> None:
+    assert sum(L.KIND_GROUPS) == L.ALL_KINDS == (1 << len(L.KINDS)) - 1
+    assert all(a & b == 0 for i, a in enumerate(L.KIND_GROUPS) for b in L.KIND_GROUPS[i + 1:])
+    assert [L.kind_group(k) for k in range(len(L.KINDS))] == [L.KIND_GROUPS[0]] * 4 + [L.KIND_GROUPS[1]] * 4 + [
+        L.KIND_GROUPS[2]] * 2
+    with pytest.raises(ValueError):
+        L.kind_group(10)
+
+
+def test_a_mask_compiles_only_its_kinds_bodies() -> None:
+    """What shortens the first run: a specialisation's IR holds a body per kind in its mask, no other."""
+    U = np.uint64
+
+    @njit
+    def group_a(kind, tiles, xq, dx, sxd, x, out):  # type: ignore[no-untyped-def]
+        tiledot.tdot8(0x00F, kind, U(tiles.ctypes.data), xq, dx, sxd, x, 0, 1, U(out.ctypes.data), U(64), 16)
+
+    @njit
+    def everything(kind, tiles, xq, dx, sxd, x, out):  # type: ignore[no-untyped-def]
+        tiledot.tdot8(0x3FF, kind, U(tiles.ctypes.data), xq, dx, sxd, x, 0, 1, U(out.ctypes.data), U(64), 16)
+
+    args = (0, np.zeros((1, 544), np.uint8), np.zeros((8, 32), np.int16), np.zeros((8, 1), np.float32),
+            np.zeros((8, 1), np.float32), np.zeros((8, 32), np.float32), np.zeros((8, 16), np.float32))
+    group_a(*args)
+    everything(*args)
+    ir_a = "".join(group_a.inspect_llvm().values())
+    ir_all = "".join(everything.inspect_llvm().values())
+    for code, name in enumerate(L.KINDS):
+        body = re.compile(rf"^define [^@\n]*@fak_tdot8_{name}_", re.M)
+        assert bool(body.search(ir_a)) == (code < 4), name
+        assert body.search(ir_all), name
+
+    @njit
+    def not_literal(mask, kind, tiles, xq, dx, sxd, x, out):  # type: ignore[no-untyped-def]
+        tiledot.tdot8(mask, kind, U(tiles.ctypes.data), xq, dx, sxd, x, 0, 1, U(out.ctypes.data), U(64), 16)
+
+    with pytest.raises(Exception, match="literal bit mask"):
+        not_literal(15, *args)
 
 
 def test_portable_ir_gives_the_vnni_bits(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -163,11 +222,11 @@ def test_portable_ir_gives_the_vnni_bits(monkeypatch: pytest.MonkeyPatch) -> Non
     @njit
     def run(tiles, xq, dx, sxd, x, out):  # type: ignore[no-untyped-def]
         for t in range(tiles.shape[0]):
-            portable(3, U(tiles.ctypes.data) + U(t * tiles.strides[0]), xq, dx, sxd, x, 0, 1,
+            portable(8, 3, U(tiles.ctypes.data) + U(t * tiles.strides[0]), xq, dx, sxd, x, 0, 1,
                      U(out.ctypes.data) + U(64 * t), U(128), 16)
 
     got = np.empty((1, 32), np.float32)
     run(tiles, xq, dx, sxd, x, got)
     want = np.empty((1, 32), np.float32)
-    T.gemm_tiles(3, tiles, x, want)
+    T.gemm_for(3)(3, tiles, x, want)
     assert np.array_equal(got, want)

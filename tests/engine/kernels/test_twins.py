@@ -103,9 +103,9 @@ def test_tile_kernels_twins(kind: int, qtype: QT, n: int, lanes: int) -> None:
     tiles = np.zeros(shape, np.uint8)
     L.repack_tiles(kind, raw, tiles)
     x = RNG.standard_normal((lanes, n)).astype(np.float32)
-    _assert_same(T.gemm_tiles, lambda: (kind, tiles, x, np.zeros((lanes, 37), np.float32)))
+    _assert_same(T.gemm_for(kind), lambda: (kind, tiles, x, np.zeros((lanes, 37), np.float32)))
     x = RNG.standard_normal((70, n)).astype(np.float32)  # past one lane block
-    _assert_same(T.gemm_tiles, lambda: (kind, tiles, x, np.zeros((70, 37), np.float32)))
+    _assert_same(T.gemm_for(kind), lambda: (kind, tiles, x, np.zeros((70, 37), np.float32)))
 
 
 def test_rope_twin() -> None:

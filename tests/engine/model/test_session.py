@@ -187,3 +187,25 @@ def test_warmup_loads_every_kernel() -> None:
             "and len(lane_layers.signatures) > 0)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "True", out.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.gemma
+def test_a_packaged_model_warms_only_its_tile_kind_group() -> None:
+    """The first run of a Q4_K_M file compiles the tile kernels' first kind group only (Q8_0, Q5_0, Q4_K,
+    Q6_K: 4 of the 10 kinds' bodies), and its requests then compile nothing."""
+    import subprocess
+    import sys
+
+    code = ("from engine.model.loader import load_model; "
+            "m = load_model('gemma3-270m', resident=True, progress=False); "
+            "from engine.model.session import Session, warmup; warmup(); "
+            "from engine.kernels import tilegemm as T; from engine.kernels.parallel import serial_twin; "
+            "ks = [k for kind in (0, 4, 8) for g in (T.gemm_for(kind), T.dq_rows_for(kind)) for k in (g, serial_twin(g))]; "
+            "ks += [T.gemm_tiles, T.dq_rows_tiles]; "
+            "before = [len(k.signatures) for k in ks]; "
+            "s = Session(m); s.prefill([2, 651, 6037]); s.step(529); "
+            "print([min(n, 1) for n in before], before == [len(k.signatures) for k in ks])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    # compiled: group 0's product, its twin and dequantizer (its twin is never launched); not the others
+    assert out.stdout.strip() == "[1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0] True", out.stderr[-2000:]

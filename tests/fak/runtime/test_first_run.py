@@ -89,3 +89,24 @@ def test_compile_rows_count_each_outermost_compile_once_by_module() -> None:
     assert (g.done, g.active, g.last) == (2, 0, "test_compile_rows_count_each_outermost_compile_once_by_module.<locals>.outer")
     assert cp.compiled == 2
     assert "test_first_run" in out.getvalue() and "2 kernels compiled" in out.getvalue()
+
+
+def test_a_helper_process_compile_is_a_row_of_its_own() -> None:
+    """engine/model/compile_ahead.py's span (start, then end) is one kernel of its group's row."""
+    import io
+
+    from numba.core import event
+    from rich.console import Console
+
+    from engine.model.compile_ahead import KIND
+    from fak.runtime.compile_progress import CompileProgress
+
+    out = io.StringIO()
+    with CompileProgress(Console(file=out, width=100)) as cp:
+        cp.start()
+        event.start_event(KIND, data={"group": "lane_kernel", "kernel": "lane_layers (a second process)"})
+        assert cp.groups["lane_kernel"].active == 1
+        event.end_event(KIND, data={"group": "lane_kernel", "kernel": "lane_layers"})
+    g = cp.groups["lane_kernel"]
+    assert (g.done, g.active) == (1, 0) and g.last == "lane_layers (a second process)"
+    assert "lane_kernel" in out.getvalue() and "1 kernel compiled" in out.getvalue()
