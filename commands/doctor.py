@@ -17,7 +17,7 @@ def register(app: typer.Typer) -> None:
     def doctor(
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object (for scripts)."),
         no_measure: bool = typer.Option(False, "--no-measure", help="Skip the memory-read measurement (a few s)."),
-        warm: bool = typer.Option(False, "--warm", help="Compile and cache the kernels now (the first run's minute) "
+        warm: bool = typer.Option(False, "--warm", help="Compile and cache the kernels now (the first run's half minute) "
                                   "and assemble the default model, then check."),
     ) -> None:
         """What this machine gives fak: CPU, memory bandwidth and decode ceilings, models, kernel cache,

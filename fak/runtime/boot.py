@@ -205,7 +205,7 @@ def boot(model: str | None = None, *, resident: bool = True, sched: SchedOptions
 
         from fak.runtime.compile_progress import CompileProgress
 
-        print(f"fak: compiling the kernels for this CPU (first run only, about a minute; cached in {cold.parent})",
+        print(f"fak: compiling the kernels for this CPU (first run only, about half a minute; cached in {cold.parent})",
               file=sys.stderr, flush=True)
         compiling = CompileProgress(Console(stderr=True))
     with compiling as cp:

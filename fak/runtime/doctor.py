@@ -63,7 +63,7 @@ def _cpu() -> tuple[str, set[str]]:
 
 
 def _kernel_cache() -> Check:
-    """numba's on-disk cache of the compiled kernels (the first run's minute goes there)."""
+    """numba's on-disk cache of the compiled kernels (the first run's half minute goes there)."""
     import engine
 
     root = Path(engine.__file__).parent
@@ -71,7 +71,7 @@ def _kernel_cache() -> Check:
     size = sum(p.stat().st_size for p in root.rglob("__pycache__/*.nbc"))
     if entries:
         return Check("kernel cache", True, f"{len(entries)} kernels compiled, {size / 2**20:.0f} MiB under {root}")
-    return Check("kernel cache", False, "cold: the first model run compiles the kernels for this CPU (about a minute)",
+    return Check("kernel cache", False, "cold: the first model run compiles the kernels for this CPU (about half a minute)",
                  fix="fak doctor --warm")
 
 

@@ -37,7 +37,7 @@ def test_a_boot_on_a_terminal_says_it_is_compiling(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(boot_mod, "cold_kernels", lambda root=None: tmp_path / "__pycache__")
     b = boot_mod.boot("synthetic", show=True, scheduler=False)
     err = capsys.readouterr().err
-    assert err.splitlines()[0] == (f"fak: compiling the kernels for this CPU (first run only, about a minute; "
+    assert err.splitlines()[0] == (f"fak: compiling the kernels for this CPU (first run only, about half a minute; "
                                    f"cached in {tmp_path})")
     b.close()
     monkeypatch.setattr(boot_mod, "cold_kernels", lambda root=None: None)
