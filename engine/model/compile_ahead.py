@@ -3,9 +3,9 @@
 numba compiles one function at a time in a process (a process-wide lock), so a cold warmup keeps one
 core busy. The lane kernel (engine/kernels/lane_kernel.py) is its biggest piece and shares little with
 the rest: Gemma 3 270M's cold warmup measured 36 s, 16 of them lane_layers. When numba's cache holds no
-lane kernel, `warmup` starts `python -m engine.model.compile_ahead KV_DTYPE`, which compiles it by a
-one-token prefill of the synthetic resident checkpoint (one row: the lane kernel, head included) and
-leaves it in numba's cache; this process compiles everything else meanwhile, then waits for it and loads
+lane kernel, `warmup` starts a Python process running engine.model.session.warm_lane_kernel (a one-token
+prefill of the synthetic resident checkpoint: one row, the lane kernel with the head), which leaves it in
+numba's cache; this process compiles everything else meanwhile, then waits for it and loads
 the kernel from the cache. A helper that fails or is killed costs only time: this process then compiles
 the kernel itself. `FAK_COMPILE_AHEAD=0` turns it off. The helper's span is a "fak:compile-ahead" event
 (numba.core.event), which the first run's progress rows show.
@@ -23,6 +23,7 @@ from pathlib import Path
 from numba.core import event
 
 KIND = "fak:compile-ahead"
+HELPER = "import sys; from engine.model.session import warm_lane_kernel; warm_lane_kernel(sys.argv[1])"
 TIMEOUT_S = 600.0  # a helper still compiling after this is killed (this process then compiles itself)
 
 
@@ -66,28 +67,9 @@ def start(kv_dtype: str) -> Ahead:
     root = str(Path(__file__).resolve().parents[2])  # the engine package's parent: the same engine imports
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
     try:
-        proc = subprocess.Popen([sys.executable, "-m", "engine.model.compile_ahead", kv_dtype], env=env,
+        proc = subprocess.Popen([sys.executable, "-c", HELPER, kv_dtype], env=env,
                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     except OSError:
         return Ahead()
     event.start_event(KIND, data={"group": "lane_kernel", "kernel": "lane_layers (a second process)"})
     return Ahead(proc)
-
-
-def main(argv: list[str]) -> int:
-    """The helper: compile the lane kernel for a KV type (writes numba's cache)."""
-    from engine.model.session import Session
-    from engine.model.synthetic import synthetic_resident_model
-
-    model = synthetic_resident_model()
-    model.kv_dtype = argv[1] if len(argv) > 1 else "f32"
-    if model.lane_plan() is None:  # one thread, or FAK_LANE_KERNEL=0: nothing to compile
-        return 0
-    s = Session(model)
-    s.prefill([1])  # one row: the lane kernel with the head
-    s.free()
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv))

@@ -204,3 +204,18 @@ def warmup(model: Model | None = None, kv_dtype: str = "f32") -> None:
             s.free()
     finally:
         ahead.wait()
+
+
+def warm_lane_kernel(kv_dtype: str = "f32") -> None:
+    """Compile (or load) the single-lane kernel alone, for pools of `kv_dtype`: a one-token prefill of the
+    synthetic resident checkpoint (one row: the lane kernel with the head). What a cold warmup's helper
+    process runs (engine/model/compile_ahead.py); nothing when the kernel is off (one thread, FAK_LANE_KERNEL=0)."""
+    from engine.model.synthetic import synthetic_resident_model
+
+    model = synthetic_resident_model()
+    model.kv_dtype = kv_dtype
+    if model.lane_plan() is None:
+        return
+    s = Session(model)
+    s.prefill([1])
+    s.free()
