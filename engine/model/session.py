@@ -192,12 +192,8 @@ def warmup(model: Model | None = None, kv_dtype: str = "f32") -> None:
             step_batch([a, b], [5, 6])
             a.free()
             b.free()
-        from engine.model.synthetic import synthetic_resident_model
-
-        tiled = synthetic_resident_model()  # the one-kernel single-lane step (engine/kernels/lane_kernel.py)
-        tiled.kv_dtype = kv_dtype
-        if tiled.lane_plan() is not None:
-            s = Session(tiled)
+        s = _tiled_session(kv_dtype)  # the one-kernel single-lane step (engine/kernels/lane_kernel.py)
+        if s is not None:
             s.prefill([1, 2])
             ahead.wait()
             s.step(3)
@@ -206,16 +202,21 @@ def warmup(model: Model | None = None, kv_dtype: str = "f32") -> None:
         ahead.wait()
 
 
-def warm_lane_kernel(kv_dtype: str = "f32") -> None:
-    """Compile (or load) the single-lane kernel alone, for pools of `kv_dtype`: a one-token prefill of the
-    synthetic resident checkpoint (one row: the lane kernel with the head). What a cold warmup's helper
-    process runs (engine/model/compile_ahead.py); nothing when the kernel is off (one thread, FAK_LANE_KERNEL=0)."""
+def _tiled_session(kv_dtype: str) -> Session | None:
+    """A session on the synthetic resident checkpoint (Q8_0 tiles, pools of `kv_dtype`), or None when the
+    lane kernel does not cover it (one thread, FAK_LANE_KERNEL=0): nothing of that kernel to warm."""
     from engine.model.synthetic import synthetic_resident_model
 
     model = synthetic_resident_model()
     model.kv_dtype = kv_dtype
-    if model.lane_plan() is None:
-        return
-    s = Session(model)
-    s.prefill([1])
-    s.free()
+    return Session(model) if model.lane_plan() is not None else None
+
+
+def warm_lane_kernel(kv_dtype: str = "f32") -> None:
+    """Compile (or load) the single-lane kernel alone, for pools of `kv_dtype`: a one-token prefill of the
+    synthetic resident checkpoint (one row: the lane kernel with the head). What a cold warmup's helper
+    process runs (engine/model/compile_ahead.py); nothing when the kernel is off (one thread, FAK_LANE_KERNEL=0)."""
+    s = _tiled_session(kv_dtype)
+    if s is not None:
+        s.prefill([1])
+        s.free()
