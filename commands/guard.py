@@ -118,7 +118,8 @@ def register(app: typer.Typer) -> None:
                 box.configure(os.getcwd(), home, gateway_port=gw.sock.getsockname()[1],
                               writable=agents.state_paths(argv, launch.env), tmpdir=launch.env.get("TMPDIR"),
                               readonly=(Path(jpath),) if jpath else (),  # the journal is not the agent's
-                              interactive=sys.stdin.isatty())
+                              interactive=sys.stdin.isatty(), programs=tuple(launch.argv),
+                              path=launch.env.get("PATH"))
             gw.start(failed=lambda: failed[0].removeprefix("boot failed: ") if failed else None,
                      ready=(lambda: inner.state.booted is not None) if gguf else None)
             if not quiet:

@@ -22,8 +22,9 @@ def banner_line(sandbox: dict[str, Any] | None, home: str | None) -> str:
     hidden = sandbox["hidden"]
     hid = ", ".join(_short(p, home) for p in hidden[:4]) + (f" +{len(hidden) - 4}" if len(hidden) > 4 else "")
     net = "gateway only" + (f" + {', '.join(sandbox['allow_net'])} via proxy" if sandbox["allow_net"] else "")
-    return (f"fak guard: sandbox on · rw {rw} · rest read-only · hidden {hid or 'none found'} · /tmp private · "
-            f"net: {net}")
+    shown = sandbox.get("tmp_shown") or []
+    tmp = "/tmp private" + (f" but {', '.join(_short(p, home) for p in shown)} read-only" if shown else "")
+    return f"fak guard: sandbox on · rw {rw} · rest read-only · hidden {hid or 'none found'} · {tmp} · net: {net}"
 
 
 def as_json(tally: Tally, *, agent: str, exit_code: int, journal: str | None,

@@ -72,7 +72,7 @@ class SandboxSpec:
     def describe(self) -> dict[str, object]:
         """What the sandbox allows and refuses, for the banner and the summary."""
         return {"rw": [str(p) for p in (self.project, *self.writable)], "hidden": [str(p) for p in self.hidden],
-                "net": [r.name for r in self.relays], "tmp": "private"}
+                "net": [r.name for r in self.relays], "tmp": "private", "tmp_shown": [str(p) for p in self.visible]}
 
 
 @functools.cache
@@ -126,11 +126,37 @@ def check_project(project: str | os.PathLike[str], who: str) -> None:
                        "run from a project directory, or pass --sandbox off")
 
 
+def program_roots(argv: tuple[str, ...] | list[str], path: str | None = None) -> list[Path]:
+    """What a private /tmp must leave in view for `argv` to run: its command (found on `path`) and its
+    script (the first argument that is not an option, when it names a file: `python agent.py`, `node
+    cli.js`). When either, or the file a link of it names, lies under /tmp: the entry of /tmp holding it,
+    read-only. The whole entry and not the file, because a program is rarely one file (a script's package
+    beside it, an npm package's dependencies in its node_modules). Later arguments are data, not the
+    program: a file named there stays hidden."""
+    files: list[str] = []
+    if argv:
+        cmd = shutil.which(argv[0], path=path) if os.sep not in argv[0] else argv[0]
+        files.append(cmd or "")
+        script = next((a for a in argv[1:] if not a.startswith("-")), "")
+        files.append(script)
+    out: list[Path] = []
+    for f in files:
+        if not f or not os.path.isfile(f):
+            continue
+        for p in (Path(os.path.abspath(f)), _real(f)):
+            for t in PRIVATE_TMP:
+                if t in p.parents:
+                    out.append(t / p.relative_to(t).parts[0])
+    return list(dict.fromkeys(out))
+
+
 def contain(project: str | os.PathLike[str], home: str | os.PathLike[str], *, writable: tuple[Path, ...] = (),
             readonly: tuple[Path, ...] = (), relays: tuple[Relay, ...] = (), env: dict[str, str] | None = None,
-            tmpdir: str | None = None, interactive: bool = False, who: str = "fak") -> SandboxSpec:
+            tmpdir: str | None = None, interactive: bool = False, programs: tuple[str, ...] = (),
+            path: str | None = None, who: str = "fak") -> SandboxSpec:
     """The spec for a sandbox around `project` with $HOME `home`: the credential stores that exist
-    under either home found, the paths under /tmp that must stay visible collected."""
+    under either home found, the paths under /tmp that must stay visible collected (among them what
+    runs the agent: `programs`, its argv, looked up on `path`)."""
     check_project(project, who)
     proj, hm = _real(project), _real(home)
     homes = user_homes(hm)
@@ -150,7 +176,7 @@ def contain(project: str | os.PathLike[str], home: str | os.PathLike[str], *, wr
             if not real.is_dir():
                 files.add(real)
     # a private /tmp hides whatever lives there: the home, the python that runs the relay, the relay itself
-    want = [hm, Path(sys.prefix), Path(sys.base_prefix), RELAY.parent]
+    want = [hm, Path(sys.prefix), Path(sys.base_prefix), RELAY.parent, *program_roots(programs, path)]
     visible = tuple(sorted({p for p in want if _under(p, PRIVATE_TMP) and p.exists()
                             and not _under(p, (proj, *rw))}, key=lambda p: len(p.parts)))
     td = _real(tmpdir) if tmpdir else None

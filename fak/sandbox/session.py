@@ -50,13 +50,13 @@ class Session:
 
     def configure(self, project: str | os.PathLike[str], home: str | os.PathLike[str], *, gateway_port: int,
                   writable: tuple[Path, ...] = (), readonly: tuple[Path, ...] = (), tmpdir: str | None = None,
-                  interactive: bool = False) -> SandboxSpec:
+                  interactive: bool = False, programs: tuple[str, ...] = (), path: str | None = None) -> SandboxSpec:
         port = PROXY_PORT if gateway_port != PROXY_PORT else PROXY_PORT + 1
         url = f"http://127.0.0.1:{port}"
         env = {**{k: url for k in PROXY_VARS}, "NO_PROXY": LOOPBACK, "no_proxy": LOOPBACK}
         relays = (Relay("gateway", gateway_port, self.gateway_socket), Relay("proxy", port, self.proxy.path))
         self.spec = contain(project, home, writable=writable, readonly=readonly, relays=relays, env=env, tmpdir=tmpdir,
-                            interactive=interactive, who=self.who)
+                            interactive=interactive, programs=programs, path=path, who=self.who)
         return self.spec
 
     def wrap(self, argv: list[str]) -> list[str]:

@@ -8,9 +8,11 @@ from __future__ import annotations
 import fcntl
 import os
 import pty
+import shutil
 import struct
 import subprocess
 import sys
+import tempfile
 import termios
 from pathlib import Path
 
@@ -18,7 +20,7 @@ import pytest
 
 from fak.errors import FakError
 from fak.sandbox import Relay, SandboxSpec, bwrap_argv, contain, find_bwrap
-from fak.sandbox.bwrap import RELAY
+from fak.sandbox.bwrap import RELAY, program_roots
 from fak.sandbox.seccomp import filter_fd, tiocsti_filter
 from fak.tools.shell import run_shell
 from support.loopback import LoopbackServer
@@ -170,3 +172,45 @@ def test_a_timeout_kills_everything_inside(tmp_path: Path) -> None:
 
     time.sleep(2.5)
     assert not (tmp_path / "late.txt").exists() and not (tmp_path / "late2.txt").exists()
+
+
+def test_program_roots_are_the_tmp_entries_holding_the_agents_files(tmp_path: Path) -> None:
+    entry = Path("/tmp") / tmp_path.resolve().relative_to("/tmp").parts[0]  # pytest's own tmp root
+    tool = tmp_path / "tool"
+    tool.mkdir()
+    (tool / "agent.py").write_text("print('ran')\n")
+    (tool / "agent.py").chmod(0o755)
+    (tool / "agent").symlink_to(tool / "agent.py")
+    assert program_roots(["python3", str(tool / "agent.py"), "--flag", str(tmp_path / "missing")]) == [entry]
+    assert program_roots(["agent", "-p", "hi"], path=f"/nonexistent:{tool}") == [entry]  # found on PATH
+    assert program_roots(["python3", "-c", "print(1)"]) == []  # nothing under /tmp: nothing to show
+    assert program_roots([str(tool)]) == []  # a directory argument is not a program's file
+    assert program_roots(["cat", "/etc/hostname", str(tool / "agent.py")]) == []  # a later argument is data
+
+
+@needs_bwrap
+def test_an_agent_installed_under_tmp_runs_and_the_rest_of_tmp_stays_private(tmp_path: Path) -> None:
+    """A checkout or venv under /tmp holding the agent: the private /tmp must not hide the agent from
+    itself (the failure that found this: every guard test of a clone made under /tmp), and showing it
+    must not show the rest of /tmp."""
+    home, proj, tool = tmp_path / "home", tmp_path / "proj", tmp_path / "tool"
+    for d in (home, proj, tool / "pkg"):
+        d.mkdir(parents=True)
+    (tool / "pkg" / "__init__.py").write_text("WORD = 'from-the-package'\n")
+    (tool / "agent.py").write_text("import sys, os\nsys.path.insert(0, os.path.dirname(__file__))\n"
+                                   "import pkg\nprint(pkg.WORD)\nprint(open(sys.argv[1]).read())\n")
+    other = Path(tempfile.mkdtemp(prefix="fak-not-the-agents-", dir="/tmp"))
+    try:
+        (other / "secret.txt").write_text("another tmp entry\n")
+        argv = [sys.executable, str(tool / "agent.py"), str(other / "secret.txt")]
+        runs = {}
+        for shown in (True, False):
+            spec = contain(proj, home, programs=tuple(argv) if shown else ())
+            r = subprocess.run(bwrap_argv(spec, argv, bwrap=find_bwrap() or "bwrap"), capture_output=True, text=True,
+                               timeout=60, cwd=proj)
+            runs[shown] = r.stdout + r.stderr
+        assert "from-the-package" in runs[True]  # the agent and its package beside it
+        assert "another tmp entry" not in runs[True] and "No such file" in runs[True]  # the rest stays private
+        assert "can't open file" in runs[False]  # the mutation: without its programs, the agent is hidden
+    finally:
+        shutil.rmtree(other, ignore_errors=True)
