@@ -94,3 +94,55 @@ def test_tiny_temperature_is_greedy_not_nan() -> None:
     probs = filtered_probs(x, SamplingParams(temperature=5e-324))
     assert probs.tolist() == [0.0, 1.0, 0.0]
     assert sample(x, SamplingParams(temperature=1e-300), np.random.default_rng(0)) == 1
+
+
+def _cases() -> list[tuple[np.ndarray, SamplingParams]]:
+    """Logits of several shapes (ties, a few huge ones, flat, peaked), each under many filter settings."""
+    rng = np.random.default_rng(11)
+    out = []
+    for vocab in (1, 2, 7, 300, 5000, 70000):
+        base = rng.standard_normal(vocab).astype(np.float32) * rng.choice([0.5, 3.0, 12.0])
+        tied = np.round(base).astype(np.float32)  # many exact ties: ranks must go to the lower id
+        for z in (base, tied):
+            for kw in ({}, {"top_k": 1}, {"top_k": 5}, {"top_k": vocab + 3}, {"top_p": 0.5}, {"top_p": 0.95},
+                       {"top_p": 0.999999}, {"min_p": 0.1}, {"min_p": 0.01, "top_p": 0.9},
+                       {"top_k": 40, "top_p": 0.8}, {"top_k": 40, "top_p": 0.8, "min_p": 0.05}):
+                for t in (0.3, 1.0, 2.5):
+                    out.append((z, SamplingParams(temperature=t, **kw)))
+    return out
+
+
+def test_kept_is_the_reference_distribution_without_its_sort() -> None:
+    from engine.model.sampling import kept
+
+    for z, p in _cases():
+        ref = filtered_probs(z, p)
+        ids, probs = kept(z, p)
+        assert list(ids) == list(np.flatnonzero(ref)), (z.size, p)  # the same tokens, ties and cuts included
+        np.testing.assert_allclose(probs, ref[ids], rtol=1e-12, atol=1e-300)
+        assert abs(probs.sum() - 1.0) < 1e-12
+
+
+def test_a_draw_is_the_reference_draw_for_the_same_seed() -> None:
+    """sample() draws what rng.choice over the reference distribution draws with the same generator state:
+    seeded requests sample as they did when the whole vocabulary was sorted."""
+    cases = _cases()[::7]
+    big = (np.random.default_rng(3).standard_normal(262144) * 4).astype(np.float32)  # the two-level draw
+    cases += [(big, SamplingParams(temperature=0.8)), (big, SamplingParams(temperature=1.0, top_p=0.9)),
+              (big, SamplingParams(temperature=0.7, min_p=0.02))]
+    for z, p in cases:
+        ref = filtered_probs(z, p)
+        nz = np.flatnonzero(ref)
+        for seed in range(25):
+            want = int(np.random.default_rng(seed).choice(nz, p=ref[nz] / ref[nz].sum()))
+            assert sample(z, p, np.random.default_rng(seed)) == want, (z.size, p, seed)
+
+
+def test_the_draw_at_the_edges_of_the_distribution() -> None:
+    from engine.model.sampling import _draw
+
+    w = np.zeros(4096)
+    w[[5, 1000, 4000]] = [1.0, 2.0, 1.0]
+    assert _draw(w, 0.0) == 5 and _draw(w, 0.2499) == 5 and _draw(w, 0.25) == 1000
+    assert _draw(w, 0.75) == 4000 and _draw(w, np.nextafter(1.0, 0.0)) == 4000  # never past the last token
+    assert _draw(np.array([0.0, 3.0, 0.0]), 0.999) == 1
