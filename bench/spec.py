@@ -1,17 +1,19 @@
 """Speculative decoding, side by side in one run: --speculative off vs ngram vs suffix.
 
-    python bench/spec.py [--lanes 1,16] [--new 160] [--workloads edit,plain]
+    python bench/spec.py [--lanes 1,16] [--new 160] [--workloads edit,plain] [--spec-tokens K] [--rounds 3]
 
-Workloads (greedy; the outputs of every mode are asserted equal to speculation off's):
+Workloads (the outputs of every mode are asserted equal to speculation off's):
   edit   Qwen2.5-Coder 0.5B instruct (resident): an 80-line Python file returned with one change, a
          unified diff of a small change to it, and the same tool-call JSON asked for 5 times with
          different arguments;
-  plain  Gemma 3 270M base continuing story openings (text that does not repeat).
+  plain  Gemma 3 270M base continuing story openings (text that does not repeat), sampled at temperature
+         0.8, top-p 0.95, a seed per prompt (greedy, a base model loops on its last sentence).
 For each mode and lane count: decode tok/s (tokens after the first / the time between the first and the
 last; with 16 lanes the aggregate over every lane, each batch's prompts already in the prefix cache),
 acceptance (kept / drafted draft tokens), tokens per drafting lane-step, steps, and the share of the
 decode ceiling (stream-read GB/s / weight bytes a step reads) the rate is: past 100% is more than one
-token per read of the weights. The ratios are against off, measured in the same round.
+token per read of the weights. The modes take turns, round by round in a rotated order; the rates are over
+every round, the ratios against off's, with the spread of the per-round ratios beside them.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ import numpy as np
 from decode import bytes_per_token  # bench/decode.py (the script's own directory is on sys.path)
 
 from engine.model.diag import stream_read_gbps
+from engine.model.sampling import SamplingParams
+from engine.sched.draft import SuffixStore
 from engine.sched.lane import Request
 from engine.sched.scheduler import NativeScheduler
 from fak.runtime.boot import SchedOptions, boot
@@ -88,10 +92,35 @@ def plain_prompts(tok) -> list[list[int]]:  # type: ignore[no-untyped-def]
     return [list(tok.encode(s)) for s in STORIES]
 
 
-def run(sched: NativeScheduler, prompts: list[list[int]], new: int) -> tuple[list[list[int]], float, int]:
-    """Every prompt at once; (tokens of each, decode tok/s aggregated, steps)."""
+def sampling_for(workload: str, i: int) -> SamplingParams:
+    """Greedy for edits; seeded sampling for the stories (a base model's greedy continuation of a story
+    falls into a loop, repeating its last sentence, which is the opposite of text that does not repeat).
+    Seeded requests give the same tokens with speculation on or off, so the outputs are still compared."""
+    return SamplingParams() if workload == "edit" else SamplingParams(temperature=0.8, top_p=0.95, seed=1000 + i)
+
+
+def repeated_share(prompts: list[list[int]], outs: list[list[int]], n: int = 4) -> float:
+    """The share of output tokens that end an n-gram already seen in their prompt or output: what a lookup
+    draft could have proposed."""
+    hit = total = 0
+    for prompt, out in zip(prompts, outs, strict=True):
+        seq = prompt + out
+        seen = {tuple(seq[j - n + 1:j + 1]) for j in range(n - 1, len(prompt))}
+        for j in range(len(prompt), len(seq)):
+            g = tuple(seq[j - n + 1:j + 1])
+            hit += g in seen
+            total += 1
+            seen.add(g)
+    return hit / max(1, total)
+
+
+def run(sched: NativeScheduler, prompts: list[list[int]], new: int, workload: str = "edit",
+        first: int = 0) -> tuple[list[list[int]], float, int]:
+    """Every prompt at once (prompt i sampled as `sampling_for(workload, first + i)`); (tokens of each, decode
+    tok/s aggregated, steps)."""
     steps0 = sched.stats().steps
-    hs = [sched.admit(Request(p, max_new_tokens=new, stop_on_eos=False)) for p in prompts]
+    hs = [sched.admit(Request(p, max_new_tokens=new, stop_on_eos=False, sampling=sampling_for(workload, first + i)))
+          for i, p in enumerate(prompts)]
     res = [h.result(timeout=3600) for h in hs]
     # decode time: from the first token any lane emitted (prompts are prefix-cache hits by then) to the last
     tokens = sum(len(r.token_ids) - 1 for r in res)
@@ -100,7 +129,7 @@ def run(sched: NativeScheduler, prompts: list[list[int]], new: int) -> tuple[lis
     return [r.token_ids for r in res], tokens / (max(ends) - min(starts)), sched.stats().steps - steps0
 
 
-def bench(alias: str, workload: str, lanes_list: list[int], new: int, spec_tokens: int) -> None:
+def bench(alias: str, workload: str, lanes_list: list[int], new: int, spec_tokens: int, rounds: int) -> None:
     b = boot(alias, sched=SchedOptions.resolve(env=False), scheduler=False, show=False)
     model, tok = b.model, b.tokenizer
     prompts = edit_prompts(tok) if workload == "edit" else plain_prompts(tok)
@@ -117,37 +146,64 @@ def bench(alias: str, workload: str, lanes_list: list[int], new: int, spec_token
             run(s, prompts, 2)
         bw = stream_read_gbps(256 << 20, 3)
         ceiling = bw * 1e9 / per_token
-        rows, ref = {}, None
+        # the modes take turns, round by round, in a rotated order: this shared host's speed drifts by
+        # 10-20% over a minute, and a mode measured only first (or only last) would carry that drift
+        toks: dict[str, float] = dict.fromkeys(MODES, 0.0)
+        secs: dict[str, float] = dict.fromkeys(MODES, 0.0)
+        steps: dict[str, int] = dict.fromkeys(MODES, 0)
+        st0 = {m: s.stats() for m, s in scheds.items()}
+        ratios: dict[str, list[float]] = {m: [] for m in MODES}
+        ref: list[list[int]] | None = None
+        for r in range(rounds):
+            order = MODES[r % len(MODES):] + MODES[: r % len(MODES)]
+            # each round starts suffix's memory of earlier outputs afresh: a round repeats the last one's
+            # requests word for word, and drafting a whole answer remembered from it is not the workload
+            drafter = scheds["suffix"].drafter
+            if drafter is not None:
+                drafter.store = SuffixStore()
+            this: dict[str, float] = {}
+            for m in order:
+                s = scheds[m]
+                if batch is None:  # single stream: each prompt alone, rates over the whole set
+                    outs, t, n_tok, n_steps = [], 0.0, 0, 0
+                    for i, p in enumerate(prompts):
+                        o, rate, n = run(s, [p], new, workload, i)
+                        outs += o
+                        t += (len(o[0]) - 1) / rate
+                        n_tok += len(o[0]) - 1
+                        n_steps += n
+                else:
+                    outs, rate, n_steps = run(s, batch, new, workload)
+                    n_tok = sum(len(o) - 1 for o in outs)
+                    t = n_tok / rate
+                if ref is None:
+                    ref = outs
+                elif outs != ref:
+                    bad = next(i for i, (a, c) in enumerate(zip(outs, ref, strict=True)) if a != c)
+                    sys.exit(f"bench/spec.py: {m} changed the greedy output of prompt {bad} ({workload}, {lanes} lanes)")
+                toks[m] += n_tok
+                secs[m] += t
+                steps[m] += n_steps
+                this[m] = n_tok / t
+            for m in MODES:
+                ratios[m].append(this[m] / this["off"])
+        base = toks["off"] / secs["off"]
+        assert ref is not None
+        rep = repeated_share(batch or prompts, ref)
+        print(f"  {lanes} lane{'s' if lanes > 1 else ''} (ceiling {ceiling:.1f} tok/s a lane at {bw:.1f} GB/s), "
+              f"{rounds} round{'s' if rounds > 1 else ''}, {rep:.0%} of output tokens end a 4-gram seen before:")
         for m, s in scheds.items():
-            st0 = s.stats()
-            if batch is None:  # single stream: each prompt alone, rates over the whole set
-                outs, secs, toks, steps = [], 0.0, 0, 0
-                for p in prompts:
-                    o, rate, n = run(s, [p], new)
-                    outs += o
-                    secs += (len(o[0]) - 1) / rate
-                    toks += len(o[0]) - 1
-                    steps += n
-                rate = toks / secs
-            else:
-                outs, rate, steps = run(s, batch, new)
             st = s.stats()
-            drafted, accepted = st.spec_drafted - st0.spec_drafted, st.spec_accepted - st0.spec_accepted
-            lsteps, emitted = st.spec_lane_steps - st0.spec_lane_steps, st.spec_emitted - st0.spec_emitted
-            if ref is None:
-                ref = outs
-            elif outs != ref:
-                bad = next(i for i, (a, c) in enumerate(zip(outs, ref, strict=True)) if a != c)
-                sys.exit(f"bench/spec.py: {m} changed the greedy output of prompt {bad} ({workload}, {lanes} lanes)")
-            rows[m] = (rate, drafted, accepted, lsteps, emitted, steps)
-        base = rows["off"][0]
-        print(f"  {lanes} lane{'s' if lanes > 1 else ''} (ceiling {ceiling:.1f} tok/s a lane at {bw:.1f} GB/s):")
-        for m, (rate, drafted, accepted, lsteps, emitted, steps) in rows.items():
+            drafted, accepted = st.spec_drafted - st0[m].spec_drafted, st.spec_accepted - st0[m].spec_accepted
+            lsteps, emitted = st.spec_lane_steps - st0[m].spec_lane_steps, st.spec_emitted - st0[m].spec_emitted
+            rate = toks[m] / secs[m]
             acc = f"{accepted / drafted:5.1%}" if drafted else "   - "
             tps = f"{emitted / lsteps:4.2f}" if lsteps else "  - "
             share = rate / lanes / ceiling if batch is not None else rate / ceiling
-            print(f"    {m:7s} {rate:7.1f} tok/s  {rate / base:5.2f}x  acceptance {acc}  tokens/drafting step {tps}"
-                  f"  steps {steps:5d}  {share:6.1%} of the ceiling{' a lane' if batch is not None else ''}")
+            spread = f"{min(ratios[m]):.2f}-{max(ratios[m]):.2f}" if rounds > 1 else ""
+            print(f"    {m:7s} {rate:7.1f} tok/s  {rate / base:5.2f}x {spread:>9s}  acceptance {acc}  "
+                  f"tokens/drafting step {tps}  steps {steps[m] // rounds:5d}  {share:6.1%} of the ceiling"
+                  f"{' a lane' if batch is not None else ''}")
     for s in scheds.values():
         s.close()
 
@@ -158,13 +214,14 @@ def main() -> None:
     ap.add_argument("--new", type=int, default=160)
     ap.add_argument("--workloads", default="edit,plain")
     ap.add_argument("--spec-tokens", type=int, default=SchedOptions.spec_tokens)
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of every mode, in turns (rates over all of them)")
     a = ap.parse_args()
     lanes = [int(x) for x in a.lanes.split(",")]
     print(f"bench/spec.py: {time.strftime('%Y-%m-%d %H:%M')}, lanes {lanes}, --spec-tokens {a.spec_tokens}, greedy, "
           "outputs asserted equal")
     np.random.seed(0)
     for w in a.workloads.split(","):
-        bench("qwen2.5-coder-0.5b" if w == "edit" else "gemma3-270m", w, lanes, a.new, a.spec_tokens)
+        bench("qwen2.5-coder-0.5b" if w == "edit" else "gemma3-270m", w, lanes, a.new, a.spec_tokens, a.rounds)
 
 
 if __name__ == "__main__":
