@@ -217,8 +217,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3, help="rounds of every mode, in turns (rates over all of them)")
     a = ap.parse_args()
     lanes = [int(x) for x in a.lanes.split(",")]
-    print(f"bench/spec.py: {time.strftime('%Y-%m-%d %H:%M')}, lanes {lanes}, --spec-tokens {a.spec_tokens}, greedy, "
-          "outputs asserted equal")
+    print(f"bench/spec.py: {time.strftime('%Y-%m-%d %H:%M')}, lanes {lanes}, --spec-tokens {a.spec_tokens}, "
+          "edit greedy, plain sampled with a seed a prompt, outputs asserted equal")
     np.random.seed(0)
     for w in a.workloads.split(","):
         bench("qwen2.5-coder-0.5b" if w == "edit" else "gemma3-270m", w, lanes, a.new, a.spec_tokens, a.rounds)
