@@ -83,3 +83,21 @@ def test_gemma_resident_matches_plain(gemma_pair: tuple[Model, Model]) -> None:
     # is the typical decode step
     prompt, decode = agree(res, plain, PROMPT, prompt_tol=0.03, decode_tol=0.006)
     print(f"gemma resident vs plain: max |logit diff| {prompt:.2e} over the prompt, {decode:.2e} over 16 decode steps")
+
+
+@pytest.mark.parametrize("qtype", [QT.Q8_0, QT.Q5_0, QT.Q4_0])
+def test_every_row_count_gives_each_row_its_one_row_bits(qtype: QT) -> None:
+    """2, 3, 6 and 7 rows run padded to the next lane group (PAD_LANES, the last row repeated): each row
+    still gets the bits it gets alone, the output has the caller's rows, and the input is left as it was."""
+    rng = np.random.default_rng(5)
+    w = rng.standard_normal((48, 512)).astype(np.float32)
+    q = resident_weight("blk.0.ffn_down.weight", qtype, quantize(w, qtype), w.shape)
+    assert isinstance(q, QuantWeight)
+    x = rng.standard_normal((11, 512)).astype(np.float32)
+    alone = np.stack([q.matmul(x[i:i + 1])[0] for i in range(11)])
+    for b in range(1, 12):
+        xb = x[:b].copy()
+        out = q.matmul(xb)
+        assert out.shape == (b, 48) and out.flags.c_contiguous
+        assert np.array_equal(out, alone[:b]), b
+        assert np.array_equal(xb, x[:b])
