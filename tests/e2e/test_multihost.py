@@ -203,7 +203,8 @@ def test_a_host_killed_mid_stream_loses_nothing_and_its_return_is_taken_back(net
         assert not head.decoders["decode-1"].up and head.counts["resumed"] >= 1  # it was under way there
         net.worker("decode-1", 3, "decode", port=port)  # the host comes back, same address
         deadline = time.monotonic() + 30
-        while not head.decoders["decode-1"].up and time.monotonic() < deadline:
+        # up comes first (connected), the count once the prefill worker has linked it: wait for both
+        while (not head.decoders["decode-1"].up or head.counts.get("rejoined", 0) < 1) and time.monotonic() < deadline:
             time.sleep(0.2)
         assert head.decoders["decode-1"].up and head.counts.get("rejoined", 0) >= 1
     finally:
