@@ -29,6 +29,7 @@ pytestmark = [pytest.mark.gemma, pytest.mark.slow, pytest.mark.timeout(900)]
 MODEL = "gemma3-270m"
 KEY = "multihost test cluster key, 32+ characters long"
 N_REQ, NEW = 16, 10
+LONG = 120  # tokens a stream runs when a fault meets it mid-way: long enough that it is still under way
 
 
 class Net:
@@ -155,30 +156,39 @@ def _streamed(h: Any) -> list[int]:
     return [t for t, _ in h.snapshot(0)[0] if t >= 0]
 
 
-def _stream_until_tokens(head: Any, prompts: list[list[int]], new: int) -> list[Any]:
+def _stream_until_tokens(head: Any, prompts: list[list[int]], new: int, on: str | None = None) -> list[Any]:
+    """Admit the prompts and return once every stream is under way and `on` still holds some of them
+    (the fault that follows must meet work in flight there, or the test proves nothing)."""
     hs = [head.admit(Request(p, max_new_tokens=new)) for p in prompts]
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not all(len(_streamed(h)) >= 2 for h in hs):  # every stream under way
         time.sleep(0.05)
+    assert on is None or head.loads()[on] >= 1, f"no stream left on {on} to cut: {head.loads()}"
     return hs
+
+
+def _wait(cond: Any, within: float) -> bool:
+    deadline = time.monotonic() + within
+    while not cond() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return bool(cond())
 
 
 def test_a_cable_cut_mid_stream_loses_nothing_and_the_host_is_taken_back(net: Net, reference: dict[str, Any]) -> None:
     head = _head(net, _addresses(net, "prefill-0", "decode-0", "decode-1"))
     try:
         long = [p for p in reference["prompts"][:6]]
-        want = _run_all(head, long, new=40)  # the uninterrupted run (greedy)
-        hs = _stream_until_tokens(head, long, 40)
+        want = _run_all(head, long, new=LONG)  # the uninterrupted run (greedy)
+        hs = _stream_until_tokens(head, long, LONG, on="decode-0")
         t0 = time.monotonic()
         net.hosts.link_down(2)  # decode-0's cable: silence, no RST
         got = [h.result(timeout=120) for h in hs]
         assert [r.token_ids for r in got] == [r.token_ids for r in want], [r.error for r in got]
         assert all(r.finish_reason is FinishReason.LENGTH for r in got)
+        # its streams were under way at the cut: they could only finish once the head took it for down
         assert not head.decoders["decode-0"].up and head.counts["resumed"] >= 1 and time.monotonic() - t0 < 60
         net.hosts.link_up(2)
-        deadline = time.monotonic() + 30
-        while not head.decoders["decode-0"].up and time.monotonic() < deadline:
-            time.sleep(0.2)
+        _wait(lambda: head.decoders["decode-0"].up and head.counts.get("rejoined", 0) >= 1, 30)
         assert head.decoders["decode-0"].up and head.counts.get("rejoined", 0) >= 1  # the healed host is back
         again = _run_all(head, reference["prompts"][:4])
         assert [r.token_ids for r in again] == reference["want"][:4]
@@ -192,8 +202,8 @@ def test_a_host_killed_mid_stream_loses_nothing_and_its_return_is_taken_back(net
     head = _head(net, _addresses(net, "prefill-0", "decode-0", "decode-1"))
     try:
         prompts = reference["prompts"][6:12]
-        want = _run_all(head, prompts, new=40)
-        hs = _stream_until_tokens(head, prompts, 40)
+        want = _run_all(head, prompts, new=LONG)
+        hs = _stream_until_tokens(head, prompts, LONG, on="decode-1")
         port = int(net.procs["decode-1"][2].rsplit(":", 1)[1])
         net.hosts.kill(3)  # every process on decode-1's host
         got = [h.result(timeout=120) for h in hs]
@@ -202,10 +212,8 @@ def test_a_host_killed_mid_stream_loses_nothing_and_its_return_is_taken_back(net
             assert _streamed(h) == r.token_ids
         assert not head.decoders["decode-1"].up and head.counts["resumed"] >= 1  # it was under way there
         net.worker("decode-1", 3, "decode", port=port)  # the host comes back, same address
-        deadline = time.monotonic() + 30
         # up comes first (connected), the count once the prefill worker has linked it: wait for both
-        while (not head.decoders["decode-1"].up or head.counts.get("rejoined", 0) < 1) and time.monotonic() < deadline:
-            time.sleep(0.2)
+        _wait(lambda: head.decoders["decode-1"].up and head.counts.get("rejoined", 0) >= 1, 30)
         assert head.decoders["decode-1"].up and head.counts.get("rejoined", 0) >= 1
     finally:
         head.close()
