@@ -72,6 +72,10 @@ LONG_LOGIT_TOL = 1e-3  # at 4,096 positions (see the test: HF's float32 RoPE ang
 # a half-width KV cache (--kv-dtype), LONG_TEXT + 8 steps: f16 moved the logits by 8.8e-3 at most (vs HF and vs our
 # f32 cache alike; f32 is 5.3e-5 from HF), bf16 by 8.5e-2; no argmax moved (bench/kv_dtype.py: Qwen 2.5 0.5B)
 KV_TOL = {"f16": 2e-2, "bf16": 2e-1}
+# at 4,096 positions (64-row chunks; the largest of the 64 chunk ends), against our f32 cache with BLAS products:
+# the f16 cache with BLAS products moved the logits by 2.10e-2 (8.8e-3 on a chunk's average), int16 attention
+# products over the f32 cache by 2.12e-2 (1.0e-2), both together by 2.12e-2 (1.2e-2); no greedy choice moved
+LONG_KV_TOL = 4e-2
 
 
 @pytest.fixture(scope="module")
@@ -182,6 +186,52 @@ def test_matches_hf_at_4k_positions_through_prefill_chunks(pair) -> None:  # typ
         logits = s.step(toks[-1])
     with torch.no_grad():
         want = hf.generate(torch.tensor([ids]), max_new_tokens=4, do_sample=False)[0, len(ids):].tolist()
+    assert toks == want
+
+
+@pytest.mark.slow
+def test_an_f16_cache_at_4k_positions_with_int16_attention_products(pair) -> None:  # type: ignore[no-untyped-def]
+    """The default serving path at 4,096 positions: an f16 KV cache, so each 64-row chunk's prefill attention
+    runs on int16 tiles (engine/kernels/i16tile.py). Against HF and against our f32 cache (BLAS products):
+    within the f16 cache's tolerance at 4k (LONG_KV_TOL), every chunk's greedy choice the same, and HF's 4
+    greedy decode steps."""
+    import numpy as np
+
+    from engine import Session
+    from engine.tokenizer import load_tokenizer
+
+    hf, model = pair
+    text_ids = load_tokenizer("gemma3-270m").encode(LONG_TEXT, add_special=False)
+    ids = ([2] + text_ids * 8)[:4096]
+
+    def chunks(kv: str) -> tuple[np.ndarray, list[int]]:
+        model.kv_dtype = kv
+        try:
+            s = Session(model)
+            assert s.pool.kv_dtype == kv
+            rows = np.stack([s.prefill(ids[i : i + 64]).copy() for i in range(0, len(ids), 64)])
+            toks, logits = [], rows[-1]
+            for _ in range(4):
+                toks.append(int(np.argmax(logits)))
+                logits = s.step(toks[-1])
+            s.free()
+        finally:
+            model.kv_dtype = "f32"
+        return rows, toks
+
+    (f32, _), (half, toks) = chunks("f32"), chunks("f16")
+    with torch.no_grad():
+        last = hf(torch.tensor([ids]), output_hidden_states=True).hidden_states[-1][0, 63::64]
+        theirs = (last @ hf.get_output_embeddings().weight.T).float()
+        if hf.config.final_logit_softcapping:
+            cap = hf.config.final_logit_softcapping
+            theirs = torch.tanh(theirs / cap) * cap
+        want = hf.generate(torch.tensor([ids]), max_new_tokens=4, do_sample=False)[0, len(ids):].tolist()
+    theirs = theirs.numpy()
+    vs_hf, vs_f32 = np.abs(half - theirs).max(), np.abs(half - f32).max()
+    print(f"gemma f16 KV + int16 attention, 4096 positions: max |logit diff| vs HF {vs_hf:.2e}, vs f32 {vs_f32:.2e}")
+    assert vs_hf <= LONG_KV_TOL and vs_f32 <= LONG_KV_TOL
+    assert np.array_equal(half.argmax(-1), theirs.argmax(-1)) and np.array_equal(f32.argmax(-1), theirs.argmax(-1))
     assert toks == want
 
 
