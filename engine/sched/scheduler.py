@@ -440,7 +440,8 @@ class NativeScheduler(GrammarHost):
                 lane.draft = LaneDraft()
             room = lane.request.max_new_tokens - len(lane.generated) - 1  # the rows that could still be emitted
             scope = None if lane.request.tainted else lane.request.scope
-            draft = self.drafter.propose(lane.draft, lane.prompt_ids, lane.generated, scope) if room > 0 else []
+            draft = (self.drafter.propose(lane.draft, lane.prompt_ids, lane.generated, scope, len(decoders))
+                     if room > 0 else [])
             drafts.append(draft[:room])
         if any(drafts) and not self.pool.growable:
             need = blocks_to_reserve([ln.session for ln, _ in prefills] + [ln.session for ln in decoders],

@@ -86,7 +86,7 @@ class ScriptedDrafter(Drafter):
         self.answers, self.k, self.wrong_every, self.vocab = answers, k, wrong_every, vocab
         self.calls = 0
 
-    def propose(self, state, prompt, generated, scope):  # type: ignore[no-untyped-def]
+    def propose(self, state, prompt, generated, scope, lanes=1):  # type: ignore[no-untyped-def]
         self.calls += 1
         want = self.answers[tuple(prompt)]
         at = len(generated)

@@ -12,7 +12,7 @@ import pytest
 from engine import Session
 from engine.errors import EngineError
 from engine.model.sampling import Sampler, SamplingParams
-from engine.sched.draft import MAX_N, Drafter, LaneDraft, SuffixStore, TokenLog
+from engine.sched.draft import MAX_N, Drafter, LaneDraft, SuffixStore, TokenLog, worth
 from engine.sched.lane import FinishReason, Request
 from engine.sched.scheduler import NativeScheduler
 from engine.tokenizer.tokenizer import ByteTokenizer
@@ -51,6 +51,29 @@ def test_token_log_finds_the_latest_longest_match() -> None:
     assert own.match(own.tokens[-MAX_N:], 4, exclude_end=True) == (2, [7, 5, 6])
     run = TokenLog([4, 4, 4, 4])
     assert run.match(run.tokens, 4, exclude_end=True) == (3, [4])  # a run drafts its next token
+
+
+def test_drafts_are_cut_where_a_row_stops_paying_for_the_batch() -> None:
+    """The j-th draft token is kept with about p^j; a row pays when that is >= worth(lanes): a lone stream
+    drafts long, a batch of 16 only what is nearly sure; below the bar, only a full-length match probes."""
+    assert worth(1) == pytest.approx(1 / 9) and worth(8) == 0.5 and worth(16) == pytest.approx(2 / 3)
+    d = Drafter("ngram", 8)
+    assert [d.paying(0.9, n) for n in (1, 8, 16)] == [8, 6, 3]  # 0.9^3 = 0.73 >= 0.67 > 0.9^4
+    assert [d.paying(0.5, n) for n in (1, 8, 16)] == [3, 1, 0]
+    copy = list(range(100, 140))
+    prompt = copy + copy[:20]  # the lane is copying: its last MAX_N tokens match in full
+    sure, unsure = LaneDraft(k=8, kept=9.0, tried=10.0), LaneDraft(k=8, kept=1.0, tried=5.0)
+    assert d.propose(sure, prompt, [], None, lanes=1) == copy[20:28]
+    assert d.propose(sure, prompt, [], None, lanes=16) == copy[20:23]
+    assert d.propose(unsure, prompt, [], None, lanes=16) == [copy[20]]  # a probe
+    short = [1, 2, 3, 9, 9, 1, 2]  # a two-token match only
+    assert d.propose(LaneDraft(k=8, kept=1.0, tried=5.0), short, [], None, lanes=1) == [3]  # 0.2 pays for one lane
+    assert d.propose(LaneDraft(k=8, kept=1.0, tried=5.0), short, [], None, lanes=16) == []  # not for sixteen
+    d.verified(unsure, 1, 1)
+    rate = unsure.keep_rate
+    assert rate > 0.2
+    d.verified(unsure, 4, 0)
+    assert unsure.keep_rate < rate  # a miss: lower
 
 
 def test_drafter_lengths_adapt_and_misses_cool_down() -> None:
@@ -294,7 +317,7 @@ class _Fixed(Drafter):
         super().__init__("ngram", 1)
         self.token = token
 
-    def propose(self, state, prompt, generated, scope):  # type: ignore[no-untyped-def]
+    def propose(self, state, prompt, generated, scope, lanes=1):  # type: ignore[no-untyped-def]
         return [self.token] if len(generated) == 1 else []
 
 
