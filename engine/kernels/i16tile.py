@@ -30,8 +30,8 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from engine.kernels.blockdot import I32, P8, VF16, _at, _c, _fma, _prefetch, _splat
-from engine.kernels.tiledot import VI16, _dpwssd, _load, _store_lanes
+from engine.kernels.blockdot import P8, VF16, _at, _c, _fma, _prefetch, _splat
+from engine.kernels.tiledot import VI16, _dpwssd, _load, _store_lanes, lane_rows
 
 TILE = 16  # rows per tile: one zmm of int32 row sums
 QB = 32  # values per block
@@ -176,12 +176,7 @@ def _codegen(lanes: int) -> Callable:  # type: ignore[type-arg]
         wa, sa, xv, dv, lane_v, nblk, oa, os_, valid_v = args
         xarr = context.make_array(signature.args[2])(context, b, value=xv)
         darr = context.make_array(signature.args[3])(context, b, value=dv)
-        n = cgutils.unpack_tuple(b, xarr.shape, 2)[1]
-        nbx = cgutils.unpack_tuple(b, darr.shape, 2)[1]
-        x32 = b.bitcast(xarr.data, I32.as_pointer())  # int16 pairs
-        rows = [b.add(lane_v, _c(g)) for g in range(lanes)]
-        xrows = [b.gep(x32, [b.sdiv(b.mul(r, n), _c(2))]) for r in rows]
-        drows = [b.gep(darr.data, [b.mul(r, nbx)]) for r in rows]
+        xrows, drows = lane_rows(b, xarr, lane_v, lanes, darr)
         zero_i = ir.Constant(VI16, [0] * TILE)
         slots = [cgutils.alloca_once_value(b, ir.Constant(VF16, [0.0] * TILE)) for _ in range(lanes)]
         chains = max(1, 8 // lanes)  # independent int sums per lane: any order, the same integers

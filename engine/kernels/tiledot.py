@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Callable
+from typing import Any
 
 from llvmlite import binding as llvm
 from llvmlite import ir
@@ -221,6 +222,19 @@ def _ftile_codegen(kind: int, lanes: int) -> Callable:  # type: ignore[type-arg]
     return codegen
 
 
+def lane_rows(b: ir.IRBuilder, xarr: Any, lane_v: ir.Value, lanes: int, *per_block: Any) -> list[list[ir.Value]]:
+    """Where lanes lane_v .. lane_v + lanes - 1 start: in xarr (int16 [B, n], as int32 pairs) and in each
+    per-block array (float32 [B, n / 32]: the scales dx, dx * sum(xq))."""
+    n = cgutils.unpack_tuple(b, xarr.shape, 2)[1]
+    x32 = b.bitcast(xarr.data, I32.as_pointer())  # int16 pairs
+    rows = [b.add(lane_v, _c(g)) for g in range(lanes)]
+    out = [[b.gep(x32, [b.sdiv(b.mul(r, n), _c(2))]) for r in rows]]
+    for arr in per_block:
+        nbx = cgutils.unpack_tuple(b, arr.shape, 2)[1]
+        out.append([b.gep(arr.data, [b.mul(r, nbx)]) for r in rows])
+    return out
+
+
 def _tile_codegen(kind: int, lanes: int) -> Callable:  # type: ignore[type-arg]
     if kind >= FLOAT_KINDS:
         return _ftile_codegen(kind, lanes)
@@ -231,13 +245,7 @@ def _tile_codegen(kind: int, lanes: int) -> Callable:  # type: ignore[type-arg]
         xarr = context.make_array(signature.args[1])(context, b, value=xv)
         darr = context.make_array(signature.args[2])(context, b, value=dv)
         sarr = context.make_array(signature.args[3])(context, b, value=sv)
-        n = cgutils.unpack_tuple(b, xarr.shape, 2)[1]
-        nbx = cgutils.unpack_tuple(b, darr.shape, 2)[1]
-        x32 = b.bitcast(xarr.data, I32.as_pointer())  # int16 pairs
-        rows = [b.add(lane_v, _c(g)) for g in range(lanes)]
-        xrows = [b.gep(x32, [b.sdiv(b.mul(r, n), _c(2))]) for r in rows]
-        drows = [b.gep(darr.data, [b.mul(r, nbx)]) for r in rows]
-        srows = [b.gep(sarr.data, [b.mul(r, nbx)]) for r in rows]
+        xrows, drows, srows = lane_rows(b, xarr, lane_v, lanes, darr, sarr)
         zero_i = ir.Constant(VI16, [0] * TILE)
         slots = [cgutils.alloca_once_value(b, ir.Constant(VF16, [0.0] * TILE)) for _ in range(lanes)]
         chains = max(1, 8 // (lanes * n_int))  # independent sums per lane: int adds, any order
