@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from engine.sched.step_cost import StepCosts
+
 SPECULATIVE_MODES = ("off", "ngram", "suffix")
 MIN_N = 2  # a single repeated token drafts too often on plain text (measured: bench/spec.py)
 MAX_N = 8  # longer suffixes match rarely and add probes; 8 catches a repeated line's context
@@ -81,15 +83,15 @@ class TokenLog:
 
 @dataclass
 class LaneDraft:
-    """A lane's drafting state: its own index, the draft length it earns, what it drafted and kept."""
+    """A lane's drafting state: its own index, what it drafted and kept, and its pauses."""
 
     log: TokenLog = field(default_factory=TokenLog)
-    k: int = 4  # the next draft's length (adapts to acceptance)
     misses: int = 0  # drafts in a row with nothing accepted
     cooldown: int = 0  # steps left without drafting (after repeated misses)
     pause: int = 8  # the next cooldown's length: doubles while drafts keep missing, back to 8 on a kept token
     kept: float = 1.2  # decayed counts of draft tokens kept and of tokens tried (kept ones + the first miss):
     tried: float = 2.0  # kept / tried estimates the chance a draft token is kept given the one before was
+    shadow: tuple[int, int] | None = None  # (position, token): a first draft token not verified, checked free
 
     @property
     def keep_rate(self) -> float:
@@ -129,87 +131,96 @@ class SuffixStore:
         return best
 
 
-def worth(lanes: int) -> float:
-    """The chance of being kept a draft token needs to pay for its row when `lanes` lanes decode together.
-
-    A step costs about a + b * rows: a is reading the weights once (whatever the rows), b a row's compute. On
-    these models a / b is about one lane group, 8 rows (Qwen 2.5 0.5B: 9.1 ms for 1 row, ~1.2 ms a row more;
-    Gemma 3 270M: 5.9 and ~0.7). Without drafts a step gives `lanes` tokens for a + b * lanes; a draft row
-    adds b and gives its chance p of being kept. It pays when p / b >= lanes / (a + b * lanes), that is
-    p >= lanes / (8 + lanes): 0.11 for one lane, 0.5 at 8, 0.67 at 16. A lone stream drafts almost anything
-    that matches; a full batch, already past the weight reads, only what is nearly sure."""
-    return lanes / (ROWS_PER_READ + lanes)
-
-
-ROWS_PER_READ = 8  # a / b above: rows whose compute costs what one read of the weights does
-
-
 class Drafter:
-    """Proposes drafts for lanes and learns from what the verification kept.
+    """Proposes drafts for lanes, chooses what the step verifies, and learns from what it kept.
 
-    Adaptive length: a draft fully accepted doubles the next one (up to `max_tokens`); otherwise the next
-    is what was accepted plus one. Three drafts in a row with nothing accepted pause the lane's drafting
-    (8 steps, doubling up to MAX_PAUSE while it keeps missing), so text that does not repeat pays little: a
-    rejected row costs a row of compute (~a quarter of a one-lane step on these models).
-
-    And by the batch: the j-th token of a draft is kept with about p^j (p the lane's keep rate), so a draft
-    is cut where p^j falls below `worth(lanes)`. A lane below the bar for even one token still drafts one
-    when its last MAX_N tokens all match (a probe: copying text shows itself that way, and the keep rate
-    learns from it)."""
+    A lane proposes the longest draft it finds (up to `max_tokens`). Its j-th token is kept with about
+    p^j, p the lane's keep rate; `choose` spends the step's rows on the draft tokens worth most, as many as
+    maximise the tokens the step is expected to give per ms it costs (`StepCosts`: a staircase of lane
+    groups, so one lane drafts 3 or 7 tokens rather than 8, and a batch of 16 drafts 0, 8 or 16 rows in
+    all, not 1 that costs a pass). A lane whose first draft token was not worth its row learns anyway:
+    the next step's token shows whether it would have been kept (`shadow`). Three verified drafts in a row
+    with nothing accepted pause the lane's drafting (8 steps, doubling up to MAX_PAUSE while it keeps
+    missing): text that does not repeat costs little lookup time."""
 
     MAX_PAUSE = 128
     DECAY = 0.9  # per verification: the keep rate follows the text as it changes (prose, then a copied file)
+    SURE = 0.98  # a keep rate is never taken for certainty
+    # Drafts must raise the step's expected rate by this much: StepCosts, timed on one short session, sees
+    # 10-25% less than a draft row's real cost once lanes hold hundreds of tokens (their attention rows);
+    # bench/spec_rows.py prints model and truth side by side.
+    MARGIN = 1.1
 
     def __init__(self, mode: str, max_tokens: int, store: SuffixStore | None = None) -> None:
         self.mode, self.max_tokens = mode, max_tokens
         self.store = store if store is not None or mode != "suffix" else SuffixStore()
 
-    def propose(self, state: LaneDraft, prompt: list[int], generated: list[int], scope: str | None,
-                lanes: int = 1) -> list[int]:
-        """A draft to follow prompt + generated (the lane's last token, not yet fed, ends it), for a step of
-        `lanes` decoding lanes."""
+    def propose(self, state: LaneDraft, prompt: list[int], generated: list[int], scope: str | None) -> list[int]:
+        """A draft (the longest found, up to max_tokens) to follow prompt + generated (the lane's last token,
+        not yet fed, ends it)."""
         log, have = state.log, state.log.n
         if have < len(prompt):
             log.extend(prompt[have:])
             have = len(prompt)
         if have < len(prompt) + len(generated):
             log.extend(generated[have - len(prompt):])
+        if state.shadow is not None:
+            at, token = state.shadow
+            if at < len(generated):
+                self._learn(state, 1, int(generated[at] == token))
+                state.shadow = None
         if state.cooldown > 0:
             state.cooldown -= 1
             return []
-        k = max(1, min(state.k, self.max_tokens, self.paying(state.keep_rate, lanes)))
         tail = log.tokens[-MAX_N:]
-        n, draft = log.match(tail, k, exclude_end=True)
+        n, draft = log.match(tail, self.max_tokens, exclude_end=True)
         if self.store is not None and scope is not None and n < MAX_N:
-            n2, other = self.store.match(scope, tail, k)
+            n2, other = self.store.match(scope, tail, self.max_tokens)
             if n2 > n:
                 n, draft = n2, other
-        if state.keep_rate < worth(lanes) and n < MAX_N:
-            return []  # not even one token pays at this batch, and no probe
         return draft
 
-    def paying(self, p: float, lanes: int) -> int:
-        """Draft tokens that pay (p^j >= worth(lanes)), at most max_tokens."""
-        bar, j, chance = worth(lanes), 0, 1.0
-        while j < self.max_tokens and chance * p >= bar:
-            chance *= p
-            j += 1
-        return j
+    def choose(self, states: list[LaneDraft], drafts: list[list[int]], generated: list[int], base_rows: int,
+               cost: StepCosts) -> list[list[int]]:
+        """The drafts cut to what the step verifies: lane i keeps its first n_i tokens, the n_i chosen to
+        maximise (base_rows + sum of the kept tokens' p_i^j) / cost(base_rows + sum n_i). base_rows: the
+        step's rows without drafts, one a decoding lane and a prefill chunk's, each worth one (a prompt
+        row is work the step does anyway: draft rows must pay at its rate, not a decode-only one);
+        generated: each drafting lane's count of emitted tokens (where its shadow is checked)."""
+        values: list[tuple[float, int]] = []
+        for i, (state, draft) in enumerate(zip(states, drafts, strict=True)):
+            p, v = min(state.keep_rate, self.SURE), 1.0
+            for _ in draft:
+                v *= p
+                values.append((v, i))
+        values.sort(key=lambda x: -x[0])  # stable: a lane's tokens stay in order (their values fall)
+        gain, best, best_rate = 0.0, 0, self.MARGIN * base_rows / cost(base_rows)
+        for d, (v, _) in enumerate(values, 1):
+            gain += v
+            rate = (base_rows + gain) / cost(base_rows + d)
+            if rate > best_rate:
+                best, best_rate = d, rate
+        take = [0] * len(drafts)
+        for _, i in values[:best]:
+            take[i] += 1
+        for state, draft, n, at in zip(states, drafts, take, generated, strict=True):
+            if draft and not n:
+                state.shadow = (at, draft[0])
+        return [d[:n] for d, n in zip(drafts, take, strict=True)]
 
     def verified(self, state: LaneDraft, drafted: int, accepted: int) -> None:
-        state.kept = state.kept * self.DECAY + accepted
-        state.tried = state.tried * self.DECAY + accepted + (accepted < drafted)
+        self._learn(state, drafted, accepted)
         if accepted:
-            state.pause = 8
-        if accepted >= drafted:
-            state.k = min(self.max_tokens, max(state.k, drafted) * 2)
-            state.misses = 0
+            state.pause, state.misses = 8, 0
             return
-        state.k = max(1, accepted + 1)
-        state.misses = state.misses + 1 if accepted == 0 else 0
+        state.misses += 1
         if state.misses >= 3:
             state.cooldown, state.misses = state.pause, 0
             state.pause = min(self.MAX_PAUSE, 2 * state.pause)
+
+    def _learn(self, state: LaneDraft, drafted: int, accepted: int) -> None:
+        state.kept = state.kept * self.DECAY + accepted
+        state.tried = state.tried * self.DECAY + accepted + (accepted < drafted)
 
     def finished(self, scope: str | None, output: list[int]) -> None:
         if self.store is not None and scope is not None:

@@ -39,6 +39,8 @@ from engine.sched.plan import Planner, SchedulerConfig
 from engine.sched.prefix_cache import PrefixCache, cache_blocks
 from engine.sched.profile import NO_PROFILE, IterationProfile
 from engine.sched.stats import SchedStats, snapshot
+from engine.sched.step_cost import ZEN4_QWEN
+from engine.sched.step_cost import measure as measure_step_costs
 
 T = TypeVar("T")
 
@@ -136,6 +138,7 @@ class NativeScheduler(GrammarHost):
         self.speculative = speculative if self._view[0].kind == "single" else "off"
         self.drafter = Drafter(self.speculative, spec_tokens) if self.speculative != "off" else None
         self.output.drafter = self.drafter
+        self.step_costs = ZEN4_QWEN  # measured at warm-up (on this host, for this model) when drafting
         self.events = self.planner.events  # ("preempt"|"readmit", lane seq, preemption round)
         self._snapshot = SchedStats()
         self._publish()
@@ -315,6 +318,8 @@ class NativeScheduler(GrammarHost):
         try:
             warmup(kv_dtype=self.pool.kv_dtype)
             warm_bitmask()
+            if self.drafter is not None:
+                self.step_costs = measure_step_costs(self.model)
         finally:
             self.warm_s = time.perf_counter() - t0
             self.warmed.set()
@@ -440,9 +445,15 @@ class NativeScheduler(GrammarHost):
                 lane.draft = LaneDraft()
             room = lane.request.max_new_tokens - len(lane.generated) - 1  # the rows that could still be emitted
             scope = None if lane.request.tainted else lane.request.scope
-            draft = (self.drafter.propose(lane.draft, lane.prompt_ids, lane.generated, scope, len(decoders))
-                     if room > 0 else [])
+            draft = self.drafter.propose(lane.draft, lane.prompt_ids, lane.generated, scope) if room > 0 else []
             drafts.append(draft[:room])
+        if any(drafts):
+            drafting = [i for i, d in enumerate(drafts) if d]
+            chosen = self.drafter.choose([decoders[i].draft for i in drafting], [drafts[i] for i in drafting],
+                                         [len(decoders[i].generated) for i in drafting],
+                                         len(decoders) + sum(len(ids) for _, ids in prefills), self.step_costs)
+            for i, d in zip(drafting, chosen, strict=True):
+                drafts[i] = d
         if any(drafts) and not self.pool.growable:
             need = blocks_to_reserve([ln.session for ln, _ in prefills] + [ln.session for ln in decoders],
                                      [len(ids) for _, ids in prefills] + [1 + len(d) for d in drafts])

@@ -86,7 +86,7 @@ class ScriptedDrafter(Drafter):
         self.answers, self.k, self.wrong_every, self.vocab = answers, k, wrong_every, vocab
         self.calls = 0
 
-    def propose(self, state, prompt, generated, scope, lanes=1):  # type: ignore[no-untyped-def]
+    def propose(self, state, prompt, generated, scope):  # type: ignore[no-untyped-def]
         self.calls += 1
         want = self.answers[tuple(prompt)]
         at = len(generated)
@@ -96,8 +96,11 @@ class ScriptedDrafter(Drafter):
                 draft[i] = (draft[i] + 1) % self.vocab
         return draft
 
+    def choose(self, states, drafts, generated, base_rows, cost):  # type: ignore[no-untyped-def]
+        return drafts  # the script decides the lengths
+
     def verified(self, state, drafted, accepted):  # type: ignore[no-untyped-def]
-        pass  # the script decides the lengths
+        pass
 
 
 def use_drafter(sched: NativeScheduler, drafter: Drafter) -> NativeScheduler:

@@ -12,9 +12,10 @@ import pytest
 from engine import Session
 from engine.errors import EngineError
 from engine.model.sampling import Sampler, SamplingParams
-from engine.sched.draft import MAX_N, Drafter, LaneDraft, SuffixStore, TokenLog, worth
+from engine.sched.draft import MAX_N, Drafter, LaneDraft, SuffixStore, TokenLog
 from engine.sched.lane import FinishReason, Request
 from engine.sched.scheduler import NativeScheduler
+from engine.sched.step_cost import ZEN4_QWEN, StepCosts, lane_groups, measure
 from engine.tokenizer.tokenizer import ByteTokenizer
 from support.sched_helpers import ScriptedDrafter, model, rand_prompt, solo, use_drafter
 
@@ -53,44 +54,70 @@ def test_token_log_finds_the_latest_longest_match() -> None:
     assert run.match(run.tokens, 4, exclude_end=True) == (3, [4])  # a run drafts its next token
 
 
-def test_drafts_are_cut_where_a_row_stops_paying_for_the_batch() -> None:
-    """The j-th draft token is kept with about p^j; a row pays when that is >= worth(lanes): a lone stream
-    drafts long, a batch of 16 only what is nearly sure; below the bar, only a full-length match probes."""
-    assert worth(1) == pytest.approx(1 / 9) and worth(8) == 0.5 and worth(16) == pytest.approx(2 / 3)
+def test_lane_groups_follow_the_tile_kernels_padding() -> None:
+    assert [lane_groups(r) for r in (1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 13, 15, 17)] == [
+        [1], [4], [4], [4], [4, 1], [8], [8], [8], [8, 1], [8, 4], [8, 4, 1], [8, 8], [8, 8, 1]]
+    c = StepCosts(small={1: 9.0, 4: 13.0, 8: 18.0}, passes={8: 16.0, 4: 8.0, 1: 3.5})
+    assert [c(r) for r in (0, 1, 3, 5, 7, 9, 12, 16, 17)] == [0.0, 9.0, 13.0, 16.5, 18.0, 21.5, 26.0, 34.0, 37.5]
+
+
+def test_the_step_spends_its_rows_on_the_staircase() -> None:
+    """Draft tokens are chosen by value (p^j) against what their rows cost: a lone lane at p = 0.85 drafts
+    7 (8 rows, one pass), not 8 (a pass of 1 more); a batch of 16 adds no lone row (a third pass), drafts
+    nothing where its rows are compute-bound, and whole passes of 8 where they are not; a lane cut to
+    nothing checks its first token for free."""
     d = Drafter("ngram", 8)
-    assert [d.paying(0.9, n) for n in (1, 8, 16)] == [8, 6, 3]  # 0.9^3 = 0.73 >= 0.67 > 0.9^4
-    assert [d.paying(0.5, n) for n in (1, 8, 16)] == [3, 1, 0]
-    copy = list(range(100, 140))
-    prompt = copy + copy[:20]  # the lane is copying: its last MAX_N tokens match in full
-    sure, unsure = LaneDraft(k=8, kept=9.0, tried=10.0), LaneDraft(k=8, kept=1.0, tried=5.0)
-    assert d.propose(sure, prompt, [], None, lanes=1) == copy[20:28]
-    assert d.propose(sure, prompt, [], None, lanes=16) == copy[20:23]
-    assert d.propose(unsure, prompt, [], None, lanes=16) == [copy[20]]  # a probe
-    short = [1, 2, 3, 9, 9, 1, 2]  # a two-token match only
-    assert d.propose(LaneDraft(k=8, kept=1.0, tried=5.0), short, [], None, lanes=1) == [3]  # 0.2 pays for one lane
-    assert d.propose(LaneDraft(k=8, kept=1.0, tried=5.0), short, [], None, lanes=16) == []  # not for sixteen
-    d.verified(unsure, 1, 1)
-    rate = unsure.keep_rate
-    assert rate > 0.2
-    d.verified(unsure, 4, 0)
-    assert unsure.keep_rate < rate  # a miss: lower
+    sure = LaneDraft(kept=8.5, tried=10.0)  # 0.85
+    draft = list(range(10, 18))
+    assert d.choose([sure], [draft], [5], 1, ZEN4_QWEN) == [draft[:7]]
+    unsure = LaneDraft(kept=2.0, tried=10.0)  # 0.2: three rows for 0.25 tokens do not pay a 42% dearer step
+    assert d.choose([unsure], [draft], [5], 1, ZEN4_QWEN) == [[]]
+    assert unsure.shadow == (5, 10)
+    # 16 rows on Zen 4 are compute-bound: a pass of 8 more costs what 8 more lanes' rows would give
+    many = [LaneDraft(kept=9.9, tried=10.0) for _ in range(16)]
+    assert d.choose(many, [draft] * 16, [3] * 16, 16, ZEN4_QWEN) == [[]] * 16
+    # a host whose rows are cheap beside the read of the weights (memory-bound to 32 rows)
+    cheap = StepCosts(small={1: 9.0, 4: 10.0, 8: 11.0}, passes={8: 4.0, 4: 2.5, 1: 1.5})
+    many = [LaneDraft(kept=8.5, tried=10.0) for _ in range(16)]
+    assert d.choose(many[:1], [draft[:1]], [3], 16, cheap) == [[]]  # one token against a third pass
+    cut = d.choose(many, [draft] * 16, [3] * 16, 16, cheap)
+    assert sum(map(len, cut)) % 8 == 0 and cut[0] and all(c == draft[:len(c)] for c in cut)  # whole passes
+    assert max(map(len, cut)) - min(map(len, cut)) <= 1  # equal rates: the first tokens first, spread out
+    # prefill rows are the step's work too: with 12 chunk rows beside 4 decoders, a half pass does not pay
+    assert d.choose([sure], [draft[:4]], [3], 16, ZEN4_QWEN) == [[]]
+    assert d.choose([sure], [draft[:4]], [3], 1, ZEN4_QWEN) == [draft[:3]]  # alone: a pass of 4
 
 
-def test_drafter_lengths_adapt_and_misses_cool_down() -> None:
+def test_step_costs_are_measured_on_the_model_at_warm_up() -> None:
+    m = model()
+    cost = measure(m, context=24, reps=1)
+    assert measure(m) is cost  # once per model: the schedulers sharing it share the figures
+    assert 0 < cost(1) <= cost(4) <= cost(8) and all(v > 0 for v in cost.passes.values())
+    assert cost(17) == pytest.approx(cost(16) + cost.passes[1]) and cost(24) > cost(16)
+    sched = NativeScheduler(m, speculative="ngram", thread=False, warm=True)
+    assert sched.step_costs is cost
+    assert NativeScheduler(m, speculative="off", thread=False).step_costs is ZEN4_QWEN  # no drafts, no timing
+
+
+def test_shadows_and_verifications_teach_the_keep_rate_and_misses_cool_down() -> None:
     d, st = Drafter("ngram", 8), LaneDraft()
-    assert st.k == 4
+    prompt = [1, 2, 3, 1, 2]
+    assert d.propose(st, prompt, [], None) == [3, 1, 2]
+    rate = st.keep_rate
+    st.shadow = (0, 3)
+    d.propose(st, prompt, [3], None)  # the token after was the shadowed one: kept
+    assert st.shadow is None and st.keep_rate > rate
+    rate = st.keep_rate
+    st.shadow = (1, 9)
+    d.propose(st, prompt, [3, 1], None)
+    assert st.keep_rate < rate
     d.verified(st, 4, 4)
-    assert st.k == 8  # all kept: doubled, to the cap
-    d.verified(st, 8, 8)
-    assert st.k == 8
-    d.verified(st, 8, 2)
-    assert st.k == 3  # what was kept, plus one
+    assert st.misses == 0
     for _ in range(3):
         d.verified(st, 3, 0)
-    assert st.cooldown == 8 and st.k == 1 and st.pause == 16  # paused; the next pause twice as long
-    prompt = [1, 2, 3, 1, 2]
+    assert st.cooldown == 8 and st.pause == 16  # paused; the next pause twice as long
     assert [d.propose(st, prompt, [], None) for _ in range(8)] == [[]] * 8
-    assert d.propose(st, prompt, [], None) == [3]  # drafting again, at the length it earned
+    assert d.propose(st, prompt, [], None) != []  # drafting again
     for _ in range(3):
         d.verified(st, 1, 0)
     assert st.cooldown == 16 and st.pause == 32
@@ -317,8 +344,11 @@ class _Fixed(Drafter):
         super().__init__("ngram", 1)
         self.token = token
 
-    def propose(self, state, prompt, generated, scope, lanes=1):  # type: ignore[no-untyped-def]
+    def propose(self, state, prompt, generated, scope):  # type: ignore[no-untyped-def]
         return [self.token] if len(generated) == 1 else []
+
+    def choose(self, states, drafts, generated, base_rows, cost):  # type: ignore[no-untyped-def]
+        return drafts  # the test verifies this one token, whatever it costs
 
 
 def _step_logits(p: list[int], t0: int) -> np.ndarray:

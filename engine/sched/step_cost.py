@@ -1,0 +1,87 @@
+"""What a decode step costs by its rows: the staircase speculation chooses draft lengths on.
+
+The resident tile kernels meet each weight tile in lane groups (engine/kernels/tilegemm.py: 8 at a time,
+then a 4, then 1s; `resident.PAD_LANES` pads 2-3 rows to 4 and 6-7 to 8), and a group's pass costs about
+the same whatever its fill. So a step's cost is not a + b * rows but steps: on a Zen 4 host, Qwen 2.5 0.5B
+with 500 tokens of context, 8 rows cost 18.2 ms and 9 rows 21.9 (a pass of 8 and a pass of 1), 16 rows
+33.8 and 17 rows 37.0. And the steps are the host's: an AVX2 host without VNNI (Zen 2) spends ~10 ms a
+row where Zen 4 spends ~2, against a read of the weights ~2.4x slower (bench/spec_rows.py prints both).
+So the costs are measured on the model and host they serve (`measure`, once per model at the
+scheduler's warm-up), from six steps: 1, 4 and 8 rows directly, and the passes of 8, 4 and 1 as what 16,
+12 and 9 rows add to 8.
+"""
+
+from __future__ import annotations
+
+import time
+import weakref
+from dataclasses import dataclass
+
+import numpy as np
+
+from engine.model.resident import PAD_LANES
+
+
+def lane_groups(rows: int) -> list[int]:
+    """The passes a step of `rows` rows makes over each weight tile: groups of 8, then what is left as
+    the tile kernels take it after padding."""
+    groups = [8] * (rows // 8)
+    rest = rows % 8 + PAD_LANES.get(rows % 8, 0)
+    if rest == 8:
+        return groups + [8]
+    return groups + [4] * (rest // 4) + [1] * (rest % 4)
+
+
+@dataclass(frozen=True)
+class StepCosts:
+    """ms of a step: `small` for steps of 1, 4 and 8 rows (fewer than two passes of 8: their read of the
+    weights is not all hidden behind compute), and past 8 rows what each further pass of 8, 4 or 1 adds."""
+
+    small: dict[int, float]
+    passes: dict[int, float]
+
+    def __call__(self, rows: int) -> float:
+        if rows <= 0:
+            return 0.0
+        groups = lane_groups(rows)
+        if groups == [1]:
+            return self.small[1]
+        if groups in ([4], [4, 1]):
+            return self.small[4] + self.passes[1] * (len(groups) - 1)
+        return self.small[8] + sum(self.passes[g] for g in groups[1:])
+
+
+# Qwen 2.5 0.5B resident on a Zen 4 host, 500 tokens of context (the figures above): what a scheduler
+# that did not warm up (tests, mostly) assumes.
+ZEN4_QWEN = StepCosts(small={1: 9.2, 4: 13.1, 8: 18.2}, passes={8: 15.6, 4: 8.0, 1: 3.5})
+
+_measured: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def measure(model: object, context: int = 64, reps: int = 3) -> StepCosts:
+    """The step costs of `model` on this host (cached per model): one scratch session of `context`
+    tokens, every row asking for logits as a verification's do, the median of `reps` runs a size."""
+    if model in _measured:
+        return _measured[model]
+    from engine.model.session import Session, forward_batch
+
+    session = Session(model)  # type: ignore[arg-type]
+    try:
+        session.prefill(np.arange(context) % 97 + 3)
+        ms = {}
+        for rows in (1, 4, 8, 9, 12, 16):
+            times = []
+            for _ in range(reps):
+                t = time.perf_counter()
+                forward_batch([session], [[5] * rows], [rows])
+                times.append(time.perf_counter() - t)
+                session.truncate(context)
+            ms[rows] = float(np.median(times)) * 1e3
+    finally:
+        session.free()
+    floor = 0.01 * ms[1]  # a noisy run must not make a pass free (or cheaper than nothing)
+    costs = StepCosts(small={1: ms[1], 4: max(ms[4], ms[1]), 8: max(ms[8], ms[4], ms[1])},
+                      passes={8: max(ms[16] - ms[8], floor), 4: max(ms[12] - ms[8], floor),
+                              1: max(ms[9] - ms[8], floor)})
+    _measured[model] = costs
+    return costs
