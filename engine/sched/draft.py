@@ -27,7 +27,7 @@ from engine.sched.step_cost import StepCosts
 
 SPECULATIVE_MODES = ("off", "ngram", "suffix")
 MIN_N = 2  # a single repeated token drafts too often on plain text (measured: bench/spec.py)
-MAX_N = 8  # longer suffixes match rarely and add probes; 8 catches a repeated line's context
+MAX_N = 8  # longer suffixes match rarely; 8 catches a repeated line's context
 
 
 class TokenLog:
