@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-import transformers
 
 from engine import load_model
 from engine.gguf.aliases import resolve_model
 from support.ggufgen import oracle_check
+from support.hf_gguf import causal_lm
 
 pytestmark = [pytest.mark.oracle, pytest.mark.gemma, pytest.mark.slow]
 
@@ -81,9 +81,7 @@ LONG_KV_TOL = 4e-2
 @pytest.fixture(scope="module")
 def pair():  # type: ignore[no-untyped-def]
     path = resolve_model("gemma3-270m")
-    hf = transformers.AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name,
-                                                           dtype=torch.float32).eval()
-    return hf, load_model(path)
+    return causal_lm(path), load_model(path)
 
 
 def test_config(pair) -> None:  # type: ignore[no-untyped-def]
@@ -140,30 +138,69 @@ def test_fak_run_raw_completion_matches_hf(pair) -> None:  # type: ignore[no-unt
     assert "Paris" in out["text"] or "capital" in out["text"]
 
 
+@pytest.fixture(scope="module")
+def long_ids() -> list[int]:
+    """4,096 tokens: LONG_TEXT eight times over, after BOS."""
+    from engine.tokenizer import load_tokenizer
+
+    text_ids = load_tokenizer("gemma3-270m").encode(LONG_TEXT, add_special=False)
+    return ([2] + text_ids * 8)[:4096]
+
+
+@pytest.fixture(scope="module")
+def hf_4k(pair, long_ids: list[int]):  # type: ignore[no-untyped-def]
+    """HF on the whole 4k prompt at once, computed once for the module (a 4k forward is ~17 s on 2 cores):
+    the logits at the last position of every 64-row chunk, and its 4 greedy tokens. One `generate` gives
+    both: its first step's hidden states cover every prompt position (equal to a plain forward's)."""
+    hf, _ = pair
+    with torch.no_grad():
+        out = hf.generate(torch.tensor([long_ids]), max_new_tokens=4, do_sample=False,
+                          output_hidden_states=True, return_dict_in_generate=True)
+        last = out.hidden_states[0][-1][0, 63::64]  # after the final norm, at each chunk's last position
+        theirs = (last @ hf.get_output_embeddings().weight.T).float()
+        if hf.config.final_logit_softcapping:
+            cap = hf.config.final_logit_softcapping
+            theirs = torch.tanh(theirs / cap) * cap
+    return theirs.numpy(), out.sequences[0, len(long_ids):].tolist()
+
+
+def _chunked(model, ids: list[int], kv: str = "f32"):  # type: ignore[no-untyped-def]
+    """Our logits at each 64-row chunk's end as the scheduler prefills, then 4 greedy decode steps."""
+    import numpy as np
+
+    from engine import Session
+
+    model.kv_dtype = kv
+    try:
+        s = Session(model)
+        assert s.pool.kv_dtype == kv
+        rows = np.stack([s.prefill(ids[i : i + 64]).copy() for i in range(0, len(ids), 64)])
+        toks, logits = [], rows[-1]
+        for _ in range(4):
+            toks.append(int(np.argmax(logits)))
+            logits = s.step(toks[-1])
+        s.free()
+    finally:
+        model.kv_dtype = "f32"
+    return rows, toks
+
+
+@pytest.fixture(scope="module")
+def f32_4k(pair, long_ids: list[int]):  # type: ignore[no-untyped-def]
+    """Ours on the 4k prompt with an f32 cache and BLAS prefill products, shared by the two 4k tests."""
+    return _chunked(pair[1], long_ids)
+
+
 @pytest.mark.slow
-def test_matches_hf_at_4k_positions_through_prefill_chunks(pair) -> None:  # type: ignore[no-untyped-def]
+def test_matches_hf_at_4k_positions_through_prefill_chunks(pair, long_ids, hf_4k, f32_4k) -> None:  # type: ignore[no-untyped-def]
     """A 4,096-token prompt prefilled as the scheduler does it (64-row chunks, each through the flash-style
     prefill attention over every earlier position; the 15 sliding layers see the last 512), against HF on
     the whole prompt at once: the logits at the last position of every chunk (64 positions, up to 4,095),
     then 4 greedy decode steps on our KV cache."""
     import numpy as np
 
-    from engine import Session
-    from engine.tokenizer import load_tokenizer
-
-    hf, model = pair
-    text_ids = load_tokenizer("gemma3-270m").encode(LONG_TEXT, add_special=False)
-    ids = ([2] + text_ids * 8)[:4096]
-    s = Session(model)
-    ours = np.stack([s.prefill(ids[i : i + 64]) for i in range(0, len(ids), 64)])  # [64, vocab]
-    with torch.no_grad():
-        out = hf(torch.tensor([ids]), output_hidden_states=True, logits_to_keep=1)
-        last = out.hidden_states[-1][0, 63::64]  # after the final norm, at each chunk's last position
-        theirs = (last @ hf.get_output_embeddings().weight.T).float()
-        if hf.config.final_logit_softcapping:
-            cap = hf.config.final_logit_softcapping
-            theirs = torch.tanh(theirs / cap) * cap
-    theirs = theirs.numpy()
+    _, model = pair
+    (theirs, want), (ours, toks) = hf_4k, f32_4k
     assert np.array_equal(theirs.argmax(-1), ours.argmax(-1))
     diff = np.abs(theirs - ours).max(-1)
     print(f"gemma 4096 tokens in 64-row chunks: max |logit diff| {diff.max():.2e} at chunk {int(diff.argmax())}")
@@ -171,63 +208,25 @@ def test_matches_hf_at_4k_positions_through_prefill_chunks(pair) -> None:  # typ
     # angles position x inv_freq in float32 (an error of ~position x 6e-8 rad), ours in float64. Our own two
     # attention paths, the flash prefill and the row-stable decode kernels, agree within 1.6e-4 at 4k.
     assert diff.max() <= LONG_LOGIT_TOL
+    assert toks == want
     model.prefill_blas = False  # the same chunks through the decode kernels: a second, independent path
     try:
-        s2 = Session(model)
-        rows = np.stack([s2.prefill(ids[i : i + 64]) for i in range(0, len(ids), 64)])
-        s2.free()
+        rows, _ = _chunked(model, long_ids)
     finally:
         model.prefill_blas = True
     assert np.abs(rows - ours).max() <= LOGIT_TOL
-    toks = []
-    logits = ours[-1]
-    for _ in range(4):
-        toks.append(int(np.argmax(logits)))
-        logits = s.step(toks[-1])
-    with torch.no_grad():
-        want = hf.generate(torch.tensor([ids]), max_new_tokens=4, do_sample=False)[0, len(ids):].tolist()
-    assert toks == want
 
 
 @pytest.mark.slow
-def test_an_f16_cache_at_4k_positions_with_int16_attention_products(pair) -> None:  # type: ignore[no-untyped-def]
+def test_an_f16_cache_at_4k_positions_with_int16_attention_products(pair, long_ids, hf_4k, f32_4k) -> None:  # type: ignore[no-untyped-def]
     """The default serving path at 4,096 positions: an f16 KV cache, so each 64-row chunk's prefill attention
     runs on int16 tiles (engine/kernels/i16tile.py). Against HF and against our f32 cache (BLAS products):
     within the f16 cache's tolerance at 4k (LONG_KV_TOL), every chunk's greedy choice the same, and HF's 4
     greedy decode steps."""
     import numpy as np
 
-    from engine import Session
-    from engine.tokenizer import load_tokenizer
-
-    hf, model = pair
-    text_ids = load_tokenizer("gemma3-270m").encode(LONG_TEXT, add_special=False)
-    ids = ([2] + text_ids * 8)[:4096]
-
-    def chunks(kv: str) -> tuple[np.ndarray, list[int]]:
-        model.kv_dtype = kv
-        try:
-            s = Session(model)
-            assert s.pool.kv_dtype == kv
-            rows = np.stack([s.prefill(ids[i : i + 64]).copy() for i in range(0, len(ids), 64)])
-            toks, logits = [], rows[-1]
-            for _ in range(4):
-                toks.append(int(np.argmax(logits)))
-                logits = s.step(toks[-1])
-            s.free()
-        finally:
-            model.kv_dtype = "f32"
-        return rows, toks
-
-    (f32, _), (half, toks) = chunks("f32"), chunks("f16")
-    with torch.no_grad():
-        last = hf(torch.tensor([ids]), output_hidden_states=True).hidden_states[-1][0, 63::64]
-        theirs = (last @ hf.get_output_embeddings().weight.T).float()
-        if hf.config.final_logit_softcapping:
-            cap = hf.config.final_logit_softcapping
-            theirs = torch.tanh(theirs / cap) * cap
-        want = hf.generate(torch.tensor([ids]), max_new_tokens=4, do_sample=False)[0, len(ids):].tolist()
-    theirs = theirs.numpy()
+    (theirs, want), (f32, _) = hf_4k, f32_4k
+    half, toks = _chunked(pair[1], long_ids, "f16")
     vs_hf, vs_f32 = np.abs(half - theirs).max(), np.abs(half - f32).max()
     print(f"gemma f16 KV + int16 attention, 4096 positions: max |logit diff| vs HF {vs_hf:.2e}, vs f32 {vs_f32:.2e}")
     assert vs_hf <= LONG_KV_TOL and vs_f32 <= LONG_KV_TOL

@@ -247,10 +247,11 @@ def test_resident_matches_plain(plain, chat_ids: list[list[int]]) -> None:  # ty
 
 @pytest.fixture(scope="module")
 def hf(qwen_path: Path):  # type: ignore[no-untyped-def]
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
-    return transformers.AutoModelForCausalLM.from_pretrained(str(qwen_path.parent), gguf_file=qwen_path.name,
-                                                             dtype=torch.float32).eval()
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from support.hf_gguf import causal_lm
+
+    return causal_lm(qwen_path)
 
 
 @pytest.mark.qwen

@@ -28,6 +28,7 @@ def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 @pytest.fixture(scope="module")
 def tok(cache_dir: Path) -> GGUFTokenizer:
+    T.clear_memo()  # a tokenizer memoised by an earlier module was cached elsewhere: build into cache_dir
     t = T.load_tokenizer("gemma3-270m")
     assert isinstance(t, GGUFTokenizer)
     return t
@@ -35,10 +36,9 @@ def tok(cache_dir: Path) -> GGUFTokenizer:
 
 @pytest.fixture(scope="module")
 def hf_tok():  # type: ignore[no-untyped-def]
-    from transformers import AutoTokenizer
+    from support.hf_gguf import tokenizer
 
-    path = resolve_model("gemma3-270m")
-    return AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    return tokenizer(resolve_model("gemma3-270m"))
 
 
 def _vector_texts() -> list[str]:
