@@ -20,7 +20,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-import transformers
 from gguf import GGMLQuantizationType as QT
 
 from engine import BatchSession, load_model
@@ -30,6 +29,7 @@ from engine.model.forward import Model
 from engine.quant.quantize import quantize_as
 from support.agree import agree, serial_steps
 from support.ggufgen import oracle_check, random_hf_model, write_gguf
+from support.hf_gguf import causal_lm
 
 pytestmark = pytest.mark.oracle
 
@@ -124,8 +124,7 @@ def test_transformers_gguf_reader_reads_our_file_as_the_original(pair) -> None: 
     # pad_token_id: the file has no tokenizer, and phi3's default pad id (32000) is outside the tiny vocab
     # (and its qwen3moe reader does not map expert_feed_forward_length: the expert width is given)
     extra = {"moe_intermediate_size": hf.config.moe_intermediate_size} if arch == "qwen3moe" else {}
-    back = transformers.AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name,
-                                                             dtype=torch.float32, pad_token_id=0, **extra).eval()
+    back = causal_lm(path, pad_token_id=0, **extra)
     assert type(back).__name__ == HF_READS_GGUF[arch]
     want = {k: (t + 1.0) - 1.0 if arch == "gemma2" and k.endswith("norm.weight") else t
             for k, t in hf.state_dict().items()}

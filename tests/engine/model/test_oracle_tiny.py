@@ -7,12 +7,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-import transformers
 
 from engine import load_model
 from engine.gguf.config import ROPE_NEOX, ROPE_NORM
 from engine.model.forward import Model
 from support.ggufgen import oracle_check, random_hf_model, write_gguf
+from support.hf_gguf import causal_lm
 
 pytestmark = pytest.mark.oracle
 
@@ -30,7 +30,7 @@ def pair(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
     # llama matrices as F16 (the F16 path), qwen as F32
     _ORIGINALS[arch] = random_hf_model(arch, seed=7)
     write_gguf(_ORIGINALS[arch], arch, d / "tiny.gguf", np.float16 if arch == "llama" else np.float32)
-    hf = transformers.AutoModelForCausalLM.from_pretrained(str(d), gguf_file="tiny.gguf", dtype=torch.float32).eval()
+    hf = causal_lm(d / "tiny.gguf")
     return arch, hf, load_model(str(d / "tiny.gguf")), d / "tiny.gguf"
 
 

@@ -243,10 +243,9 @@ def test_spm_merges_order() -> None:
 @pytest.mark.slow
 def test_matches_hf_transformers_beyond_the_vectors(name: str) -> None:
     # the two vocabularies transformers loads quickly (qwen2 and llama-bpe agree too but take ~30 s each)
-    from transformers import AutoTokenizer
+    from support.hf_gguf import tokenizer
 
-
-    hf = AutoTokenizer.from_pretrained(str(vocab_dir()), gguf_file=name)
+    hf = tokenizer(vocab_dir() / name)
     tok = tokenizer_for(vocab_dir() / name)
     ids = tok.encode(MIXED, add_special=False)
     assert ids == hf.encode(MIXED, add_special_tokens=False)
