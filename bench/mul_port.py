@@ -23,54 +23,43 @@ from llvmlite import ir
 CHAINS = 10
 
 
-def _build(asm_text: str, width: int) -> ir.Module:
-    """run(n): n times, the instruction on CHAINS independent vector registers."""
+def _loop(op: ir.InlineAsm, init: ir.Constant, chains: int, extra: list[ir.Value]) -> ir.Module:
+    """run(n): n times, `op` on each of `chains` values carried round the loop (op(value, *extra))."""
     mod = ir.Module(name="mul_port")
     i64 = ir.IntType(64)
-    vec = ir.VectorType(ir.IntType(32), width // 32)
     fn = ir.Function(mod, ir.FunctionType(i64, [i64]), name="run")
     entry, loop, done = (fn.append_basic_block(n) for n in ("entry", "loop", "done"))
     b = ir.IRBuilder(entry)
-    one = ir.Constant(vec, [1] * (width // 32))
     b.branch(loop)
     b.position_at_end(loop)
     i = b.phi(i64)
-    regs = [b.phi(vec) for _ in range(CHAINS)]
-    op = ir.InlineAsm(ir.FunctionType(vec, [vec, vec]), asm_text, "=v,0,v", side_effect=True)
-    nxt = [b.call(op, [r, one]) for r in regs]
+    carried = [b.phi(init.type) for _ in range(chains)]
+    nxt = [b.call(op, [v, *extra]) for v in carried]
     i2 = b.add(i, ir.Constant(i64, 1))
     b.cbranch(b.icmp_signed("<", i2, fn.args[0]), loop, done)
     i.add_incoming(ir.Constant(i64, 0), entry)
     i.add_incoming(i2, loop)
-    for r, n in zip(regs, nxt, strict=True):
-        r.add_incoming(one, entry)
-        r.add_incoming(n, loop)
+    for v, n in zip(carried, nxt, strict=True):
+        v.add_incoming(init, entry)
+        v.add_incoming(n, loop)
     b.position_at_end(done)
     b.ret(i2)
     return mod
 
 
+def _vector_chains(asm_text: str, width: int) -> ir.Module:
+    """The instruction on CHAINS independent vector registers, its second operand all ones."""
+    vec = ir.VectorType(ir.IntType(32), width // 32)
+    one = ir.Constant(vec, [1] * (width // 32))
+    op = ir.InlineAsm(ir.FunctionType(vec, [vec, vec]), asm_text, "=v,0,v", side_effect=True)
+    return _loop(op, one, CHAINS, [one])
+
+
 def _scalar_chain() -> ir.Module:
-    mod = ir.Module(name="clock")
+    """8 dependent scalar adds an iteration: one a cycle, the clock."""
     i64 = ir.IntType(64)
-    fn = ir.Function(mod, ir.FunctionType(i64, [i64]), name="run")
-    entry, loop, done = (fn.append_basic_block(n) for n in ("entry", "loop", "done"))
-    b = ir.IRBuilder(entry)
-    b.branch(loop)
-    b.position_at_end(loop)
-    i = b.phi(i64)
-    v = b.phi(i64)
     add8 = ir.InlineAsm(ir.FunctionType(i64, [i64]), "add $$1, $0\n" * 8, "=r,0", side_effect=True)
-    v2 = b.call(add8, [v])
-    i2 = b.add(i, ir.Constant(i64, 1))
-    b.cbranch(b.icmp_signed("<", i2, fn.args[0]), loop, done)
-    i.add_incoming(ir.Constant(i64, 0), entry)
-    i.add_incoming(i2, loop)
-    v.add_incoming(ir.Constant(i64, 0), entry)
-    v.add_incoming(v2, loop)
-    b.position_at_end(done)
-    b.ret(v2)
-    return mod
+    return _loop(add8, ir.Constant(i64, 0), 1, [])
 
 
 def _time(mod: ir.Module, iters: int) -> float:
@@ -105,7 +94,7 @@ def main() -> None:
         cases.append(("vpdpwssd zmm", "vpdpwssd $2, $2, $0", 512, 32))
     cycles: dict[str, float] = {}
     for name, text, width, macs in cases:
-        per = cycles[name] = _time(_build(text, width), a.iters) / CHAINS
+        per = cycles[name] = _time(_vector_chains(text, width), a.iters) / CHAINS
         rate = f", {macs / per * 1e-9:6.1f} multiply-adds/ns a core" if macs else ""
         print(f"  {name:13s} {per / cycle:5.2f} cycles an instruction{rate}")
     # exact int32 sums, as the kernels keep them: int16 is one vpmaddwd; int8 is vpmaddubsw, then vpmaddwd by
