@@ -391,9 +391,10 @@ def dq_tile(typingctx, kinds, kind, w_addr, n_super, out, row0):  # type: ignore
             _by_kind(_dq_codegen, "dq"))
 
 
-# lane groups of 8, 4 and 1, the mask's kinds behind a run-time branch (taken once per tile). A lane's
+# lane groups of 8, 4, 2 and 1, the mask's kinds behind a run-time branch (taken once per tile). A lane's
 # bits are the same in any group. (Measured and not kept: 16-lane groups, two tiles per pass, two
 # sums per lane at 8 lanes, embedded-broadcast operands: no gain beyond this box's run-to-run noise.)
 tdot8 = _tile_any(8)
 tdot4 = _tile_any(4)
+tdot2 = _tile_any(2)
 tdot1 = _tile_any(1)

@@ -1,7 +1,7 @@
 """The tiled decode product and dequantizers (engine/kernels/tiledot.py's intrinsics), as numba kernels.
 
 `gemm_tiles(kind, w, x, out)`: x [B, n] float32 quantized per 32 values to int16, then every tile
-of w against every lane (groups of 8, 4, 1), parallel over tiles: decode and prefill alike.
+of w against every lane (groups of 8, 4, 2, 1), parallel over tiles: decode and prefill alike.
 `dq_rows_tiles` (embedding take, full dequantize) gives float32 rows. kind: a tiles.KINDS code.
 
 Each compilation holds the bodies of the kinds in KINDS_IN only. `gemm_for(kind)` / `dq_rows_for(kind)`
@@ -20,7 +20,7 @@ from numba import njit, prange
 
 from engine.kernels.blockdot import U
 from engine.kernels.parallel import specialised
-from engine.kernels.tiledot import X_MAX, dq_tile, tdot1, tdot4, tdot8
+from engine.kernels.tiledot import X_MAX, dq_tile, tdot1, tdot2, tdot4, tdot8
 from engine.quant.tiles import ALL_KINDS, FLOAT_KINDS, KINDS, QB, SB_BYTES, SB_VALUES, TILE, kind_group
 
 KINDS_IN = ALL_KINDS  # the kinds a compilation holds (a literal bit mask; `specialised` rebinds it)
@@ -59,7 +59,7 @@ def quantize_rows_i16(x, xq, dx, sxd):  # type: ignore[no-untyped-def]
 @njit(parallel=True, nogil=True, cache=True)
 def gemm_tiles(kind, w, x, out):  # type: ignore[no-untyped-def]
     """out[B, rows] = x[B, n] @ W.T for a tiled weight w (kind: a tiles.KINDS code; shape
-    tiles.tiled_shape), parallel over tiles; each lane group of 8, 4 or 1 meets a tile at a time."""
+    tiles.tiled_shape), parallel over tiles; each lane group of 8, 4, 2 or 1 meets a tile at a time."""
     ntiles, tile_bytes = w.shape
     lanes, n = x.shape
     rows = out.shape[1]
@@ -84,7 +84,7 @@ def gemm_tiles(kind, w, x, out):  # type: ignore[no-untyped-def]
     nc = min(ntiles, 64)
     for c in prange(nc):
         # lanes in blocks of LANE_BLOCK (a prefill chunk's activations stay in L2 while the chunk's
-        # tiles pass), each tile meeting the block's lanes 8, 4, 1 at a time
+        # tiles pass), each tile meeting the block's lanes 8, 4, 2, 1 at a time
         for l0 in range(0, lanes, LANE_BLOCK):
             l1 = min(lanes, l0 + LANE_BLOCK)
             for t in range(c * ntiles // nc, (c + 1) * ntiles // nc):
@@ -97,6 +97,9 @@ def gemm_tiles(kind, w, x, out):  # type: ignore[no-untyped-def]
                 if b + 4 <= l1:
                     tdot4(KINDS_IN, kind, wt, xq, dx, sxd, x, b, nsb, ot + U(b) * os_, os_, valid)
                     b += 4
+                if b + 2 <= l1:
+                    tdot2(KINDS_IN, kind, wt, xq, dx, sxd, x, b, nsb, ot + U(b) * os_, os_, valid)
+                    b += 2
                 while b < l1:
                     tdot1(KINDS_IN, kind, wt, xq, dx, sxd, x, b, nsb, ot + U(b) * os_, os_, valid)
                     b += 1

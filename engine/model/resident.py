@@ -35,12 +35,14 @@ from engine.quant import rows as K
 from engine.quant import tiles as L
 from engine.quant.widen import WIDEN
 
-# Rows past the last lane group of 8 meet a tile in groups of 4 and 1, and a group's pass costs about the
-# same for 1, 2 or 4 lanes (Qwen 2.5 0.5B's ffn_down: 0.038 ms for 1 row, 0.071 for 2, 0.072 for 4, 0.116 for
-# 8; its head 2.8 / 3.1 / 3.5 / 2.9 ms for 1 / 2 / 3 / 4): so 2 or 3 rows go as 4, and 6 or 7 as 8, with
-# the last row repeated. A whole Qwen step (500 tokens of context): 3 rows 16.4 -> 12.7 ms, 6 rows 20.2 ->
-# 17.5, 7 rows 23.6 -> 17.9: speculation's verification rows, and 2, 3, 6 or 7 streams.
-PAD_LANES = {2: 2, 3: 1, 6: 2, 7: 1}  # rows % 8 -> rows added
+# Rows past the last lane group of 8 meet a tile in groups of 4, 2 and 1. On a Zen 4 host a group's pass
+# costs about the same for 1, 2 or 4 lanes (Qwen 2.5 0.5B's ffn_down: 0.038 ms for 1 row, 0.071 for 2 as two
+# passes of 1, 0.072 for 4, 0.116 for 8; its head 2.8 / 3.1 / 3.5 / 2.9 ms for 1 / 2 / 3 / 4): so 3 rows go
+# as 4, and 6 or 7 as 8, with the last row repeated. A whole Qwen step (500 tokens of context): 3 rows 16.4
+# -> 12.7 ms, 6 rows 20.2 -> 17.5, 7 rows 23.6 -> 17.9. 2 rows take the 2-lane group, not a padded 4: on an
+# AVX2 host without VNNI (Zen 2) the 4-lane pass is compute-bound, and Q4_K's 2-lane pass costs 1.6x a
+# 1-lane one where the padded 4 cost 2.6x (Q6_K 1.3x against 2.1x).
+PAD_LANES = {3: 1, 6: 2, 7: 1}  # rows % 8 -> rows added
 
 QUANT_TYPES = {QT.Q8_0: "Q8_0", QT.Q5_0: "Q5_0", QT.Q4_K: "Q4_K", QT.Q6_K: "Q6_K", QT.Q4_0: "Q4_0",
                QT.Q4_1: "Q4_1", QT.Q5_1: "Q5_1", QT.Q5_K: "Q5_K", QT.F16: "F16", QT.BF16: "BF16",

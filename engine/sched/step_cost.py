@@ -1,14 +1,14 @@
 """What a decode step costs by its rows: the staircase speculation chooses draft lengths on.
 
 The resident tile kernels meet each weight tile in lane groups (engine/kernels/tilegemm.py: 8 at a time,
-then a 4, then 1s; `resident.PAD_LANES` pads 2-3 rows to 4 and 6-7 to 8), and a group's pass costs about
+then a 4, a 2, then 1s; `resident.PAD_LANES` pads 3 rows to 4 and 6-7 to 8), and a group's pass costs about
 the same whatever its fill. So a step's cost is not a + b * rows but steps: on a Zen 4 host, Qwen 2.5 0.5B
 with 500 tokens of context, 8 rows cost 18.2 ms and 9 rows 21.9 (a pass of 8 and a pass of 1), 16 rows
 33.8 and 17 rows 37.0. And the steps are the host's: an AVX2 host without VNNI (Zen 2) spends ~10 ms a
 row where Zen 4 spends ~2, against a read of the weights ~2.4x slower (bench/spec_rows.py prints both).
 So the costs are measured on the model and host they serve (`measure`, once per model at the
-scheduler's warm-up), from six steps: 1, 4 and 8 rows directly, and the passes of 8, 4 and 1 as what 16,
-12 and 9 rows add to 8.
+scheduler's warm-up), from eight steps: 1, 2, 4 and 8 rows directly, and the passes of 8, 4, 2 and 1 as
+what 16, 12, 10 and 9 rows add to 8.
 """
 
 from __future__ import annotations
@@ -29,12 +29,12 @@ def lane_groups(rows: int) -> list[int]:
     rest = rows % 8 + PAD_LANES.get(rows % 8, 0)
     if rest == 8:
         return groups + [8]
-    return groups + [4] * (rest // 4) + [1] * (rest % 4)
+    return groups + [4] * (rest // 4) + [2] * (rest % 4 // 2) + [1] * (rest % 2)
 
 
 @dataclass(frozen=True)
 class StepCosts:
-    """ms of a step: `small` for steps of 1, 4 and 8 rows (fewer than two passes of 8: their read of the
+    """ms of a step: `small` for steps of 1, 2, 4 and 8 rows (fewer than two passes of 8: their read of the
     weights is not all hidden behind compute), and past 8 rows what each further pass of 8, 4 or 1 adds."""
 
     small: dict[int, float]
@@ -52,8 +52,9 @@ class StepCosts:
 
 
 # Qwen 2.5 0.5B resident on a Zen 4 host, 500 tokens of context (the figures above): what a scheduler
-# that did not warm up (tests, mostly) assumes.
-ZEN4_QWEN = StepCosts(small={1: 9.2, 4: 13.1, 8: 18.2}, passes={8: 15.6, 4: 8.0, 1: 3.5})
+# that did not warm up (tests, mostly) assumes. The 2-lane group came later: its figures are what 2 rows
+# cost padded to 4 then (an upper bound, not a measurement).
+ZEN4_QWEN = StepCosts(small={1: 9.2, 2: 13.1, 4: 13.1, 8: 18.2}, passes={8: 15.6, 4: 8.0, 2: 8.0, 1: 3.5})
 
 _measured: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -69,7 +70,7 @@ def measure(model: object, context: int = 64, reps: int = 3) -> StepCosts:
     try:
         session.prefill(np.arange(context) % 97 + 3)
         ms = {}
-        for rows in (1, 4, 8, 9, 12, 16):
+        for rows in (1, 2, 4, 8, 9, 10, 12, 16):
             times = []
             for _ in range(reps):
                 t = time.perf_counter()
@@ -80,8 +81,9 @@ def measure(model: object, context: int = 64, reps: int = 3) -> StepCosts:
     finally:
         session.free()
     floor = 0.01 * ms[1]  # a noisy run must not make a pass free (or cheaper than nothing)
-    costs = StepCosts(small={1: ms[1], 4: max(ms[4], ms[1]), 8: max(ms[8], ms[4], ms[1])},
+    costs = StepCosts(small={1: ms[1], 2: max(ms[2], ms[1]), 4: max(ms[4], ms[2], ms[1]),
+                             8: max(ms[8], ms[4], ms[2], ms[1])},
                       passes={8: max(ms[16] - ms[8], floor), 4: max(ms[12] - ms[8], floor),
-                              1: max(ms[9] - ms[8], floor)})
+                              2: max(ms[10] - ms[8], floor), 1: max(ms[9] - ms[8], floor)})
     _measured[model] = costs
     return costs

@@ -12,7 +12,7 @@ from gguf.quants import dequantize, quantize
 from engine import BatchSession, load_model, synthetic_model
 from engine.model.forward import Model, Weights
 from engine.model.resident import QuantWeight, resident_weight
-from engine.quant.quantize import quantize_q8_0
+from engine.quant.quantize import quantize_as, quantize_q8_0
 from support.agree import agree, serial_steps
 from support.numba_threads import ParallelLaunches
 
@@ -85,13 +85,14 @@ def test_gemma_resident_matches_plain(gemma_pair: tuple[Model, Model]) -> None:
     print(f"gemma resident vs plain: max |logit diff| {prompt:.2e} over the prompt, {decode:.2e} over 16 decode steps")
 
 
-@pytest.mark.parametrize("qtype", [QT.Q8_0, QT.Q5_0, QT.Q4_0])
+@pytest.mark.parametrize("qtype", [QT.Q8_0, QT.Q5_0, QT.Q4_0, QT.Q4_K, QT.Q6_K])
 def test_every_row_count_gives_each_row_its_one_row_bits(qtype: QT) -> None:
-    """2, 3, 6 and 7 rows run padded to the next lane group (PAD_LANES, the last row repeated): each row
-    still gets the bits it gets alone, the output has the caller's rows, and the input is left as it was."""
+    """Rows meet a tile in lane groups of 8, 4, 2 and 1, and 3, 6 and 7 rows run padded to the next group
+    (PAD_LANES, the last row repeated): each row still gets the bits it gets alone, the output has the
+    caller's rows, and the input is left as it was."""
     rng = np.random.default_rng(5)
     w = rng.standard_normal((48, 512)).astype(np.float32)
-    q = resident_weight("blk.0.ffn_down.weight", qtype, quantize(w, qtype), w.shape)
+    q = resident_weight("blk.0.ffn_down.weight", qtype, quantize_as(qtype, w), w.shape)
     assert isinstance(q, QuantWeight)
     x = rng.standard_normal((11, 512)).astype(np.float32)
     alone = np.stack([q.matmul(x[i:i + 1])[0] for i in range(11)])

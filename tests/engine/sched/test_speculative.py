@@ -56,9 +56,11 @@ def test_token_log_finds_the_latest_longest_match() -> None:
 
 def test_lane_groups_follow_the_tile_kernels_padding() -> None:
     assert [lane_groups(r) for r in (1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 13, 15, 17)] == [
-        [1], [4], [4], [4], [4, 1], [8], [8], [8], [8, 1], [8, 4], [8, 4, 1], [8, 8], [8, 8, 1]]
-    c = StepCosts(small={1: 9.0, 4: 13.0, 8: 18.0}, passes={8: 16.0, 4: 8.0, 1: 3.5})
-    assert [c(r) for r in (0, 1, 3, 5, 7, 9, 12, 16, 17)] == [0.0, 9.0, 13.0, 16.5, 18.0, 21.5, 26.0, 34.0, 37.5]
+        [1], [2], [4], [4], [4, 1], [8], [8], [8], [8, 1], [8, 4], [8, 4, 1], [8, 8], [8, 8, 1]]
+    assert lane_groups(10) == [8, 2] and lane_groups(11) == [8, 4] and lane_groups(14) == [8, 8]
+    c = StepCosts(small={1: 9.0, 2: 11.0, 4: 13.0, 8: 18.0}, passes={8: 16.0, 4: 8.0, 2: 5.0, 1: 3.5})
+    assert [c(r) for r in (0, 1, 2, 3, 5, 7, 9, 10, 12, 16, 17)] == [
+        0.0, 9.0, 11.0, 13.0, 16.5, 18.0, 21.5, 23.0, 26.0, 34.0, 37.5]
 
 
 def test_the_step_spends_its_rows_on_the_staircase() -> None:
@@ -77,7 +79,7 @@ def test_the_step_spends_its_rows_on_the_staircase() -> None:
     many = [LaneDraft(kept=9.9, tried=10.0) for _ in range(16)]
     assert d.choose(many, [draft] * 16, [3] * 16, 16, ZEN4_QWEN) == [[]] * 16
     # a host whose rows are cheap beside the read of the weights (memory-bound to 32 rows)
-    cheap = StepCosts(small={1: 9.0, 4: 10.0, 8: 11.0}, passes={8: 4.0, 4: 2.5, 1: 1.5})
+    cheap = StepCosts(small={1: 9.0, 2: 9.5, 4: 10.0, 8: 11.0}, passes={8: 4.0, 4: 2.5, 2: 2.0, 1: 1.5})
     many = [LaneDraft(kept=8.5, tried=10.0) for _ in range(16)]
     assert d.choose(many[:1], [draft[:1]], [3], 16, cheap) == [[]]  # one token against a third pass
     cut = d.choose(many, [draft] * 16, [3] * 16, 16, cheap)
@@ -92,7 +94,8 @@ def test_step_costs_are_measured_on_the_model_at_warm_up() -> None:
     m = model()
     cost = measure(m, context=24, reps=1)
     assert measure(m) is cost  # once per model: the schedulers sharing it share the figures
-    assert 0 < cost(1) <= cost(4) <= cost(8) and all(v > 0 for v in cost.passes.values())
+    assert 0 < cost(1) <= cost(2) <= cost(4) <= cost(8) and all(v > 0 for v in cost.passes.values())
+    assert set(cost.small) == {1, 2, 4, 8} and set(cost.passes) == {1, 2, 4, 8}
     assert cost(17) == pytest.approx(cost(16) + cost.passes[1]) and cost(24) > cost(16)
     sched = NativeScheduler(m, speculative="ngram", thread=False, warm=True)
     assert sched.step_costs is cost
