@@ -28,6 +28,7 @@ from engine.sched.step_cost import StepCosts
 SPECULATIVE_MODES = ("off", "ngram", "suffix")
 MIN_N = 2  # a single repeated token drafts too often on plain text (measured: bench/spec.py)
 MAX_N = 8  # longer suffixes match rarely; 8 catches a repeated line's context
+LONG_N = 6  # a match this long or longer keeps its own keep rate (LaneDraft.rates)
 
 
 class TokenLog:
@@ -82,6 +83,23 @@ class TokenLog:
 
 
 @dataclass
+class KeepRate:
+    """Decayed counts of draft tokens kept and of tokens tried (kept ones + the first miss): kept / tried
+    estimates the chance a draft token is kept given the one before was."""
+
+    kept: float = 1.2
+    tried: float = 2.0
+
+    @property
+    def rate(self) -> float:
+        return self.kept / self.tried
+
+    def learn(self, drafted: int, accepted: int, decay: float) -> None:
+        self.kept = self.kept * decay + accepted
+        self.tried = self.tried * decay + accepted + (accepted < drafted)
+
+
+@dataclass
 class LaneDraft:
     """A lane's drafting state: its own index, what it drafted and kept, and its pauses."""
 
@@ -89,13 +107,18 @@ class LaneDraft:
     misses: int = 0  # drafts in a row with nothing accepted
     cooldown: int = 0  # steps left without drafting (after repeated misses)
     pause: int = 8  # the next cooldown's length: doubles while drafts keep missing, back to 8 on a kept token
-    kept: float = 1.2  # decayed counts of draft tokens kept and of tokens tried (kept ones + the first miss):
-    tried: float = 2.0  # kept / tried estimates the chance a draft token is kept given the one before was
-    shadow: tuple[int, int] | None = None  # (position, token): a first draft token not verified, checked free
+    # keep rates after a short match and after a long one (LONG_N tokens or more): how long a match the
+    # draft follows says much of how far it holds (the edit replay of bench/spec_bound.py: the first token
+    # kept 0.98 of the time after 8 matched tokens, 0.68 after 2), and one rate for both let a run of short
+    # misses hold back a copied file's drafts, and the reverse
+    rates: tuple[KeepRate, KeepRate] = field(default_factory=lambda: (KeepRate(), KeepRate()))
+    long: bool = False  # the latest draft followed a long match
+    shadow: tuple[int, int, bool] | None = None  # (position, token, long): a first draft token not verified, checked free
 
     @property
     def keep_rate(self) -> float:
-        return self.kept / self.tried
+        """The rate for the latest draft's kind of match."""
+        return self.rates[self.long].rate
 
 
 class SuffixStore:
@@ -135,13 +158,14 @@ class Drafter:
     """Proposes drafts for lanes, chooses what the step verifies, and learns from what it kept.
 
     A lane proposes the longest draft it finds (up to `max_tokens`). Its j-th token is kept with about
-    p^j, p the lane's keep rate; `choose` spends the step's rows on the draft tokens worth most, as many as
-    maximise the tokens the step is expected to give per ms it costs (`StepCosts`: a staircase of lane
-    groups, so one lane drafts 3 or 7 tokens rather than 8, and a batch of 16 drafts 0, 8 or 16 rows in
-    all, not 1 that costs a pass). A lane whose first draft token was not worth its row learns anyway:
-    the next step's token shows whether it would have been kept (`shadow`). Three verified drafts in a row
-    with nothing accepted pause the lane's drafting (8 steps, doubling up to MAX_PAUSE while it keeps
-    missing): text that does not repeat costs little lookup time."""
+    p^j, p the lane's keep rate after a match as long as this draft's (short or long: LaneDraft.rates);
+    `choose` spends the step's rows on the draft tokens worth most, as many as maximise the tokens the step
+    is expected to give per ms it costs (`StepCosts`: a staircase of lane groups, so one lane drafts 3 or 7
+    tokens rather than 8, and a batch of 16 drafts 0, 8 or 16 rows in all, not 1 that costs a pass). A lane
+    whose first draft token was not worth its row learns anyway: the next step's token shows whether it
+    would have been kept (`shadow`). Three verified drafts in a row with nothing accepted pause the lane's
+    drafting (8 steps, doubling up to MAX_PAUSE while it keeps missing): text that does not repeat costs
+    little lookup time."""
 
     MAX_PAUSE = 128
     DECAY = 0.9  # per verification: the keep rate follows the text as it changes (prose, then a copied file)
@@ -165,9 +189,9 @@ class Drafter:
         if have < len(prompt) + len(generated):
             log.extend(generated[have - len(prompt):])
         if state.shadow is not None:
-            at, token = state.shadow
+            at, token, long = state.shadow
             if at < len(generated):
-                self._learn(state, 1, int(generated[at] == token))
+                state.rates[long].learn(1, int(generated[at] == token), self.DECAY)
                 state.shadow = None
         if state.cooldown > 0:
             state.cooldown -= 1
@@ -178,6 +202,7 @@ class Drafter:
             n2, other = self.store.match(scope, tail, self.max_tokens)
             if n2 > n:
                 n, draft = n2, other
+        state.long = n >= LONG_N
         return draft
 
     def choose(self, states: list[LaneDraft], drafts: list[list[int]], generated: list[int], base_rows: int,
@@ -205,11 +230,11 @@ class Drafter:
             take[i] += 1
         for state, draft, n, at in zip(states, drafts, take, generated, strict=True):
             if draft and not n:
-                state.shadow = (at, draft[0])
+                state.shadow = (at, draft[0], state.long)
         return [d[:n] for d, n in zip(drafts, take, strict=True)]
 
     def verified(self, state: LaneDraft, drafted: int, accepted: int) -> None:
-        self._learn(state, drafted, accepted)
+        state.rates[state.long].learn(drafted, accepted, self.DECAY)
         if accepted:
             state.pause, state.misses = 8, 0
             return
@@ -217,10 +242,6 @@ class Drafter:
         if state.misses >= 3:
             state.cooldown, state.misses = state.pause, 0
             state.pause = min(self.MAX_PAUSE, 2 * state.pause)
-
-    def _learn(self, state: LaneDraft, drafted: int, accepted: int) -> None:
-        state.kept = state.kept * self.DECAY + accepted
-        state.tried = state.tried * self.DECAY + accepted + (accepted < drafted)
 
     def finished(self, scope: str | None, output: list[int]) -> None:
         if self.store is not None and scope is not None:

@@ -12,7 +12,7 @@ import pytest
 from engine import Session
 from engine.errors import EngineError
 from engine.model.sampling import Sampler, SamplingParams
-from engine.sched.draft import MAX_N, Drafter, LaneDraft, SuffixStore, TokenLog
+from engine.sched.draft import LONG_N, MAX_N, Drafter, KeepRate, LaneDraft, SuffixStore, TokenLog
 from engine.sched.lane import FinishReason, Request
 from engine.sched.scheduler import NativeScheduler
 from engine.sched.step_cost import ZEN4_QWEN, StepCosts, lane_groups, measure
@@ -32,6 +32,11 @@ def _run(sched: NativeScheduler, reqs: list[Request], check: bool = True) -> lis
                     assert len(lane.session.kv.blocks) == -(-lane.session.length // bt)
                     assert len(lane.session.tokens) == lane.session.length
     return [h.result(0) for h in hs]
+
+
+def rated(kept: float, tried: float) -> LaneDraft:
+    """A lane whose keep rate is kept / tried after short and long matches alike."""
+    return LaneDraft(rates=(KeepRate(kept, tried), KeepRate(kept, tried)))
 
 
 def _prompts(seed: int = 0) -> list[list[int]]:
@@ -69,18 +74,18 @@ def test_the_step_spends_its_rows_on_the_staircase() -> None:
     nothing where its rows are compute-bound, and whole passes of 8 where they are not; a lane cut to
     nothing checks its first token for free."""
     d = Drafter("ngram", 8)
-    sure = LaneDraft(kept=8.5, tried=10.0)  # 0.85
+    sure = rated(8.5, 10.0)  # 0.85
     draft = list(range(10, 18))
     assert d.choose([sure], [draft], [5], 1, ZEN4_QWEN) == [draft[:7]]
-    unsure = LaneDraft(kept=2.0, tried=10.0)  # 0.2: three rows for 0.25 tokens do not pay a 42% dearer step
+    unsure = rated(2.0, 10.0)  # 0.2: three rows for 0.25 tokens do not pay a 42% dearer step
     assert d.choose([unsure], [draft], [5], 1, ZEN4_QWEN) == [[]]
-    assert unsure.shadow == (5, 10)
+    assert unsure.shadow == (5, 10, False)
     # 16 rows on Zen 4 are compute-bound: a pass of 8 more costs what 8 more lanes' rows would give
-    many = [LaneDraft(kept=9.9, tried=10.0) for _ in range(16)]
+    many = [rated(9.9, 10.0) for _ in range(16)]
     assert d.choose(many, [draft] * 16, [3] * 16, 16, ZEN4_QWEN) == [[]] * 16
     # a host whose rows are cheap beside the read of the weights (memory-bound to 32 rows)
     cheap = StepCosts(small={1: 9.0, 2: 9.5, 4: 10.0, 8: 11.0}, passes={8: 4.0, 4: 2.5, 2: 2.0, 1: 1.5})
-    many = [LaneDraft(kept=8.5, tried=10.0) for _ in range(16)]
+    many = [rated(8.5, 10.0) for _ in range(16)]
     assert d.choose(many[:1], [draft[:1]], [3], 16, cheap) == [[]]  # one token against a third pass
     cut = d.choose(many, [draft] * 16, [3] * 16, 16, cheap)
     assert sum(map(len, cut)) % 8 == 0 and cut[0] and all(c == draft[:len(c)] for c in cut)  # whole passes
@@ -107,11 +112,11 @@ def test_shadows_and_verifications_teach_the_keep_rate_and_misses_cool_down() ->
     prompt = [1, 2, 3, 1, 2]
     assert d.propose(st, prompt, [], None) == [3, 1, 2]
     rate = st.keep_rate
-    st.shadow = (0, 3)
+    st.shadow = (0, 3, False)
     d.propose(st, prompt, [3], None)  # the token after was the shadowed one: kept
     assert st.shadow is None and st.keep_rate > rate
     rate = st.keep_rate
-    st.shadow = (1, 9)
+    st.shadow = (1, 9, False)
     d.propose(st, prompt, [3, 1], None)
     assert st.keep_rate < rate
     d.verified(st, 4, 4)
@@ -126,6 +131,27 @@ def test_shadows_and_verifications_teach_the_keep_rate_and_misses_cool_down() ->
     assert st.cooldown == 16 and st.pause == 32
     d.verified(st, 1, 1)
     assert st.pause == 8  # a kept token: back to short pauses
+
+
+def test_long_and_short_matches_keep_their_own_rates() -> None:
+    """A draft after a match of LONG_N tokens or more learns and is priced by the long-match rate: misses
+    after short matches (new text) do not hold back the drafts of a copied file, and the reverse."""
+    d, st = Drafter("ngram", 8), LaneDraft()
+    prompt = list(range(10, 30)) + list(range(10, 10 + LONG_N))  # its tail repeats LONG_N tokens
+    assert d.propose(st, prompt, [], None)[:2] == [10 + LONG_N, 11 + LONG_N] and st.long
+    long0, short0 = st.rates[True].rate, st.rates[False].rate
+    d.verified(st, 8, 8)
+    assert st.rates[True].rate > long0 and st.rates[False].rate == short0
+    short = [40, 41, 50, 40, 41]  # then the output's tail repeats 2 tokens
+    assert d.propose(st, prompt, short, None) == [50, 40, 41] and not st.long
+    assert st.keep_rate == short0  # priced by its own kind
+    for _ in range(2):
+        d.verified(st, 3, 0)
+    assert st.rates[False].rate < short0 and st.rates[True].rate > long0
+    long1, short1 = st.rates[True].rate, st.rates[False].rate
+    st.shadow = (len(short), 7, True)  # a shadow learns into the kind it was drafted after, not the current one
+    d.propose(st, prompt, [*short, 9], None)  # 9, not 7: missed
+    assert st.shadow is None and st.rates[True].rate < long1 and st.rates[False].rate == short1
 
 
 def test_suffix_store_keeps_scopes_apart_and_drops_the_oldest() -> None:
