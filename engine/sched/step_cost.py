@@ -21,21 +21,24 @@ import numpy as np
 
 from engine.model.resident import PAD_LANES
 
+GROUPS = (8, 4, 2, 1)  # the tile kernels' lane groups, widest first
+
 
 def lane_groups(rows: int) -> list[int]:
     """The passes a step of `rows` rows makes over each weight tile: groups of 8, then what is left as
     the tile kernels take it after padding."""
     groups = [8] * (rows // 8)
     rest = rows % 8 + PAD_LANES.get(rows % 8, 0)
-    if rest == 8:
-        return groups + [8]
-    return groups + [4] * (rest // 4) + [2] * (rest % 4 // 2) + [1] * (rest % 2)
+    for g in GROUPS:
+        groups += [g] * (rest // g)
+        rest %= g
+    return groups
 
 
 @dataclass(frozen=True)
 class StepCosts:
     """ms of a step: `small` for steps of 1, 2, 4 and 8 rows (fewer than two passes of 8: their read of the
-    weights is not all hidden behind compute), and past 8 rows what each further pass of 8, 4 or 1 adds."""
+    weights is not all hidden behind compute), and past 8 rows what each further pass of 8, 4, 2 or 1 adds."""
 
     small: dict[int, float]
     passes: dict[int, float]
@@ -70,7 +73,8 @@ def measure(model: object, context: int = 64, reps: int = 3) -> StepCosts:
     try:
         session.prefill(np.arange(context) % 97 + 3)
         ms = {}
-        for rows in (1, 2, 4, 8, 9, 10, 12, 16):
+        # the groups' own steps, then 8 + a pass of each group: 16, 12, 10 and 9 rows
+        for rows in sorted(set(GROUPS) | {8 + g for g in GROUPS}):
             times = []
             for _ in range(reps):
                 t = time.perf_counter()
@@ -81,9 +85,9 @@ def measure(model: object, context: int = 64, reps: int = 3) -> StepCosts:
     finally:
         session.free()
     floor = 0.01 * ms[1]  # a noisy run must not make a pass free (or cheaper than nothing)
-    costs = StepCosts(small={1: ms[1], 2: max(ms[2], ms[1]), 4: max(ms[4], ms[2], ms[1]),
-                             8: max(ms[8], ms[4], ms[2], ms[1])},
-                      passes={8: max(ms[16] - ms[8], floor), 4: max(ms[12] - ms[8], floor),
-                              2: max(ms[10] - ms[8], floor), 1: max(ms[9] - ms[8], floor)})
+    small, most = {}, 0.0
+    for g in sorted(GROUPS):  # more rows never cost less: a noisy smaller step sets the floor
+        most = small[g] = max(ms[g], most)
+    costs = StepCosts(small=small, passes={g: max(ms[8 + g] - ms[8], floor) for g in GROUPS})
     _measured[model] = costs
     return costs
