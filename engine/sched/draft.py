@@ -170,9 +170,8 @@ class Drafter:
     MAX_PAUSE = 128
     DECAY = 0.9  # per verification: the keep rate follows the text as it changes (prose, then a copied file)
     SURE = 0.98  # a keep rate is never taken for certainty
-    # Drafts must raise the step's expected rate by this much: StepCosts, timed on one short session, sees
-    # 10-25% less than a draft row's real cost once lanes hold hundreds of tokens (their attention rows);
-    # bench/spec_rows.py prints model and truth side by side.
+    # Drafts must raise the step's expected rate by this much: what StepCosts does not see (each lane's
+    # own overhead, rows' attention past its linear term); bench/spec_rows.py prints model and truth.
     MARGIN = 1.1
 
     def __init__(self, mode: str, max_tokens: int, store: SuffixStore | None = None) -> None:
@@ -206,12 +205,14 @@ class Drafter:
         return draft
 
     def choose(self, states: list[LaneDraft], drafts: list[list[int]], generated: list[int], base_rows: int,
-               cost: StepCosts) -> list[list[int]]:
+               cost: StepCosts, positions: list[int] | None = None, base_positions: int = 0) -> list[list[int]]:
         """The drafts cut to what the step verifies: lane i keeps its first n_i tokens, the n_i chosen to
-        maximise (base_rows + sum of the kept tokens' p_i^j) / cost(base_rows + sum n_i). base_rows: the
-        step's rows without drafts, one a decoding lane and a prefill chunk's, each worth one (a prompt
-        row is work the step does anyway: draft rows must pay at its rate, not a decode-only one);
-        generated: each drafting lane's count of emitted tokens (where its shadow is checked)."""
+        maximise (base_rows + sum of the kept tokens' p_i^j) / cost(base_rows + sum n_i, positions they
+        attend to). base_rows: the step's rows without drafts, one a decoding lane and a prefill chunk's,
+        each worth one (a prompt row is work the step does anyway: draft rows must pay at its rate, not a
+        decode-only one), attending to base_positions in all; positions: each drafting lane's context (what
+        each of its draft rows attends to; none: the attention is not counted); generated: each drafting
+        lane's count of emitted tokens (where its shadow is checked)."""
         values: list[tuple[float, int]] = []
         for i, (state, draft) in enumerate(zip(states, drafts, strict=True)):
             p, v = min(state.keep_rate, self.SURE), 1.0
@@ -219,10 +220,13 @@ class Drafter:
                 v *= p
                 values.append((v, i))
         values.sort(key=lambda x: -x[0])  # stable: a lane's tokens stay in order (their values fall)
-        gain, best, best_rate = 0.0, 0, self.MARGIN * base_rows / cost(base_rows)
-        for d, (v, _) in enumerate(values, 1):
+        at = positions if positions is not None else [0] * len(drafts)
+        gain, best, best_rate = 0.0, 0, self.MARGIN * base_rows / cost(base_rows, base_positions)
+        reach = base_positions
+        for d, (v, i) in enumerate(values, 1):
             gain += v
-            rate = (base_rows + gain) / cost(base_rows + d)
+            reach += at[i]
+            rate = (base_rows + gain) / cost(base_rows + d, reach)
             if rate > best_rate:
                 best, best_rate = d, rate
         take = [0] * len(drafts)

@@ -449,9 +449,15 @@ class NativeScheduler(GrammarHost):
             drafts.append(draft[:room])
         if any(drafts):
             drafting = [i for i, d in enumerate(drafts) if d]
+            # what the step's rows attend to: a decoding lane's row its whole context, a chunk's rows from
+            # where the chunk starts on
+            held = [ln.session.length for ln in decoders]
+            reach = sum(held) + sum(len(ids) * ln.session.length + len(ids) * (len(ids) + 1) // 2
+                                    for ln, ids in prefills)
             chosen = self.drafter.choose([decoders[i].draft for i in drafting], [drafts[i] for i in drafting],
                                          [len(decoders[i].generated) for i in drafting],
-                                         len(decoders) + sum(len(ids) for _, ids in prefills), self.step_costs)
+                                         len(decoders) + sum(len(ids) for _, ids in prefills), self.step_costs,
+                                         [held[i] for i in drafting], reach)
             for i, d in zip(drafting, chosen, strict=True):
                 drafts[i] = d
         if any(drafts) and not self.pool.growable:

@@ -9,6 +9,12 @@ row where Zen 4 spends ~2, against a read of the weights ~2.4x slower (bench/spe
 So the costs are measured on the model and host they serve (`measure`, once per model at the
 scheduler's warm-up), from eight steps: 1, 2, 4 and 8 rows directly, and the passes of 8, 4, 2 and 1 as
 what 16, 12, 10 and 9 rows add to 8.
+
+And each row attends to its lane's context: the staircase is timed at a short one, and what a row adds per
+position past it (`attention`, ms per 1000) is timed too, from 8 rows at two contexts. It is not small: on
+an Intel Xeon (AVX-512) host, Qwen 2.5 0.5B, ~1.7 ms a row per 1000 positions, so at 4096 positions a
+one-lane 8-row verification step costs 81 ms where the staircase alone says 29 (bench/spec_rows.py
+--context 4096): an agent's long prompt makes every draft row cost several weight-read rows.
 """
 
 from __future__ import annotations
@@ -38,56 +44,72 @@ def lane_groups(rows: int) -> list[int]:
 @dataclass(frozen=True)
 class StepCosts:
     """ms of a step: `small` for steps of 1, 2, 4 and 8 rows (fewer than two passes of 8: their read of the
-    weights is not all hidden behind compute), and past 8 rows what each further pass of 8, 4, 2 or 1 adds."""
+    weights is not all hidden behind compute), and past 8 rows what each further pass of 8, 4, 2 or 1 adds;
+    all timed with rows at `context` positions. `attention`: ms a row adds per 1000 positions past that."""
 
     small: dict[int, float]
     passes: dict[int, float]
+    attention: float = 0.0
+    context: int = 0
 
-    def __call__(self, rows: int) -> float:
+    def __call__(self, rows: int, positions: int = 0) -> float:
+        """A step of `rows` rows attending to `positions` positions in all (the sum over its rows)."""
         # called once a candidate draft token each step, and a mixed step's rows run to hundreds: the full
         # passes of 8 are counted, not listed
         if rows <= 0:
             return 0.0
+        extra = self.attention * max(0, positions - rows * self.context) / 1000
         if rows < 8:
             first, *more = lane_groups(rows)
-            return self.small[first] + sum(self.passes[g] for g in more)
-        return self.small[8] + self.passes[8] * (rows // 8 - 1) + sum(self.passes[g] for g in lane_groups(rows % 8))
+            return self.small[first] + sum(self.passes[g] for g in more) + extra
+        return (self.small[8] + self.passes[8] * (rows // 8 - 1) + sum(self.passes[g] for g in lane_groups(rows % 8))
+                + extra)
 
 
 # Qwen 2.5 0.5B resident on a Zen 4 host, 500 tokens of context (the figures above): what a scheduler
 # that did not warm up (tests, mostly) assumes. The 2-lane group came later: its figures are what 2 rows
-# cost padded to 4 then (an upper bound, not a measurement).
+# cost padded to 4 then (an upper bound, not a measurement). Attention was not timed there: no term.
 ZEN4_QWEN = StepCosts(small={1: 9.2, 2: 13.1, 4: 13.1, 8: 18.2}, passes={8: 15.6, 4: 8.0, 2: 8.0, 1: 3.5})
 
 _measured: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def measure(model: object, context: int = 64, reps: int = 3) -> StepCosts:
+def measure(model: object, context: int = 64, reps: int = 3, far: int = 1024) -> StepCosts:
     """The step costs of `model` on this host (cached per model): one scratch session of `context`
-    tokens, every row asking for logits as a verification's do, the median of `reps` runs a size."""
+    tokens, every row asking for logits as a verification's do, the median of `reps` runs a size; then
+    8 rows again with the session grown by `far` positions, for the attention term."""
     if model in _measured:
         return _measured[model]
     from engine.model.session import Session, forward_batch
 
+    limit = getattr(getattr(model, "config", None), "context_length", 0) or context + far + 16
+    far = max(0, min(far, limit - context - 16))  # a model with a short context: a shorter reach
     session = Session(model)  # type: ignore[arg-type]
+
+    def timed(rows: int) -> float:
+        at, times = session.length, []
+        for _ in range(reps):
+            t = time.perf_counter()
+            forward_batch([session], [[5] * rows], [rows])
+            times.append(time.perf_counter() - t)
+            session.truncate(at)
+        return float(np.median(times)) * 1e3
+
     try:
         session.prefill(np.arange(context) % 97 + 3)
-        ms = {}
         # the groups' own steps, then 8 + a pass of each group: 16, 12, 10 and 9 rows
-        for rows in sorted(set(GROUPS) | {8 + g for g in GROUPS}):
-            times = []
-            for _ in range(reps):
-                t = time.perf_counter()
-                forward_batch([session], [[5] * rows], [rows])
-                times.append(time.perf_counter() - t)
-                session.truncate(context)
-            ms[rows] = float(np.median(times)) * 1e3
+        ms = {rows: timed(rows) for rows in sorted(set(GROUPS) | {8 + g for g in GROUPS})}
+        if far:
+            session.prefill(np.arange(far) % 89 + 7)
+        far_ms = timed(8) if far else 0.0
     finally:
         session.free()
     floor = 0.01 * ms[1]  # a noisy run must not make a pass free (or cheaper than nothing)
     small, most = {}, 0.0
     for g in sorted(GROUPS):  # more rows never cost less: a noisy smaller step sets the floor
         most = small[g] = max(ms[g], most)
-    costs = StepCosts(small=small, passes={g: max(ms[8 + g] - ms[8], floor) for g in GROUPS})
+    attention = max(0.0, (far_ms - ms[8]) / (8 * far) * 1000) if far else 0.0  # ms a row per 1000 positions
+    costs = StepCosts(small=small, passes={g: max(ms[8 + g] - ms[8], floor) for g in GROUPS}, attention=attention,
+                      context=context)
     _measured[model] = costs
     return costs

@@ -66,6 +66,10 @@ def test_lane_groups_follow_the_tile_kernels_padding() -> None:
     c = StepCosts(small={1: 9.0, 2: 11.0, 4: 13.0, 8: 18.0}, passes={8: 16.0, 4: 8.0, 2: 5.0, 1: 3.5})
     assert [c(r) for r in (0, 1, 2, 3, 5, 7, 9, 10, 12, 16, 17)] == [
         0.0, 9.0, 11.0, 13.0, 16.5, 18.0, 21.5, 23.0, 26.0, 34.0, 37.5]
+    # rows past the context the staircase was timed at add their attention: ms a row per 1000 positions
+    far = StepCosts(small=c.small, passes=c.passes, attention=2.0, context=100)
+    assert far(8, 8 * 100) == c(8) and far(1, 50) == c(1)  # at (or under) the timed context: the staircase
+    assert far(8, 8 * 600) == pytest.approx(c(8) + 8.0) and far(17, 17 * 1100) == pytest.approx(c(17) + 34.0)
 
 
 def test_the_step_spends_its_rows_on_the_staircase() -> None:
@@ -93,6 +97,40 @@ def test_the_step_spends_its_rows_on_the_staircase() -> None:
     # prefill rows are the step's work too: with 12 chunk rows beside 4 decoders, a half pass does not pay
     assert d.choose([sure], [draft[:4]], [3], 16, ZEN4_QWEN) == [[]]
     assert d.choose([sure], [draft[:4]], [3], 1, ZEN4_QWEN) == [draft[:3]]  # alone: a pass of 4
+
+
+def test_a_long_context_makes_draft_rows_dear() -> None:
+    """Each draft row attends to its lane's whole context: at 4096 positions (~6 ms a row here) a lone lane
+    at p = 0.85 drafts 3, not the 7 it drafts at a short context, and one at p = 0.5 nothing."""
+    d = Drafter("ngram", 8)
+    costs = StepCosts(small=ZEN4_QWEN.small, passes=ZEN4_QWEN.passes, attention=1.5, context=64)
+    draft = list(range(10, 18))
+    assert d.choose([rated(8.5, 10.0)], [draft], [5], 1, costs, [64], 64) == [draft[:7]]
+    assert d.choose([rated(8.5, 10.0)], [draft], [5], 1, costs, [4096], 4096) == [draft[:3]]
+    assert d.choose([rated(6.0, 10.0)], [draft], [5], 1, costs, [500], 500) == [draft[:3]]
+    assert d.choose([rated(6.0, 10.0)], [draft], [5], 1, costs, [4096], 4096) == [[]]
+    # without the lanes' contexts the attention is not counted (the staircase alone)
+    assert d.choose([rated(8.5, 10.0)], [draft], [5], 1, costs) == [draft[:7]]
+
+
+def test_the_attention_term_is_what_far_rows_add(monkeypatch: pytest.MonkeyPatch) -> None:
+    """measure() times 8 rows at its context and again `far` positions on: the difference per row and
+    position is the attention term (a clock the fake forward advances: 1 us a row per position held)."""
+    import types
+
+    import engine.model.session as session_mod
+    from engine.sched import step_cost
+
+    now = [0.0]
+
+    def fake_forward(sessions, chunks, counts):  # type: ignore[no-untyped-def]
+        now[0] += 1e-3 * (2 + counts[0]) + 1e-6 * counts[0] * sessions[0].length
+
+    monkeypatch.setattr(session_mod, "forward_batch", fake_forward)
+    monkeypatch.setattr(step_cost, "time", types.SimpleNamespace(perf_counter=lambda: now[0]))
+    cost = measure(model(), context=40, reps=1, far=500)
+    assert cost.context == 40 and cost.attention == pytest.approx(1.0)
+    assert cost.small[1] == pytest.approx(3.04) and cost.passes[8] == pytest.approx(8 * 1.04)
 
 
 def test_step_costs_are_measured_on_the_model_at_warm_up() -> None:
@@ -376,7 +414,7 @@ class _Fixed(Drafter):
     def propose(self, state, prompt, generated, scope):  # type: ignore[no-untyped-def]
         return [self.token] if len(generated) == 1 else []
 
-    def choose(self, states, drafts, generated, base_rows, cost):  # type: ignore[no-untyped-def]
+    def choose(self, states, drafts, generated, base_rows, cost, positions=None, base_positions=0):  # type: ignore[no-untyped-def]
         return drafts  # the test verifies this one token, whatever it costs
 
 
