@@ -1,6 +1,7 @@
 """Speculative decoding, side by side in one run: --speculative off vs ngram vs suffix.
 
     python bench/spec.py [--lanes 1,16] [--new 160] [--workloads edit,plain] [--spec-tokens K] [--rounds 3]
+                         [--preamble WORDS]
 
 Workloads (the outputs of every mode are asserted equal to speculation off's):
   edit   Qwen2.5-Coder 0.5B instruct (resident): an 80-line Python file returned with one change, a
@@ -8,6 +9,8 @@ Workloads (the outputs of every mode are asserted equal to speculation off's):
          different arguments;
   plain  Gemma 3 270M base continuing story openings (text that does not repeat), sampled at temperature
          0.8, top-p 0.95, a seed per prompt (greedy, a base model loops on its last sentence).
+--preamble puts WORDS words of earlier context before every prompt (random words, seeded: a long agent
+session's history that the reply does not copy), so every row attends to thousands of positions.
 For each mode and lane count: decode tok/s (tokens after the first / the time between the first and the
 last; with 16 lanes the aggregate over every lane, each batch's prompts already in the prefix cache),
 acceptance (kept / drafted draft tokens), tokens per drafting lane-step, steps, and the share of the
@@ -61,7 +64,24 @@ def python_file() -> str:
     return "\n".join(lines) + "\n"
 
 
-def edit_prompts(tok) -> list[list[int]]:  # type: ignore[no-untyped-def]
+WORDS = ("time year people way day man thing woman life child world school state family student group country "
+         "problem hand part place case week company system program question work government number night point "
+         "home water room mother area money story fact month lot right study book eye job word business issue "
+         "side kind head house service friend father power hour game line end member law car city community name "
+         "river stone garden window letter market engine signal harbour winter copper ladder").split()
+
+
+def preamble(words: int) -> str:
+    """`words` random words (seed 0) in sentences: context a reply attends to and does not repeat."""
+    if words <= 0:
+        return ""
+    rng = np.random.default_rng(0)
+    picks = [WORDS[i] for i in rng.integers(0, len(WORDS), size=words)]
+    sentences = [" ".join(picks[i:i + 12]).capitalize() + "." for i in range(0, words, 12)]
+    return "Notes from earlier in this session: " + " ".join(sentences) + "\n\n"
+
+
+def edit_prompts(tok, words: int = 0) -> list[list[int]]:  # type: ignore[no-untyped-def]
     src = python_file()
     tasks = [
         f"Here is a file:\n```python\n{src}```\nRename the function `parse_line` to `parse_row` everywhere. "
@@ -74,7 +94,7 @@ def edit_prompts(tok) -> list[list[int]]:  # type: ignore[no-untyped-def]
     ]
     out = []
     for t in tasks:
-        text = tok.apply_chat_template([{"role": "user", "content": t}], add_generation_prompt=True)
+        text = tok.apply_chat_template([{"role": "user", "content": preamble(words) + t}], add_generation_prompt=True)
         out.append(list(tok.encode(text)))
     return out
 
@@ -88,8 +108,8 @@ STORIES = [
 ]
 
 
-def plain_prompts(tok) -> list[list[int]]:  # type: ignore[no-untyped-def]
-    return [list(tok.encode(s)) for s in STORIES]
+def plain_prompts(tok, words: int = 0) -> list[list[int]]:  # type: ignore[no-untyped-def]
+    return [list(tok.encode(preamble(words) + s)) for s in STORIES]
 
 
 def sampling_for(workload: str, i: int) -> SamplingParams:
@@ -129,10 +149,11 @@ def run(sched: NativeScheduler, prompts: list[list[int]], new: int, workload: st
     return [r.token_ids for r in res], tokens / (max(ends) - min(starts)), sched.stats().steps - steps0
 
 
-def bench(alias: str, workload: str, lanes_list: list[int], new: int, spec_tokens: int, rounds: int) -> None:
+def bench(alias: str, workload: str, lanes_list: list[int], new: int, spec_tokens: int, rounds: int,
+          words: int = 0) -> None:
     b = boot(alias, sched=SchedOptions.resolve(env=False), scheduler=False, show=False)
     model, tok = b.model, b.tokenizer
-    prompts = edit_prompts(tok) if workload == "edit" else plain_prompts(tok)
+    prompts = edit_prompts(tok, words) if workload == "edit" else plain_prompts(tok, words)
     per_token = bytes_per_token(model)
     scheds = {m: NativeScheduler(model, tokenizer=tok, eos_ids=(), warm=True, speculative=m, spec_tokens=spec_tokens)
               for m in MODES}
@@ -215,13 +236,15 @@ def main() -> None:
     ap.add_argument("--workloads", default="edit,plain")
     ap.add_argument("--spec-tokens", type=int, default=SchedOptions.spec_tokens)
     ap.add_argument("--rounds", type=int, default=3, help="rounds of every mode, in turns (rates over all of them)")
+    ap.add_argument("--preamble", type=int, default=0, help="words of earlier context before every prompt")
     a = ap.parse_args()
     lanes = [int(x) for x in a.lanes.split(",")]
     print(f"bench/spec.py: {time.strftime('%Y-%m-%d %H:%M')}, lanes {lanes}, --spec-tokens {a.spec_tokens}, "
-          "edit greedy, plain sampled with a seed a prompt, outputs asserted equal")
+          f"--preamble {a.preamble}, edit greedy, plain sampled with a seed a prompt, outputs asserted equal")
     np.random.seed(0)
     for w in a.workloads.split(","):
-        bench("qwen2.5-coder-0.5b" if w == "edit" else "gemma3-270m", w, lanes, a.new, a.spec_tokens, a.rounds)
+        bench("qwen2.5-coder-0.5b" if w == "edit" else "gemma3-270m", w, lanes, a.new, a.spec_tokens, a.rounds,
+              a.preamble)
 
 
 if __name__ == "__main__":

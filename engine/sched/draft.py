@@ -205,14 +205,15 @@ class Drafter:
         return draft
 
     def choose(self, states: list[LaneDraft], drafts: list[list[int]], generated: list[int], base_rows: int,
-               cost: StepCosts, positions: list[int] | None = None, base_positions: int = 0) -> list[list[int]]:
+               cost: StepCosts, positions: list[int] | None = None, base_positions: int = 0,
+               lanes: int = 1) -> list[list[int]]:
         """The drafts cut to what the step verifies: lane i keeps its first n_i tokens, the n_i chosen to
         maximise (base_rows + sum of the kept tokens' p_i^j) / cost(base_rows + sum n_i, positions they
         attend to). base_rows: the step's rows without drafts, one a decoding lane and a prefill chunk's,
         each worth one (a prompt row is work the step does anyway: draft rows must pay at its rate, not a
-        decode-only one), attending to base_positions in all; positions: each drafting lane's context (what
-        each of its draft rows attends to; none: the attention is not counted); generated: each drafting
-        lane's count of emitted tokens (where its shadow is checked)."""
+        decode-only one), attending to base_positions in all, from `lanes` lanes; positions: each drafting
+        lane's context (what each of its draft rows attends to; none: the attention is not counted);
+        generated: each drafting lane's count of emitted tokens (where its shadow is checked)."""
         values: list[tuple[float, int]] = []
         for i, (state, draft) in enumerate(zip(states, drafts, strict=True)):
             p, v = min(state.keep_rate, self.SURE), 1.0
@@ -221,12 +222,12 @@ class Drafter:
                 values.append((v, i))
         values.sort(key=lambda x: -x[0])  # stable: a lane's tokens stay in order (their values fall)
         at = positions if positions is not None else [0] * len(drafts)
-        gain, best, best_rate = 0.0, 0, self.MARGIN * base_rows / cost(base_rows, base_positions)
+        gain, best, best_rate = 0.0, 0, self.MARGIN * base_rows / cost(base_rows, base_positions, lanes)
         reach = base_positions
         for d, (v, i) in enumerate(values, 1):
             gain += v
             reach += at[i]
-            rate = (base_rows + gain) / cost(base_rows + d, reach)
+            rate = (base_rows + gain) / cost(base_rows + d, reach, lanes)
             if rate > best_rate:
                 best, best_rate = d, rate
         take = [0] * len(drafts)

@@ -14,7 +14,10 @@ And each row attends to its lane's context: the staircase is timed at a short on
 position past it (`attention`, ms per 1000) is timed too, from 8 rows at two contexts. It is not small: on
 an Intel Xeon (AVX-512) host, Qwen 2.5 0.5B, ~1.7 ms a row per 1000 positions, so at 4096 positions a
 one-lane 8-row verification step costs 81 ms where the staircase alone says 29 (bench/spec_rows.py
---context 4096): an agent's long prompt makes every draft row cost several weight-read rows.
+--context 4096): an agent's long prompt makes every draft row cost several weight-read rows. And each lane
+of a step costs something of its own (its table, its attention call's share, its logits' handling: `lane`,
+timed as 4 lanes of a row against one lane of 4 rows), ~0.6 ms there: 16 lanes cost ~9 ms more than 16 rows
+of one lane, which made a 16-lane step look cheaper than it is and its drafts dearer beside it.
 """
 
 from __future__ import annotations
@@ -45,20 +48,23 @@ def lane_groups(rows: int) -> list[int]:
 class StepCosts:
     """ms of a step: `small` for steps of 1, 2, 4 and 8 rows (fewer than two passes of 8: their read of the
     weights is not all hidden behind compute), and past 8 rows what each further pass of 8, 4, 2 or 1 adds;
-    all timed with rows at `context` positions. `attention`: ms a row adds per 1000 positions past that."""
+    all timed with rows at `context` positions of one lane. `attention`: ms a row adds per 1000 positions past
+    that; `lane`: ms each lane past the first adds."""
 
     small: dict[int, float]
     passes: dict[int, float]
     attention: float = 0.0
     context: int = 0
+    lane: float = 0.0
 
-    def __call__(self, rows: int, positions: int = 0) -> float:
-        """A step of `rows` rows attending to `positions` positions in all (the sum over its rows)."""
+    def __call__(self, rows: int, positions: int = 0, lanes: int = 1) -> float:
+        """A step of `rows` rows of `lanes` lanes, attending to `positions` positions in all (the sum over its
+        rows)."""
         # called once a candidate draft token each step, and a mixed step's rows run to hundreds: the full
         # passes of 8 are counted, not listed
         if rows <= 0:
             return 0.0
-        extra = self.attention * max(0, positions - rows * self.context) / 1000
+        extra = self.attention * max(0, positions - rows * self.context) / 1000 + self.lane * max(0, lanes - 1)
         if rows < 8:
             first, *more = lane_groups(rows)
             return self.small[first] + sum(self.passes[g] for g in more) + extra
@@ -77,39 +83,45 @@ _measured: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 def measure(model: object, context: int = 64, reps: int = 3, far: int = 1024) -> StepCosts:
     """The step costs of `model` on this host (cached per model): one scratch session of `context`
     tokens, every row asking for logits as a verification's do, the median of `reps` runs a size; then
-    8 rows again with the session grown by `far` positions, for the attention term."""
+    4 such sessions a row each against one of 4 rows (the lane term), and 8 rows again with the session
+    grown by `far` positions (the attention term)."""
     if model in _measured:
         return _measured[model]
     from engine.model.session import Session, forward_batch
 
     limit = getattr(getattr(model, "config", None), "context_length", 0) or context + far + 16
     far = max(0, min(far, limit - context - 16))  # a model with a short context: a shorter reach
-    session = Session(model)  # type: ignore[arg-type]
+    sessions = [Session(model) for _ in range(4)]  # type: ignore[arg-type]
+    session = sessions[0]
 
-    def timed(rows: int) -> float:
-        at, times = session.length, []
+    def timed(rows: list[int]) -> float:
+        held, times = [s.length for s in sessions[:len(rows)]], []
         for _ in range(reps):
             t = time.perf_counter()
-            forward_batch([session], [[5] * rows], [rows])
+            forward_batch(sessions[:len(rows)], [[5] * r for r in rows], rows)
             times.append(time.perf_counter() - t)
-            session.truncate(at)
+            for s, at in zip(sessions, held, strict=False):
+                s.truncate(at)
         return float(np.median(times)) * 1e3
 
     try:
-        session.prefill(np.arange(context) % 97 + 3)
+        for s in sessions:
+            s.prefill(np.arange(context) % 97 + 3)
         # the groups' own steps, then 8 + a pass of each group: 16, 12, 10 and 9 rows
-        ms = {rows: timed(rows) for rows in sorted(set(GROUPS) | {8 + g for g in GROUPS})}
+        ms = {rows: timed([rows]) for rows in sorted(set(GROUPS) | {8 + g for g in GROUPS})}
+        lane = max(0.0, (timed([1] * 4) - ms[4]) / 3)
         if far:
             session.prefill(np.arange(far) % 89 + 7)
-        far_ms = timed(8) if far else 0.0
+        far_ms = timed([8]) if far else 0.0
     finally:
-        session.free()
+        for s in sessions:
+            s.free()
     floor = 0.01 * ms[1]  # a noisy run must not make a pass free (or cheaper than nothing)
     small, most = {}, 0.0
     for g in sorted(GROUPS):  # more rows never cost less: a noisy smaller step sets the floor
         most = small[g] = max(ms[g], most)
     attention = max(0.0, (far_ms - ms[8]) / (8 * far) * 1000) if far else 0.0  # ms a row per 1000 positions
     costs = StepCosts(small=small, passes={g: max(ms[8 + g] - ms[8], floor) for g in GROUPS}, attention=attention,
-                      context=context)
+                      context=context, lane=lane)
     _measured[model] = costs
     return costs

@@ -70,6 +70,8 @@ def test_lane_groups_follow_the_tile_kernels_padding() -> None:
     far = StepCosts(small=c.small, passes=c.passes, attention=2.0, context=100)
     assert far(8, 8 * 100) == c(8) and far(1, 50) == c(1)  # at (or under) the timed context: the staircase
     assert far(8, 8 * 600) == pytest.approx(c(8) + 8.0) and far(17, 17 * 1100) == pytest.approx(c(17) + 34.0)
+    lanes = StepCosts(small=c.small, passes=c.passes, lane=0.5)  # and each lane past the first its own share
+    assert lanes(16, 0, 16) == pytest.approx(c(16) + 7.5) and lanes(16, 0, 1) == c(16) and lanes(16) == c(16)
 
 
 def test_the_step_spends_its_rows_on_the_staircase() -> None:
@@ -113,9 +115,22 @@ def test_a_long_context_makes_draft_rows_dear() -> None:
     assert d.choose([rated(8.5, 10.0)], [draft], [5], 1, costs) == [draft[:7]]
 
 
+def test_many_lanes_make_the_step_dear_and_its_drafts_worth_more() -> None:
+    """Each lane of a step costs its own share: 16 compute-bound rows at 2 ms a lane cost 63.8 ms, not 33.8,
+    and at that price a pass of draft rows pays where alone it does not."""
+    d = Drafter("ngram", 8)
+    many = [rated(9.9, 10.0) for _ in range(16)]
+    draft = list(range(10, 18))
+    shared = StepCosts(small=ZEN4_QWEN.small, passes=ZEN4_QWEN.passes, lane=2.0)
+    assert d.choose(many, [draft] * 16, [3] * 16, 16, shared, lanes=1) == [[]] * 16
+    cut = d.choose(many, [draft] * 16, [3] * 16, 16, shared, lanes=16)
+    assert sum(map(len, cut)) >= 64 and all(c == draft[:len(c)] for c in cut)
+
+
 def test_the_attention_term_is_what_far_rows_add(monkeypatch: pytest.MonkeyPatch) -> None:
     """measure() times 8 rows at its context and again `far` positions on: the difference per row and
-    position is the attention term (a clock the fake forward advances: 1 us a row per position held)."""
+    position is the attention term; 4 lanes of a row against a lane of 4 rows, the lane term (a clock the
+    fake forward advances: 1 us a row per position held, 0.5 ms a lane past the first)."""
     import types
 
     import engine.model.session as session_mod
@@ -124,12 +139,13 @@ def test_the_attention_term_is_what_far_rows_add(monkeypatch: pytest.MonkeyPatch
     now = [0.0]
 
     def fake_forward(sessions, chunks, counts):  # type: ignore[no-untyped-def]
-        now[0] += 1e-3 * (2 + counts[0]) + 1e-6 * counts[0] * sessions[0].length
+        now[0] += 1e-3 * (2 + sum(counts)) + 0.5e-3 * (len(sessions) - 1)
+        now[0] += 1e-6 * sum(n * s.length for n, s in zip(counts, sessions, strict=True))
 
     monkeypatch.setattr(session_mod, "forward_batch", fake_forward)
     monkeypatch.setattr(step_cost, "time", types.SimpleNamespace(perf_counter=lambda: now[0]))
     cost = measure(model(), context=40, reps=1, far=500)
-    assert cost.context == 40 and cost.attention == pytest.approx(1.0)
+    assert cost.context == 40 and cost.attention == pytest.approx(1.0) and cost.lane == pytest.approx(0.5)
     assert cost.small[1] == pytest.approx(3.04) and cost.passes[8] == pytest.approx(8 * 1.04)
 
 
@@ -414,7 +430,7 @@ class _Fixed(Drafter):
     def propose(self, state, prompt, generated, scope):  # type: ignore[no-untyped-def]
         return [self.token] if len(generated) == 1 else []
 
-    def choose(self, states, drafts, generated, base_rows, cost, positions=None, base_positions=0):  # type: ignore[no-untyped-def]
+    def choose(self, states, drafts, generated, base_rows, cost, positions=None, base_positions=0, lanes=1):  # type: ignore[no-untyped-def]
         return drafts  # the test verifies this one token, whatever it costs
 
 
