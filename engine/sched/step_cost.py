@@ -80,7 +80,7 @@ ZEN4_QWEN = StepCosts(small={1: 9.2, 2: 13.1, 4: 13.1, 8: 18.2}, passes={8: 15.6
 _measured: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def measure(model: object, context: int = 64, reps: int = 3, far: int = 1024) -> StepCosts:
+def measure(model: object, context: int = 64, reps: int = 3, far: int = 512) -> StepCosts:
     """The step costs of `model` on this host (cached per model): one scratch session of `context`
     tokens, every row asking for logits as a verification's do, the median of `reps` runs a size; then
     4 such sessions a row each against one of 4 rows (the lane term), and 8 rows again with the session
