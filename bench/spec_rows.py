@@ -5,8 +5,8 @@
 For each lane count L and each number of extra rows D (draft tokens spread over the lanes, as the
 scheduler's verification feeds them): the median time of one `forward_batch` of L + D rows, every row
 asking for logits, each lane holding `--context` tokens of KV. Printed beside it: what the scheduler's
-cost model predicts (`engine.sched.step_cost.measure`: six steps of one short session, the lane groups
-between them), and its error.
+cost model predicts (`engine.sched.step_cost.measure`: the staircase of lane groups timed on one short
+session, plus each row's attention to its context and each lane's own share), and its error.
 """
 
 from __future__ import annotations
