@@ -80,42 +80,47 @@ ZEN4_QWEN = StepCosts(small={1: 9.2, 2: 13.1, 4: 13.1, 8: 18.2}, passes={8: 15.6
 _measured: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def measure(model: object, context: int = 64, reps: int = 3, far: int = 512) -> StepCosts:
+def measure(model: object, context: int = 64, reps: int = 5, far: int = 512) -> StepCosts:
     """The step costs of `model` on this host (cached per model): one scratch session of `context`
-    tokens, every row asking for logits as a verification's do, the median of `reps` runs a size; then
-    4 such sessions a row each against one of 4 rows (the lane term), and 8 rows again with the session
-    grown by `far` positions (the attention term)."""
+    tokens, every row asking for logits as a verification's do, the median of `reps` runs a size; beside
+    them 4 such sessions a row each (against one of 4 rows: the lane term), and 8 rows of a session `far`
+    positions longer (the attention term)."""
     if model in _measured:
         return _measured[model]
     from engine.model.session import Session, forward_batch
 
     limit = getattr(getattr(model, "config", None), "context_length", 0) or context + far + 16
     far = max(0, min(far, limit - context - 16))  # a model with a short context: a shorter reach
-    sessions = [Session(model) for _ in range(4)]  # type: ignore[arg-type]
-    session = sessions[0]
-
-    def timed(rows: list[int]) -> float:
-        held, times = [s.length for s in sessions[:len(rows)]], []
-        for _ in range(reps):
-            t = time.perf_counter()
-            forward_batch(sessions[:len(rows)], [[5] * r for r in rows], rows)
-            times.append(time.perf_counter() - t)
-            for s, at in zip(sessions, held, strict=False):
-                s.truncate(at)
-        return float(np.median(times)) * 1e3
-
+    near = [Session(model) for _ in range(4)]  # type: ignore[arg-type]
+    reach = Session(model) if far else None  # type: ignore[arg-type]
+    sessions = near + ([reach] if reach is not None else [])
     try:
         for s in sessions:
             s.prefill(np.arange(context) % 97 + 3)
-        # the groups' own steps, then 8 + a pass of each group: 16, 12, 10 and 9 rows
-        ms = {rows: timed([rows]) for rows in sorted(set(GROUPS) | {8 + g for g in GROUPS})}
-        lane = max(0.0, (timed([1] * 4) - ms[4]) / 3)
-        if far:
-            session.prefill(np.arange(far) % 89 + 7)
-        far_ms = timed([8]) if far else 0.0
+        if reach is not None:
+            reach.prefill(np.arange(far) % 89 + 7)
+        # the groups' own steps, then 8 + a pass of each group: 16, 12, 10 and 9 rows; 4 lanes of a row;
+        # 8 rows `far` positions on
+        steps: dict[object, tuple[list[Session], list[int]]] = {
+            rows: (near[:1], [rows]) for rows in sorted(set(GROUPS) | {8 + g for g in GROUPS})}
+        steps["lanes"] = (near, [1] * 4)
+        if reach is not None:
+            steps["far"] = ([reach], [8])
+        times: dict[object, list[float]] = {k: [] for k in steps}
+        for _ in range(reps):  # the steps take turns: a drift of the host's speed lands on all of them alike
+            for k, (ss, rows) in steps.items():
+                held = [s.length for s in ss]
+                t = time.perf_counter()
+                forward_batch(ss, [[5] * r for r in rows], rows)
+                times[k].append(time.perf_counter() - t)
+                for s, at in zip(ss, held, strict=True):
+                    s.truncate(at)
+        ms = {k: float(np.median(v)) * 1e3 for k, v in times.items()}
     finally:
         for s in sessions:
             s.free()
+    lane = max(0.0, (ms["lanes"] - ms[4]) / 3)
+    far_ms = ms.get("far", 0.0)
     floor = 0.01 * ms[1]  # a noisy run must not make a pass free (or cheaper than nothing)
     small, most = {}, 0.0
     for g in sorted(GROUPS):  # more rows never cost less: a noisy smaller step sets the floor
