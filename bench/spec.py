@@ -155,10 +155,12 @@ def bench(alias: str, workload: str, lanes_list: list[int], new: int, spec_token
     model, tok = b.model, b.tokenizer
     prompts = edit_prompts(tok, words) if workload == "edit" else plain_prompts(tok, words)
     per_token = bytes_per_token(model)
-    scheds = {m: NativeScheduler(model, tokenizer=tok, eos_ids=(), warm=True, speculative=m, spec_tokens=spec_tokens)
-              for m in MODES}
-    for s in scheds.values():
-        s.warmed.wait()
+    # one scheduler warms up at a time: a warm-up times the step costs speculation chooses on, and timed
+    # beside another's warm-up they came out up to 2x high, a different staircase each run
+    scheds = {}
+    for m in MODES:
+        scheds[m] = NativeScheduler(model, tokenizer=tok, eos_ids=(), warm=True, speculative=m, spec_tokens=spec_tokens)
+        scheds[m].warmed.wait()
     print(f"\n{workload}: {alias}, {len(prompts)} prompts ({', '.join(str(len(p)) for p in prompts)} tokens), "
           f"{new} new tokens each, weights read per step {per_token / 1e6:.0f} MB")
     for lanes in lanes_list:
