@@ -240,6 +240,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3, help="rounds of every mode, in turns (rates over all of them)")
     ap.add_argument("--preamble", type=int, default=0, help="words of earlier context before every prompt")
     a = ap.parse_args()
+    if a.preamble < 0:
+        ap.error(f"--preamble: words of earlier context must be 0 or more, not {a.preamble}")
     lanes = [int(x) for x in a.lanes.split(",")]
     print(f"bench/spec.py: {time.strftime('%Y-%m-%d %H:%M')}, lanes {lanes}, --spec-tokens {a.spec_tokens}, "
           f"--preamble {a.preamble}, edit greedy, plain sampled with a seed a prompt, outputs asserted equal")

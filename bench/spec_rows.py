@@ -17,7 +17,7 @@ import time
 import numpy as np
 
 from engine.model.session import Session, forward_batch, warmup
-from engine.sched.step_cost import measure
+from engine.sched.step_cost import measure, rows_reach
 from fak.runtime.boot import SchedOptions, boot
 
 
@@ -62,8 +62,7 @@ def main() -> None:
             for i in range(d):  # drafts spread over the lanes, longest first (the choice fills lanes in turn)
                 rows[i % lanes] += 1
             ms = timed(sessions[:lanes], rows, a.reps)
-            pred = cost(lanes + d, sum(r * (s.length + (r + 1) / 2) for r, s in zip(rows, sessions, strict=False)),
-                        lanes)
+            pred = cost(lanes + d, sum(rows_reach(s.length, r) for r, s in zip(rows, sessions, strict=False)), lanes)
             print(f"{lanes:>5} {d:>5} {lanes + d:>4} {ms:7.1f} {pred:7.1f} {100 * (pred / ms - 1):+5.0f}%")
 
 

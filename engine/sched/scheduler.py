@@ -39,7 +39,7 @@ from engine.sched.plan import Planner, SchedulerConfig
 from engine.sched.prefix_cache import PrefixCache, cache_blocks
 from engine.sched.profile import NO_PROFILE, IterationProfile
 from engine.sched.stats import SchedStats, snapshot
-from engine.sched.step_cost import ZEN4_QWEN
+from engine.sched.step_cost import ZEN4_QWEN, rows_reach
 from engine.sched.step_cost import measure as measure_step_costs
 
 T = TypeVar("T")
@@ -452,8 +452,7 @@ class NativeScheduler(GrammarHost):
             # what the step's rows attend to: a decoding lane's row its whole context, a chunk's rows from
             # where the chunk starts on
             held = [ln.session.length for ln in decoders]
-            reach = sum(held) + sum(len(ids) * ln.session.length + len(ids) * (len(ids) + 1) // 2
-                                    for ln, ids in prefills)
+            reach = sum(held) + sum(rows_reach(ln.session.length, len(ids)) for ln, ids in prefills)
             chosen = self.drafter.choose([decoders[i].draft for i in drafting], [drafts[i] for i in drafting],
                                          [len(decoders[i].generated) for i in drafting],
                                          len(decoders) + sum(len(ids) for _, ids in prefills), self.step_costs,

@@ -72,6 +72,11 @@ class StepCosts:
                 + extra)
 
 
+def rows_reach(held: int, rows: int) -> int:
+    """Positions in all that `rows` rows fed after `held` positions of their lane attend to (row j: held + j)."""
+    return rows * held + rows * (rows + 1) // 2
+
+
 # Qwen 2.5 0.5B resident on a Zen 4 host, 500 tokens of context (the figures above): what a scheduler
 # that did not warm up (tests, mostly) assumes. The 2-lane group came later: its figures are what 2 rows
 # cost padded to 4 then (an upper bound, not a measurement). Attention was not timed there: no term.

@@ -15,7 +15,7 @@ from engine.model.sampling import Sampler, SamplingParams
 from engine.sched.draft import LONG_N, MAX_N, Drafter, KeepRate, LaneDraft, SuffixStore, TokenLog
 from engine.sched.lane import FinishReason, Request
 from engine.sched.scheduler import NativeScheduler
-from engine.sched.step_cost import ZEN4_QWEN, StepCosts, lane_groups, measure
+from engine.sched.step_cost import ZEN4_QWEN, StepCosts, lane_groups, measure, rows_reach
 from engine.tokenizer.tokenizer import ByteTokenizer
 from support.sched_helpers import ScriptedDrafter, model, rand_prompt, solo, use_drafter
 
@@ -70,6 +70,7 @@ def test_lane_groups_follow_the_tile_kernels_padding() -> None:
     far = StepCosts(small=c.small, passes=c.passes, attention=2.0, context=100)
     assert far(8, 8 * 100) == c(8) and far(1, 50) == c(1)  # at (or under) the timed context: the staircase
     assert far(8, 8 * 600) == pytest.approx(c(8) + 8.0) and far(17, 17 * 1100) == pytest.approx(c(17) + 34.0)
+    assert rows_reach(100, 1) == 101 and rows_reach(100, 3) == 101 + 102 + 103 and rows_reach(0, 0) == 0
     lanes = StepCosts(small=c.small, passes=c.passes, lane=0.5)  # and each lane past the first its own share
     assert lanes(16, 0, 16) == pytest.approx(c(16) + 7.5) and lanes(16, 0, 1) == c(16) and lanes(16) == c(16)
 
