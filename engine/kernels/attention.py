@@ -17,9 +17,9 @@ import numpy as np
 from numba import njit, prange
 
 from engine.errors import EngineError
-from engine.kernels.blockdot import max_f32, prefetch_ahead
+from engine.kernels.blockdot import max_f32, prefetch_ahead, sum_f32
 from engine.kernels.i16tile import QB, TILE, block_count, build_tiles, build_tiles_t, quantize_rows, tile_count, tile_products
-from engine.kernels.kvtype import kv_dots4, kv_dots8, kv_get, kv_put, kv_pv
+from engine.kernels.kvtype import TILE_BLOCK, TILE_KEYS, kv_get, kv_key_tiles, kv_put, kv_pvs4, kv_pvs8, tile_scores
 from engine.kernels.ops import _exp32
 from engine.kernels.parallel import ORDERED_FASTMATH, SMALL_WORK, launch, prefill_pool, prefill_workers
 
@@ -37,10 +37,22 @@ def chunk_positions(head_dim: int) -> int:
     return max(16, KV_TASK_BYTES // (4 * head_dim))
 
 
-# Every sum adds in the order written (the q.k dots through kvtype.kv_dots8/kv_dots4, 32-wide FMAs reduced by one fixed tree, the
-# softmax sums in sequence, P.V elementwise per output value, the chunks combined in position order), so the serial
-# twin and the parallel kernel give the same bits whatever the compiler does with the loops
-# (tests/engine/kernels/test_twins.py), and a row's result depends on its own positions only.
+@njit(cache=True)
+def key_tiles(n: int) -> int:
+    """Key tiles attend_chunk's scratch holds for n positions: kvtype.tile_scores walks them TILE_BLOCK at a time."""
+    return -(-n // (TILE_KEYS * TILE_BLOCK)) * TILE_BLOCK
+
+
+@njit(cache=True)
+def score_columns(n: int) -> int:
+    """Columns a head's score row needs for n positions (tile_scores writes whole blocks of tiles)."""
+    return key_tiles(n) * TILE_KEYS
+
+
+# Every sum adds in the order written (each q.k one FMA chain over the dimensions in order, kvtype.tile_scores; the
+# softmax sums through blockdot.sum_f32, one fixed order; P.V per output value in position order; the chunks combined in
+# position order), so the serial twin and the parallel kernel give the same bits whatever the compiler does with the
+# loops (tests/engine/kernels/test_twins.py), and a row's result depends on its own positions only.
 @njit(parallel=True, nogil=True, fastmath=ORDERED_FASTMATH, error_model="numpy", cache=True)
 def _paged_attention(
     q: np.ndarray,  # [R, H, D] f32, C-contiguous: query rows of one or more lanes
@@ -103,10 +115,11 @@ def _paged_attention(
         t = np.searchsorted(first, ci, side="right") - 1
         lo = los[t] + (ci - first[t]) * chunk
         n = min(row_pos[t] + 1, lo + chunk) - lo
-        s = np.empty((group, chunk), dtype=np.float32)
-        rows = np.empty(chunk, dtype=np.uint64)
+        s = np.empty((group, score_columns(chunk)), dtype=np.float32)
+        rows = np.empty((2, chunk), dtype=np.uint64)
+        kt = np.empty((key_tiles(chunk), dim, TILE_KEYS), dtype=np.float32)
         attend_chunk(k_pool, v_pool, qa + np.uint64(t * n_heads * dim * 4), ka, va, ks0, ks1, ks2, vs0, vs1, vs2,
-                     tables[row_lane[t]], bt, kh, lo, n, scale, softcap, s, rows, part_m[ci, kh], part_l[ci, kh],
+                     tables[row_lane[t]], bt, kh, lo, n, scale, softcap, s, rows, kt, part_m[ci, kh], part_l[ci, kh],
                      part_o[ci, kh])
     for th in prange(t_rows * kvh):
         t, kh = th // kvh, th % kvh
@@ -118,59 +131,65 @@ def _paged_attention(
 # (engine/kernels/lane_kernel.py): one compiled body each, so both give the same bits.
 @njit(nogil=True, fastmath=ORDERED_FASTMATH, error_model="numpy", cache=True)
 def attend_chunk(kp, vp, qa, ka, va, ks0, ks1, ks2, vs0, vs1, vs2, table, bt, kh, lo, n, scale, softcap, s, rows,
-                 pm, pl, po):  # type: ignore[no-untyped-def]  # pragma: no cover - numba
+                 kt, pm, pl, po):  # type: ignore[no-untyped-def]  # pragma: no cover - numba
     """Positions lo..lo+n-1 for KV head kh and its `group` query heads (q row at address qa, heads of
     `dim` floats): the partial softmax max pm[g], sum pl[g] and unnormalised P.V po[g] ([group, dim]).
-    kp, vp: the K and V pools, for their element type only (engine/kernels/kvtype.py). s [group, >= n] and
-    rows [>= n] (uint64) are scratch.
+    kp, vp: the K and V pools, for their element type only (engine/kernels/kvtype.py). Scratch: s
+    [group, score_columns(n)], rows [2, >= n] (uint64: the K and the V rows' addresses), kt [key_tiles(n), dim,
+    16] float32.
 
-    Each K row is read once for all the group's heads (kvtype.kv_dots8 / kv_dots4: the heads' sums reduced
-    together), and each head's P.V keeps its output row in registers across the positions (kvtype.kv_pv):
-    one dot and one axpy call per (position, head), each with its own reduction tree and its output row
-    stored and reloaded, took ~30 cycles each (16k positions: 2.5 -> ms a layer)."""
+    Each K row is read once for all the group's heads: widened and transposed into key tiles of 16 positions,
+    then every head's scores are one FMA a dimension for 16 positions at a time (kvtype.tile_scores), which
+    also scales them and finds each head's max. Each V row is read once for up to 8 heads, whose P.V outputs
+    stay in registers across the positions (kvtype.kv_pvs8 / kv_pvs4). Before, one grouped dot per position
+    (a reduction tree each), serial max and sum chains and one P.V chain per head cost ~190 cycles a position
+    and KV head on Qwen 2.5 0.5B's 7 heads of 64 (f16 pool, in L2); see the commit for what this costs."""
     group, dim = po.shape
     srow = np.uint64(s.strides[0] // 4)
     sa = np.uint64(s.ctypes.data)
     qk = qa + np.uint64(kh * group * dim * 4)
     # positions walk their blocks by (block, offset) counters: a division per position (p // bt, p % bt:
     # a 64-bit idiv, 40+ cycles) cost as much as the position's q.k dots
+    krows, vrows = rows[0], rows[1]
     blk, off = lo // bt, lo % bt
     for j in range(n):
         krow = ka + np.uint64(table[blk]) * ks0 + np.uint64(off) * ks1 + np.uint64(kh) * ks2
-        rows[j] = va + np.uint64(table[blk]) * vs0 + np.uint64(off) * vs1 + np.uint64(kh) * vs2
+        krows[j] = krow
+        vrows[j] = va + np.uint64(table[blk]) * vs0 + np.uint64(off) * vs1 + np.uint64(kh) * vs2
         off += 1
         if off == bt:
             blk, off = blk + 1, 0
-        prefetch_ahead(krow)  # the K rows come cold from DRAM: ask for the ones a few positions on
-        g = 0
-        while g < group:  # heads in eights, then fours (Qwen 2.5 0.5B: 7 = one eight, a slot repeated)
-            left = group - g
-            dst = sa + np.uint64(g) * srow * np.uint64(4) + np.uint64(j * 4)
-            if left > 4:
-                take = min(left, 8)
-                kv_dots8(kp, qk + np.uint64(g * dim * 4), krow, dim, take, dst, srow)
-            else:
-                take = left
-                kv_dots4(kp, qk + np.uint64(g * dim * 4), krow, dim, take, dst, srow)
-            g += take
-    for g in range(group):
-        m = np.float32(-np.inf)
+        prefetch_ahead(krow)  # the K rows come cold from DRAM: ask for the ones a block on
+    # the chunk's keys as tiles of 16 positions (widened and transposed once for all heads), then every
+    # head's scores as one FMA chain over the dimensions per score: 4 FMAs a position and head for 64 dims,
+    # against a dot and a reduction tree per position before (~75 cycles a position for Qwen's 7 heads)
+    kta = np.uint64(kt.ctypes.data)
+    kv_key_tiles(kp, np.uint64(krows.ctypes.data), n, dim, kta)
+    tile_scores(kta, n, dim, qk, group, np.float32(scale), sa, np.int64(srow), np.uint64(pm.ctypes.data))
+    for g in range(group):  # each head's (scaled) scores become unnormalised probabilities in place
+        row = s[g]
+        ga = sa + np.uint64(g) * srow * np.uint64(4)
+        if softcap > 0.0:
+            for j in range(n):
+                row[j] = np.float32(softcap) * np.tanh(row[j] / np.float32(softcap))
+            pm[g] = max_f32(ga, n)  # exact in any order; a serial max() chain cost 4 cycles a score
+        m = pm[g]
         for j in range(n):
-            acc = s[g, j] * np.float32(scale)
-            if softcap > 0.0:
-                acc = np.float32(softcap) * np.tanh(acc / np.float32(softcap))
-            s[g, j] = acc
-            m = max(m, acc)
-        tot = np.float32(0.0)
-        for j in range(n):
-            s[g, j] = _exp32(s[g, j] - m)  # vectorisable (libm's expf is a scalar call per score)
-        for j in range(n):
-            tot += s[g, j]
-        pm[g] = m
-        pl[g] = tot
-    ra = np.uint64(rows.ctypes.data)
-    for g in range(group):
-        kv_pv(vp, sa + np.uint64(g) * srow * np.uint64(4), ra, n, dim, np.uint64(po[g].ctypes.data))
+            row[j] = _exp32(row[j] - m)  # vectorisable (libm's expf is a scalar call per score)
+        pl[g] = sum_f32(ga, n)  # one fixed order (32 lanes, then the tree), not a serial chain
+    ra = np.uint64(vrows.ctypes.data)
+    g = 0
+    while g < group:  # each V row widened once for up to 8 heads, their sums independent chains
+        left = group - g
+        pa = sa + np.uint64(g) * srow * np.uint64(4)
+        oa = np.uint64(po[g].ctypes.data)
+        if left > 4:
+            take = min(left, 8)
+            kv_pvs8(vp, pa, np.int64(srow), take, ra, n, dim, oa)
+        else:
+            take = left
+            kv_pvs4(vp, pa, np.int64(srow), take, ra, n, dim, oa)
+        g += take
 
 
 @njit(nogil=True, fastmath=ORDERED_FASTMATH, error_model="numpy", cache=True)

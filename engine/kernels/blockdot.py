@@ -322,6 +322,28 @@ def max_f32(typingctx, x_addr, n):  # type: ignore[no-untyped-def]
 
 
 @intrinsic
+def sum_f32(typingctx, x_addr, n):  # type: ignore[no-untyped-def]
+    """sum(x[i] for i < n) of a float32 vector at a raw address, in one fixed order: lane i of a 32-wide
+    accumulator adds positions i mod 32 in sequence, the lanes fold by the fixed tree (_hsum), then the tail
+    adds in sequence. numba's `tot += x[j]` is one serial chain (4 cycles a value), which made the decode
+    softmax's sum pass as dear as its q.k dots."""
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        b = builder
+        px, n = b.inttoptr(args[0], F32.as_pointer()), args[1]
+        acc = cgutils.alloca_once_value(b, ZERO)
+        chunks = b.sdiv(n, _c(W))
+        with cgutils.for_range(b, chunks) as loop:
+            b.store(b.fadd(b.load(acc), _xload(b, px, b.mul(loop.index, _c(W)))), acc)
+        total = cgutils.alloca_once_value(b, _hsum(b, b.load(acc)))
+        with cgutils.for_range_slice(b, b.mul(chunks, _c(W)), n, _c(1)) as (i, _):
+            b.store(b.fadd(b.load(total), b.load(b.gep(px, [i]))), total)
+        return b.load(total)
+
+    return types.float32(types.uint64, types.int64), codegen
+
+
+@intrinsic
 def prefetch_ahead(typingctx, addr):  # type: ignore[no-untyped-def]
     """Software prefetch of the line PREFETCH_BYTES past `addr` (what the block loops do)."""
 

@@ -184,133 +184,216 @@ def _acc_init(b: ir.IRBuilder, n: int) -> list[ir.Value]:
     return accs
 
 
+def _kv_pvs(slots: int):  # type: ignore[no-untyped-def]
+    @intrinsic
+    def pvs(typingctx, like, p_addr, p_stride, count, rows_addr, n, dim, out_addr):  # type: ignore[no-untyped-def]
+        """P.V for `count` (<= slots) heads over the same V rows (like's element type, at the addresses
+        rows[j], uint64 [n]): out[i, d] = sum over j < n of p[i, j] * V_j[d], head i's weights the float32 row
+        p_addr + i * p_stride floats [n], its output the float32 row out_addr + i * dim floats. Each out[i, d]
+        is the chain fma(p[i, j], V_j[d], .) over j in order from 0, exactly as blockdot.axpy_f32 applied to the
+        decoded rows one after another computes it. Each V row is widened once for every head, and the heads'
+        accumulators (16 vectors of 16 lanes in registers) are independent chains: one head at a time was one
+        chain of FMAs waiting on each other (4 cycles a position). Slots past count repeat the last head (not
+        stored)."""
+        kind = _kind(like)
+        width = max(1, 16 // slots)  # 16-value vectors per head in a band: 16 accumulators in all
+
+        def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+            b = builder
+            pp = b.inttoptr(args[1], F32.as_pointer())
+            pstride, count = args[2], args[3]
+            rp = b.inttoptr(args[4], I64.as_pointer())
+            n, dim = args[5], args[6]
+            po = b.inttoptr(args[7], F32.as_pointer())
+            i8p = ir.IntType(8).as_pointer()
+            last = b.sub(count, _c(1))
+            heads = [b.select(b.icmp_signed("<", _c(i), count), _c(i), last) for i in range(slots)]
+            prows = [b.gep(pp, [b.mul(h, pstride)]) for h in heads]
+            orows = [b.gep(po, [b.mul(h, dim)]) for h in heads]
+
+            def band(start: ir.Value, w: int) -> None:
+                accs = [_acc_init(b, w) for _ in range(slots)]
+                with cgutils.for_range(b, n) as loop:
+                    row = b.inttoptr(b.load(b.gep(rp, [loop.index])), i8p)
+                    xs = [_widen(b, kind, row, b.add(start, _c(16 * c)), 16) for c in range(w)]
+                    for prow, head_accs in zip(prows, accs, strict=True):
+                        a = _splat(b, b.load(b.gep(prow, [loop.index])), 16)
+                        for x, acc in zip(xs, head_accs, strict=True):
+                            b.store(_fma(b, a, x, b.load(acc)), acc)
+                for i, (orow, head_accs) in enumerate(zip(orows, accs, strict=True)):
+                    with b.if_then(b.icmp_signed("<", _c(i), count)):
+                        for c, acc in enumerate(head_accs):
+                            dst = b.bitcast(b.gep(orow, [b.add(start, _c(16 * c))]), V16.as_pointer())
+                            b.store(b.load(acc), dst, align=4)
+
+            wide = b.sdiv(dim, _c(16 * width))
+            with cgutils.for_range(b, wide) as loop:
+                band(b.mul(loop.index, _c(16 * width)), width)
+            done = b.mul(wide, _c(16 * width))
+            singles = b.sdiv(b.sub(dim, done), _c(16))
+            with cgutils.for_range(b, singles) as loop:
+                band(b.add(done, b.mul(loop.index, _c(16))), 1)
+            done = b.add(done, b.mul(singles, _c(16)))
+            with cgutils.for_range_slice(b, done, dim, _c(1)) as (d, _):
+                for i, (prow, orow) in enumerate(zip(prows, orows, strict=True)):
+                    acc = cgutils.alloca_once_value(b, ir.Constant(F32, 0.0))
+                    with cgutils.for_range(b, n) as loop:
+                        row = b.inttoptr(b.load(b.gep(rp, [loop.index])), i8p)
+                        x = b.extract_element(_widen(b, kind, row, d, 1), _c(0, I32))
+                        b.store(b.call(fma1(b), [b.load(b.gep(prow, [loop.index])), x, b.load(acc)]), acc)
+                    with b.if_then(b.icmp_signed("<", _c(i), count)):
+                        b.store(b.load(acc), b.gep(orow, [d]))
+            return context.get_dummy_value()
+
+        sig = types.void(like, types.uint64, types.int64, types.int64, types.uint64, types.int64, types.int64,
+                         types.uint64)
+        return sig, codegen
+
+    return pvs
+
+
+kv_pvs4 = _kv_pvs(4)
+kv_pvs8 = _kv_pvs(8)
+
+
+TILE_KEYS = 16  # positions a key tile holds: one 16-lane vector of scores per query vector and tile
+TILE_BLOCK = 4  # key tiles the scores walk at once (times 2 query vectors: 8 independent FMA chains)
+
+
+def _transpose16(b: ir.IRBuilder, rows: list[ir.Value]) -> list[ir.Value]:
+    """16 vectors of 16 lanes transposed: stage s swaps bit s of the row index with bit s of the lane index
+    between rows i and i + s, so after the four stages lane k of row i holds what was lane i of row k."""
+    rows = list(rows)
+    s = 1
+    while s < 16:
+        lo = [k if not k & s else 16 + k - s for k in range(16)]
+        hi = [k + s if not k & s else 16 + k for k in range(16)]
+        for i in range(16):
+            if i & s:
+                continue
+            a, c = rows[i], rows[i + s]
+            rows[i] = b.shuffle_vector(a, c, ir.Constant(ir.VectorType(I32, 16), lo))
+            rows[i + s] = b.shuffle_vector(a, c, ir.Constant(ir.VectorType(I32, 16), hi))
+        s *= 2
+    return rows
+
+
 @intrinsic
-def kv_pv(typingctx, like, p_addr, rows_addr, n, dim, out_addr):  # type: ignore[no-untyped-def]
-    """out[d] = sum over j < n of p[j] * V_j[d], for d < dim: p float32 [n], V_j the row (like's element type)
-    at the address rows[j] (uint64 [n]). Each out[d] is the chain fma(p[j], V_j[d], .) over j in order from 0,
-    exactly as blockdot.axpy_f32 applied to the decoded rows one after another computes it, but with the
-    outputs in registers across the rows: 64 values (4 x 16) at a time, then 16, then one by one."""
+def kv_key_tiles(typingctx, like, rows_addr, n, dim, kt_addr):  # type: ignore[no-untyped-def]
+    """The K rows at the addresses rows[j] (uint64 [n], like's element type) widened and transposed into key
+    tiles: kt[t, d, i] = K_{16 t + i}[d] (float32, [ceil(n / 16), dim, 16] at kt_addr), so a query's scores
+    against 16 positions are one vector FMA a dimension. Lanes past n repeat row 0 (their scores are
+    junk the softmax never reads). 16 x 16 blocks go through _transpose16, the dim % 16 tail value by value."""
     kind = _kind(like)
 
     def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
         b = builder
-        pp = b.inttoptr(args[1], F32.as_pointer())
-        rp = b.inttoptr(args[2], I64.as_pointer())
-        n, dim = args[3], args[4]
-        po = b.inttoptr(args[5], F32.as_pointer())
+        rp = b.inttoptr(args[1], I64.as_pointer())
+        n, dim = args[2], args[3]
+        kt = b.inttoptr(args[4], F32.as_pointer())
         i8p = ir.IntType(8).as_pointer()
-
-        def band(start: ir.Value, width: int) -> None:
-            """out[start : start + 16 * width], width accumulators of 16 across all rows."""
-            accs = _acc_init(b, width)
-            with cgutils.for_range(b, n) as loop:
-                a = _splat(b, b.load(b.gep(pp, [loop.index])), 16)
-                row = b.inttoptr(b.load(b.gep(rp, [loop.index])), i8p)
-                for c, acc in enumerate(accs):
-                    x = _widen(b, kind, row, b.add(start, _c(16 * c)), 16)
-                    b.store(_fma(b, a, x, b.load(acc)), acc)
-            for c, acc in enumerate(accs):
-                dst = b.bitcast(b.gep(po, [b.add(start, _c(16 * c))]), V16.as_pointer())
-                b.store(b.load(acc), dst, align=4)
-
-        wide = b.sdiv(dim, _c(64))
-        with cgutils.for_range(b, wide) as loop:
-            band(b.mul(loop.index, _c(64)), 4)
-        done = b.mul(wide, _c(64))
-        singles = b.sdiv(b.sub(dim, done), _c(16))
-        with cgutils.for_range(b, singles) as loop:
-            band(b.add(done, b.mul(loop.index, _c(16))), 1)
-        done = b.add(done, b.mul(singles, _c(16)))
-        with cgutils.for_range_slice(b, done, dim, _c(1)) as (d, _):
-            acc = cgutils.alloca_once_value(b, ir.Constant(F32, 0.0))
-            with cgutils.for_range(b, n) as loop:
-                row = b.inttoptr(b.load(b.gep(rp, [loop.index])), i8p)
-                x = b.extract_element(_widen(b, kind, row, d, 1), _c(0, I32))
-                b.store(b.call(fma1(b), [b.load(b.gep(pp, [loop.index])), x, b.load(acc)]), acc)
-            b.store(b.load(acc), b.gep(po, [d]))
+        tiles = b.sdiv(b.add(n, _c(TILE_KEYS - 1)), _c(TILE_KEYS))
+        blocks = b.sdiv(dim, _c(16))
+        with cgutils.for_range(b, tiles) as tl:
+            t = tl.index
+            ptrs = []
+            for i in range(TILE_KEYS):
+                j = b.add(b.mul(t, _c(TILE_KEYS)), _c(i))
+                j = b.select(b.icmp_signed("<", j, n), j, _c(0))
+                ptrs.append(b.inttoptr(b.load(b.gep(rp, [j])), i8p))
+            base = b.gep(kt, [b.mul(b.mul(t, dim), _c(TILE_KEYS))])
+            with cgutils.for_range(b, blocks) as bl:
+                d0 = b.mul(bl.index, _c(16))
+                cols = _transpose16(b, [_widen(b, kind, p, d0, 16) for p in ptrs])
+                for r, v in enumerate(cols):
+                    dst = b.gep(base, [b.mul(b.add(d0, _c(r)), _c(TILE_KEYS))])
+                    b.store(v, b.bitcast(dst, V16.as_pointer()), align=4)
+            with cgutils.for_range_slice(b, b.mul(blocks, _c(16)), dim, _c(1)) as (d, _):
+                for i, p in enumerate(ptrs):
+                    x = b.extract_element(_widen(b, kind, p, d, 1), _c(0, I32))
+                    b.store(x, b.gep(base, [b.add(b.mul(d, _c(TILE_KEYS)), _c(i))]))
         return context.get_dummy_value()
 
-    return types.void(like, types.uint64, types.uint64, types.int64, types.int64, types.uint64), codegen
+    return types.void(like, types.uint64, types.int64, types.int64, types.uint64), codegen
 
 
-def _pairs(b: ir.IRBuilder, vs: list[ir.Value], width: int) -> list[ir.Value]:
-    """One level of the reduction tree: vectors holding `width` partial sums per head become vectors holding
-    width / 2 per head, heads of two neighbours side by side (lo halves + hi halves of each head's run)."""
-    out = []
-    n = vs[0].type.count
-    half = width // 2
-    lo = [h * width + i for h in range(n // width) for i in range(half)]
-    hi = [h * width + half + i for h in range(n // width) for i in range(half)]
-    for x, y in zip(vs[0::2], vs[1::2], strict=True):
-        idx_lo = lo + [n + i for i in lo]
-        idx_hi = hi + [n + i for i in hi]
-        a = b.shuffle_vector(x, y, ir.Constant(ir.VectorType(I32, n), idx_lo))
-        c = b.shuffle_vector(x, y, ir.Constant(ir.VectorType(I32, n), idx_hi))
-        out.append(b.fadd(a, c))
-    return out
+@intrinsic
+def tile_scores(typingctx, kt_addr, n, dim, q_addr, count, scale, s_addr, s_stride, m_addr):  # type: ignore[no-untyped-def]
+    """s[i * s_stride + j] = q_i . K_j for query vectors i < count (float32 rows of dim at q_addr, one after
+    another) and positions j < 16 * TILE_BLOCK * ceil(n / (16 * TILE_BLOCK)), from the key tiles of
+    kv_key_tiles (kt holds that many tiles; those past n hold anything, and so do their scores: the score
+    rows must have room for them). Each score is the chain fma(q_i[d], K_j[d], .) over d in order from 0,
+    then times `scale`, whichever query vectors and positions share the call: the bits of a score depend on
+    nothing else. m[i] (float32 at m_addr) gets the largest of row i's n scores (exact in any order).
+    Two query vectors x TILE_BLOCK tiles at a time: eight independent chains."""
 
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        b = builder
+        kt = b.inttoptr(args[0], F32.as_pointer())
+        n, dim = args[1], args[2]
+        qp = b.inttoptr(args[3], F32.as_pointer())
+        count = args[4]
+        vscale = _splat(b, args[5], 16)
+        sp = b.inttoptr(args[6], F32.as_pointer())
+        sstride = args[7]
+        mp = b.inttoptr(args[8], F32.as_pointer())
+        vmax = cgutils.get_or_insert_function(b.module, ir.FunctionType(V16, [V16, V16]), "llvm.maxnum.v16f32")
+        ninf = ir.Constant(V16, [float("-inf")] * 16)
+        lane = ir.Constant(ir.VectorType(I64, 16), list(range(16)))
+        with cgutils.for_range(b, count) as ml:
+            b.store(ir.Constant(F32, float("-inf")), b.gep(mp, [ml.index]))
+        span = TILE_KEYS * TILE_BLOCK
+        blocks = b.sdiv(b.add(n, _c(span - 1)), _c(span))
+        pairs = b.sdiv(b.add(count, _c(1)), _c(2))
+        last = b.sub(count, _c(1))
+        with cgutils.for_range(b, blocks) as bl:
+            tile0 = b.mul(bl.index, _c(TILE_BLOCK))
+            tbase = [b.gep(kt, [b.mul(b.mul(b.add(tile0, _c(g)), dim), _c(TILE_KEYS))]) for g in range(TILE_BLOCK)]
+            with cgutils.for_range(b, pairs) as pl:
+                i0 = b.mul(pl.index, _c(2))
+                vecs = [i0, b.select(b.icmp_signed("<", b.add(i0, _c(1)), count), b.add(i0, _c(1)), last)]
+                qrows = [b.gep(qp, [b.mul(i, dim)]) for i in vecs]
+                accs = [_acc_init(b, TILE_BLOCK) for _ in vecs]
+                with cgutils.for_range(b, dim) as dl:
+                    d = dl.index
+                    ks = [b.load(b.bitcast(b.gep(tb, [b.mul(d, _c(TILE_KEYS))]), V16.as_pointer()), align=4)
+                          for tb in tbase]
+                    for qrow, row_accs in zip(qrows, accs, strict=True):
+                        a = _splat(b, b.load(b.gep(qrow, [d])), 16)
+                        for k, acc in zip(ks, row_accs, strict=True):
+                            b.store(_fma(b, a, k, b.load(acc)), acc)
+                for slot, (i, row_accs) in enumerate(zip(vecs, accs, strict=True)):
+                    def put(i=i, row_accs=row_accs) -> None:  # type: ignore[no-untyped-def]
+                        srow = b.gep(sp, [b.add(b.mul(i, sstride), b.mul(tile0, _c(TILE_KEYS)))])
+                        top = ninf
+                        for g, acc in enumerate(row_accs):
+                            v = b.fmul(b.load(acc), vscale)
+                            b.store(v, b.bitcast(b.gep(srow, [_c(g * TILE_KEYS)]), V16.as_pointer()), align=4)
+                            first = b.mul(b.add(tile0, _c(g)), _c(TILE_KEYS))
+                            left = b.sub(n, first)  # lanes at or past n are not scores
+                            live = b.icmp_signed("<", lane, _splat(b, left, 16))
+                            top = b.call(vmax, [top, b.select(live, v, ninf)])
+                        smax = cgutils.get_or_insert_function(b.module, ir.FunctionType(F32, [F32, F32]),
+                                                              "llvm.maxnum.f32")
+                        w = 16
+                        while w > 2:  # halves folded pairwise, down to two lanes
+                            h = w // 2
+                            lo = b.shuffle_vector(top, top, ir.Constant(ir.VectorType(I32, h), list(range(h))))
+                            hi = b.shuffle_vector(top, top, ir.Constant(ir.VectorType(I32, h), list(range(h, w))))
+                            fn = cgutils.get_or_insert_function(b.module, ir.FunctionType(lo.type, [lo.type, lo.type]),
+                                                                f"llvm.maxnum.v{h}f32")
+                            top = b.call(fn, [lo, hi])
+                            w = h
+                        top = b.call(smax, [b.extract_element(top, _c(0, I32)), b.extract_element(top, _c(1, I32))])
+                        mi = b.gep(mp, [i])
+                        b.store(b.call(smax, [b.load(mi), top]), mi)
+                    if slot == 0:
+                        put()
+                    else:
+                        with b.if_then(b.icmp_signed("<", b.add(i0, _c(1)), count)):
+                            put()
+        return context.get_dummy_value()
 
-def _kv_dots(slots: int):  # type: ignore[no-untyped-def]
-    @intrinsic
-    def dots(typingctx, like, q_addr, k_addr, dim, count, out_addr, out_stride):  # type: ignore[no-untyped-def]
-        """out[i * out_stride] = q_i . k for i < count (<= slots; the stride in floats): the query heads q_i
-        (float32 rows of dim at q_addr) against one K row (like's element type) at k_addr, read once for all
-        heads. Each head sums 16 lanes across the row, then the heads' lanes are reduced together (a
-        transposing tree: one shuffle pair and add per level for all heads, not one tree per head), then the
-        dim % 16 tail in sequence. Slots past count repeat the last head (their sums are dropped). A fixed
-        order: the same bits for a head whatever the batch."""
-        kind = _kind(like)
-
-        def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-            b = builder
-            qp = b.inttoptr(args[1], F32.as_pointer())
-            kp = b.inttoptr(args[2], ir.IntType(8).as_pointer())
-            dim, count = args[3], args[4]
-            op = b.inttoptr(args[5], F32.as_pointer())
-            ostride = args[6]
-            last = b.sub(count, _c(1))
-            qs = []
-            for i in range(slots):
-                head = b.select(b.icmp_signed("<", _c(i), count), _c(i), last)
-                qs.append(b.gep(qp, [b.mul(head, dim)]))
-            accs = _acc_init(b, slots)
-            chunks = b.sdiv(dim, _c(16))
-            with cgutils.for_range(b, chunks) as loop:
-                i0 = b.mul(loop.index, _c(16))
-                k = _widen(b, kind, kp, i0, 16)
-                for q, acc in zip(qs, accs, strict=True):
-                    qv = b.load(b.bitcast(b.gep(q, [i0]), V16.as_pointer()), align=4)
-                    b.store(_fma(b, qv, k, b.load(acc)), acc)
-            vs = [b.load(a) for a in accs]
-            width = 16
-            while len(vs) > 1:
-                vs = _pairs(b, vs, width)
-                width //= 2
-            v = vs[0]  # `slots` heads x `width` partial sums each, in one 16-lane vector
-            while width > 1:
-                n = v.type.count
-                half = width // 2
-                heads = n // width
-                lo = [h * width + i for h in range(heads) for i in range(half)]
-                hi = [h * width + half + i for h in range(heads) for i in range(half)]
-                v = b.fadd(b.shuffle_vector(v, v, ir.Constant(ir.VectorType(I32, len(lo)), lo)),
-                           b.shuffle_vector(v, v, ir.Constant(ir.VectorType(I32, len(hi)), hi)))
-                width = half
-            tail0 = b.mul(chunks, _c(16))
-            for i, q in enumerate(qs):
-                tot = cgutils.alloca_once_value(b, b.extract_element(v, _c(i, I32)))
-                with cgutils.for_range_slice(b, tail0, dim, _c(1)) as (d, _):
-                    kd = b.extract_element(_widen(b, kind, kp, d, 1), _c(0, I32))
-                    b.store(b.call(fma1(b), [b.load(b.gep(q, [d])), kd, b.load(tot)]), tot)
-                with b.if_then(b.icmp_signed("<", _c(i), count)):
-                    b.store(b.load(tot), b.gep(op, [b.mul(_c(i), ostride)]))
-            return context.get_dummy_value()
-
-        sig = types.void(like, types.uint64, types.uint64, types.int64, types.int64, types.uint64, types.int64)
-        return sig, codegen
-
-    return dots
-
-
-kv_dots4 = _kv_dots(4)
-kv_dots8 = _kv_dots(8)
+    sig = types.void(types.uint64, types.int64, types.int64, types.uint64, types.int64, types.float32, types.uint64,
+                     types.int64, types.uint64)
+    return sig, codegen

@@ -13,7 +13,7 @@ from gguf import GGMLQuantizationType as QT
 from gguf.quants import dequantize
 from numba import njit
 
-from engine.kernels.blockdot import gemm, max_f32
+from engine.kernels.blockdot import gemm, max_f32, sum_f32
 from engine.kernels.parallel import serial_twin
 from engine.quant import rows as K
 from support.blocks import TYPES, random_blocks
@@ -103,3 +103,37 @@ def test_max_f32_is_numpy_max() -> None:
             want = x[first : first + n].max() if n else -np.inf
             assert _max_at(x, first, n) == want
     assert _max_at(np.full(40, -np.inf, np.float32), 0, 40) == -np.inf
+
+
+@njit(cache=False)
+def _sum_at(x, first, n):  # type: ignore[no-untyped-def]
+    return sum_f32(np.uint64(x.ctypes.data + 4 * first), n)
+
+
+def _sum_ref(x: np.ndarray) -> np.float32:
+    """sum_f32's order written out: lane i adds values i, i + 32, ... in sequence (float32), the 32 lanes fold
+    by halves (lane i + lane i + h), then the tail adds in sequence."""
+    body = len(x) // 32 * 32
+    lanes = np.zeros(32, np.float32)
+    for c in range(0, body, 32):
+        lanes = (lanes + x[c : c + 32]).astype(np.float32)
+    while len(lanes) > 1:
+        h = len(lanes) // 2
+        lanes = (lanes[:h] + lanes[h:]).astype(np.float32)
+    tot = lanes[0]
+    for v in x[body:]:
+        tot = np.float32(tot + v)
+    return tot
+
+
+def test_sum_f32_adds_in_its_written_order() -> None:
+    """sum_f32 gives the bits of its order written out in numpy, for every length around the 32-lane body
+    (misaligned starts too), and is close to the float64 sum; 0 for none."""
+    rng = np.random.default_rng(6)
+    x = (rng.random(400) * np.exp(rng.standard_normal(400) * 4)).astype(np.float32)  # magnitudes 1e-5..1e5
+    for first in (0, 1, 3):
+        for n in (0, 1, 2, 31, 32, 33, 64, 95, 257, 390):
+            part = x[first : first + n]
+            got = _sum_at(x, first, n)
+            assert got == _sum_ref(part), (first, n)
+            np.testing.assert_allclose(got, part.astype(np.float64).sum(), rtol=1e-5)

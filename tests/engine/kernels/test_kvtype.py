@@ -13,7 +13,7 @@ from numba import njit
 from engine.errors import EngineError
 from engine.kernels import kvtype
 from engine.kernels.blockdot import axpy_f32
-from engine.kernels.kvtype import kv_dots4, kv_dots8, kv_put, kv_pv
+from engine.kernels.kvtype import kv_key_tiles, kv_put, kv_pvs4, kv_pvs8, tile_scores
 
 RNG = np.random.default_rng(5)
 
@@ -85,8 +85,8 @@ def _axpy32(s, x, y):  # type: ignore[no-untyped-def]
 @pytest.mark.parametrize("kind", kvtype.KV_DTYPES)
 @pytest.mark.parametrize("n", [64, 100, 7, 256])
 def test_kernel_loads_and_stores(kind: str, n: int) -> None:
-    """kv_put stores encode()'s bits (the 32-wide body and the tail alike); the grouped dots over the stored
-    row give exactly their bits over the decoded float32 row (same order, exact widening)."""
+    """kv_put stores encode()'s bits (the 32-wide body and the tail alike); the scores against the stored row
+    are exactly the scores against the decoded float32 row (same order, exact widening)."""
     st = kvtype.storage(kind)
     x = _values(n)[:n] if n > 20 else (RNG.standard_normal(n) * 100).astype(np.float32)
     x[0] = 70000.0  # saturates in f16
@@ -95,52 +95,82 @@ def test_kernel_loads_and_stores(kind: str, n: int) -> None:
     assert np.array_equal(stored, kvtype.encode(x, st))
     wide = np.ascontiguousarray(kvtype.decode(stored))
     q = RNG.standard_normal((8, n)).astype(np.float32)
-    for slots in (8, 4):
-        half, full = np.zeros((slots, 1), np.float32), np.zeros((slots, 1), np.float32)
-        _dots(stored, q, stored, slots, half, slots)
-        _dots(wide, q, wide, slots, full, slots)
-        assert np.array_equal(half, full)
+    got = []
+    for row in (stored, wide):
+        kt, sc, m = np.zeros((4, n, 16), np.float32), np.zeros((8, 64), np.float32), np.zeros(8, np.float32)
+        _tiles_and_scores(row, np.array([row.ctypes.data], np.uint64), 1, n, kt, q, 8, 1.0, sc, m)
+        got.append(sc[:, 0])
+    assert np.array_equal(got[0], got[1])
 
 
 @njit(cache=False)
-def _dots(like, q, k, count, out, slots):  # type: ignore[no-untyped-def]
-    qa, ka, oa = np.uint64(q.ctypes.data), np.uint64(k.ctypes.data), np.uint64(out.ctypes.data)
+def _pvs(like, p, count, rows, n, out, slots):  # type: ignore[no-untyped-def]
+    pa, ra, oa = np.uint64(p.ctypes.data), np.uint64(rows.ctypes.data), np.uint64(out.ctypes.data)
     if slots == 8:
-        kv_dots8(like, qa, ka, k.shape[0], count, oa, out.strides[0] // 4)
+        kv_pvs8(like, pa, p.strides[0] // 4, count, ra, n, out.shape[1], oa)
     else:
-        kv_dots4(like, qa, ka, k.shape[0], count, oa, out.strides[0] // 4)
-
-
-@njit(cache=False)
-def _pv(like, p, rows, out):  # type: ignore[no-untyped-def]
-    kv_pv(like, np.uint64(p.ctypes.data), np.uint64(rows.ctypes.data), p.shape[0], out.shape[0],
-          np.uint64(out.ctypes.data))
+        kv_pvs4(like, pa, p.strides[0] // 4, count, ra, n, out.shape[1], oa)
 
 
 @pytest.mark.parametrize("kind", kvtype.KV_DTYPES)
-@pytest.mark.parametrize("dim", [64, 40, 256, 16, 7])
-def test_grouped_dots_and_pv(kind: str, dim: int) -> None:
-    """kv_dots8 / kv_dots4: every head's q.k against float64 (each count of heads, the slots past it left
-    alone); kv_pv: exactly blockdot.axpy_f32 applied to the decoded rows one after another from zero (the
-    same fma chain per value)."""
+@pytest.mark.parametrize("dim", [64, 40, 256, 16, 7, 80])
+def test_many_heads_pv_is_each_heads_pv(kind: str, dim: int) -> None:
+    """kv_pvs8 / kv_pvs4: for every count of heads, each head's output is exactly blockdot.axpy_f32 applied to
+    the decoded rows one after another from zero (the same fma chain per value), on weight rows with a
+    stride longer than n; the heads past count are not written."""
     st = kvtype.storage(kind)
-    k = kvtype.encode(RNG.standard_normal(dim), st)
-    kw = kvtype.decode(k).astype(np.float64)
-    q = RNG.standard_normal((8, dim)).astype(np.float32)
+    n = 45
+    vs = kvtype.encode(RNG.standard_normal((n, dim)), st)
+    rows = np.array([vs[j].ctypes.data for j in range(n)], np.uint64)
+    p = RNG.random((8, n + 19)).astype(np.float32)  # a row stride of n + 19 floats, as the score scratch has
+    want = np.zeros((8, dim), np.float32)
+    for h in range(8):
+        for j in range(n):
+            _axpy32(p[h, j], np.ascontiguousarray(kvtype.decode(vs[j])), want[h])
     for slots in (8, 4):
         for count in range(1, slots + 1):
-            out = np.full((slots, 3), 7.0, np.float32)  # a stride of 3 floats; column 0 written
-            _dots(k, q, k, count, out, slots)
-            want = q[:count].astype(np.float64) @ kw
-            np.testing.assert_allclose(out[:count, 0], want, rtol=1e-5, atol=1e-5 * np.sqrt(dim))
-            assert (out[count:, 0] == 7.0).all() and (out[:, 1:] == 7.0).all()
-    n = 37
-    vs = kvtype.encode(RNG.standard_normal((n, dim)), st)
-    p = RNG.random(n).astype(np.float32)
-    rows = np.array([vs[j].ctypes.data for j in range(n)], np.uint64)
-    got = np.full(dim, 5.0, np.float32)
-    _pv(vs, p, rows, got)
-    want = np.zeros(dim, np.float32)
-    for j in range(n):
-        _axpy32(p[j], np.ascontiguousarray(kvtype.decode(vs[j])), want)
-    assert np.array_equal(got, want)
+            got = np.full((slots, dim), 9.0, np.float32)
+            _pvs(vs, p, count, rows, n, got, slots)
+            for h in range(count):
+                assert np.array_equal(got[h], want[h]), (slots, count, h)
+            assert (got[count:] == 9.0).all()
+
+
+@njit(cache=False)
+def _tiles_and_scores(like, rows, n, dim, kt, q, count, scale, s, m):  # type: ignore[no-untyped-def]
+    kv_key_tiles(like, np.uint64(rows.ctypes.data), n, dim, np.uint64(kt.ctypes.data))
+    tile_scores(np.uint64(kt.ctypes.data), n, dim, np.uint64(q.ctypes.data), count, np.float32(scale),
+                np.uint64(s.ctypes.data), s.strides[0] // 4, np.uint64(m.ctypes.data))
+
+
+@pytest.mark.parametrize("kind", kvtype.KV_DTYPES)
+@pytest.mark.parametrize("dim", [64, 80, 7, 256, 16])
+def test_key_tiles_and_their_scores(kind: str, dim: int) -> None:
+    """kv_key_tiles holds K transposed in tiles of 16 positions (kt[t, d, i] = K[16 t + i, d]); tile_scores gives
+    each score as its order is written (a float32 FMA chain over d from 0, then times the scale), for every
+    count of query vectors and every length around the tiles, writes no score row past its blocks of tiles, and
+    gives each row's max over its n scores."""
+    rng = np.random.default_rng(dim)
+    st = kvtype.storage(kind)
+    for n in (1, 15, 16, 17, 64, 70):
+        k = kvtype.encode(rng.standard_normal((n, dim)), st)
+        kw = kvtype.decode(k)
+        rows = np.array([k[j].ctypes.data for j in range(n)], np.uint64)
+        tiles = -(-n // 64) * 4
+        kt = np.full((tiles, dim, 16), 1e3, np.float32)  # tiles past n: values no score may reach
+        for count in (1, 2, 7, 8):
+            q = rng.standard_normal((count, dim)).astype(np.float32)
+            s = np.full((count, tiles * 16 + 3), 7.0, np.float32)
+            m = np.zeros(count, np.float32)
+            _tiles_and_scores(k, rows, n, dim, kt, q, count, 0.3, s, m)
+            for t in range(-(-n // 16)):
+                live = min(16, n - 16 * t)
+                assert np.array_equal(kt[t, :, :live], kw[16 * t:16 * t + live].T)
+            want = np.zeros((count, n), np.float32)
+            for d in range(dim):  # a float32 product is exact in float64; the sum rounds twice (f64, f32), which
+                # can differ from the FMA's one rounding only on rare ties (none with these seeds)
+                want = (want + q[:, d:d + 1].astype(np.float64) * kw[None, :, d]).astype(np.float32)
+            want = (want * np.float32(0.3)).astype(np.float32)
+            assert np.array_equal(s[:, :n], want), (n, count)
+            assert np.array_equal(m, want.max(axis=1))
+            assert (s[:, tiles * 16:] == 7.0).all()
