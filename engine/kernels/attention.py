@@ -24,17 +24,19 @@ from engine.kernels.ops import _exp32
 from engine.kernels.parallel import ORDERED_FASTMATH, SMALL_WORK, launch, prefill_pool, prefill_workers
 
 # Key positions per decode-attention task: a fixed number of K bytes (KV_TASK_BYTES / (4 * head_dim)
-# positions, at least 16), the same for every row of a model, so a row's bits never depend on the batch
+# positions, at least one block of key tiles: 64), the same for every row of a model, so a row's bits never depend on the batch
 # or the threads. Why this small: at decode the K/V of a layer come cold from DRAM (a step streams
 # more weight bytes than the L3 holds), and one core pulls about half of what two do; splitting a
 # 100-token context into tasks puts both cores on it (bench/breakdown.py on Gemma 3 270M: attention
 # 1.4-1.8 -> 0.7-0.8 ms a step, with the K/V store moved into the kernel; the step total moved within noise).
+# Why at least 64: kvtype.tile_scores walks the keys 64 at a time; Gemma 3's 16-position chunks (head_dim 256)
+# computed four times the scores they kept (16 lanes of stories: 0.97-0.99x -> 0.94x with speculation on).
 KV_TASK_BYTES = 16 << 10
 PAR_KV_BYTES = 48 << 10  # K+V bytes a call reads below which one thread runs it (waking the team costs more)
 
 
 def chunk_positions(head_dim: int) -> int:
-    return max(16, KV_TASK_BYTES // (4 * head_dim))
+    return max(TILE_KEYS * TILE_BLOCK, KV_TASK_BYTES // (4 * head_dim))
 
 
 @njit(cache=True)
