@@ -145,7 +145,7 @@ def attend_chunk(kp, vp, qa, ka, va, ks0, ks1, ks2, vs0, vs1, vs2, table, bt, kh
     also scales them and finds each head's max. Each V row is read once for up to 8 heads, whose P.V outputs
     stay in registers across the positions (kvtype.kv_pvs8 / kv_pvs4). Before, one grouped dot per position
     (a reduction tree each), serial max and sum chains and one P.V chain per head cost ~190 cycles a position
-    and KV head on Qwen 2.5 0.5B's 7 heads of 64 (f16 pool, in L2); see the commit for what this costs."""
+    and KV head on Qwen 2.5 0.5B's 7 heads of 64 (f16 pool, in L2); this costs ~120 (docs/engine.md)."""
     group, dim = po.shape
     srow = np.uint64(s.strides[0] // 4)
     sa = np.uint64(s.ctypes.data)
