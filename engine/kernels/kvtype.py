@@ -5,9 +5,9 @@ float32 as itself, float16 as uint16 (IEEE half bits), bfloat16 as int16 (the hi
 Numba has no CPU float16 type, so the kernels below are LLVM IR: a half row is loaded 32 values at a time and
 widened with `fpext` (F16C's vcvtph2ps where the CPU has it), a bf16 row by a 16-bit shift; stores round to
 nearest even, as numpy's astype(float16) does. Arithmetic stays float32: only the cache's bytes shrink. Every
-sum runs in one fixed order whatever the element type (the grouped dots' fixed tree, P.V as blockdot.axpy_f32
-row after row), so a half-width pool gives the bits of a float32 pool holding the decoded values, and a row's
-bits do not depend on the batch.
+sum runs in one fixed order whatever the element type (a score as one FMA chain over the dimensions on the key
+tiles, P.V as blockdot.axpy_f32 row after row), so a half-width pool gives the bits of a float32 pool holding the
+decoded values, and a row's bits do not depend on the batch.
 """
 
 from __future__ import annotations
