@@ -123,6 +123,25 @@ def _hsum(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
     return b.extract_element(v, _c(0, I32))
 
 
+
+def _maxnum(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
+    """llvm.maxnum of two floats or two float vectors (NaN loses to a number)."""
+    t = x.type
+    name = f"llvm.maxnum.v{t.count}f32" if isinstance(t, ir.VectorType) else "llvm.maxnum.f32"
+    return b.call(cgutils.get_or_insert_function(b.module, ir.FunctionType(t, [t, t]), name), [x, y])
+
+
+def _hmax(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
+    """Largest lane of a float vector: halves folded pairwise down to two lanes, then one scalar maxnum
+    (max is exact, so the order is free)."""
+    n = v.type.count
+    while n > 2:
+        h = n // 2
+        lo = b.shuffle_vector(v, v, ir.Constant(ir.VectorType(I32, h), list(range(h))))
+        hi = b.shuffle_vector(v, v, ir.Constant(ir.VectorType(I32, h), list(range(h, n))))
+        v, n = _maxnum(b, lo, hi), h
+    return _maxnum(b, b.extract_element(v, _c(0, I32)), b.extract_element(v, _c(1, I32)))
+
 Unpack = Callable[[ir.IRBuilder, ir.Value, ir.Value], list[tuple[ir.Value, int]]]
 
 
@@ -298,24 +317,13 @@ def max_f32(typingctx, x_addr, n):  # type: ignore[no-untyped-def]
     def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
         b = builder
         px, n = b.inttoptr(args[0], F32.as_pointer()), args[1]
-        vmax = cgutils.get_or_insert_function(b.module, ir.FunctionType(VF, [VF, VF]), f"llvm.maxnum.v{W}f32")
-        smax = cgutils.get_or_insert_function(b.module, ir.FunctionType(F32, [F32, F32]), "llvm.maxnum.f32")
         acc = cgutils.alloca_once_value(b, ir.Constant(VF, [float("-inf")] * W))
         chunks = b.sdiv(n, _c(W))
         with cgutils.for_range(b, chunks) as loop:
-            b.store(b.call(vmax, [b.load(acc), _xload(b, px, b.mul(loop.index, _c(W)))]), acc)
-        v, k = b.load(acc), W
-        while k > 2:  # halves folded pairwise, down to two lanes
-            h = k // 2
-            lo = b.shuffle_vector(v, v, ir.Constant(ir.VectorType(I32, h), list(range(h))))
-            hi = b.shuffle_vector(v, v, ir.Constant(ir.VectorType(I32, h), list(range(h, k))))
-            fn = cgutils.get_or_insert_function(b.module, ir.FunctionType(lo.type, [lo.type, lo.type]),
-                                                f"llvm.maxnum.v{h}f32")
-            v, k = b.call(fn, [lo, hi]), h
-        last = b.call(smax, [b.extract_element(v, _c(0, I32)), b.extract_element(v, _c(1, I32))])
-        total = cgutils.alloca_once_value(b, last)
+            b.store(_maxnum(b, b.load(acc), _xload(b, px, b.mul(loop.index, _c(W)))), acc)
+        total = cgutils.alloca_once_value(b, _hmax(b, b.load(acc)))
         with cgutils.for_range_slice(b, b.mul(chunks, _c(W)), n, _c(1)) as (i, _):
-            b.store(b.call(smax, [b.load(total), b.load(b.gep(px, [i]))]), total)
+            b.store(_maxnum(b, b.load(total), b.load(b.gep(px, [i]))), total)
         return b.load(total)
 
     return types.float32(types.uint64, types.int64), codegen

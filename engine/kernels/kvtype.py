@@ -19,7 +19,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from engine.errors import EngineError
-from engine.kernels.blockdot import F32, I32, I64, VF, W, _c, _fma, _splat, fma1
+from engine.kernels.blockdot import F32, I32, I64, VF, W, _c, _fma, _hmax, _maxnum, _splat, fma1
 
 KV_DTYPES = ("f32", "f16", "bf16")
 # the storage dtype of each (what the pool's arrays are and what a kernel is compiled for)
@@ -337,7 +337,6 @@ def tile_scores(typingctx, kt_addr, n, dim, q_addr, count, scale, s_addr, s_stri
         sp = b.inttoptr(args[6], F32.as_pointer())
         sstride = args[7]
         mp = b.inttoptr(args[8], F32.as_pointer())
-        vmax = cgutils.get_or_insert_function(b.module, ir.FunctionType(V16, [V16, V16]), "llvm.maxnum.v16f32")
         ninf = ir.Constant(V16, [float("-inf")] * 16)
         lane = ir.Constant(ir.VectorType(I64, 16), list(range(16)))
         with cgutils.for_range(b, count) as ml:
@@ -372,21 +371,9 @@ def tile_scores(typingctx, kt_addr, n, dim, q_addr, count, scale, s_addr, s_stri
                             first = b.mul(b.add(tile0, _c(g)), _c(TILE_KEYS))
                             left = b.sub(n, first)  # lanes at or past n are not scores
                             live = b.icmp_signed("<", lane, _splat(b, left, 16))
-                            top = b.call(vmax, [top, b.select(live, v, ninf)])
-                        smax = cgutils.get_or_insert_function(b.module, ir.FunctionType(F32, [F32, F32]),
-                                                              "llvm.maxnum.f32")
-                        w = 16
-                        while w > 2:  # halves folded pairwise, down to two lanes
-                            h = w // 2
-                            lo = b.shuffle_vector(top, top, ir.Constant(ir.VectorType(I32, h), list(range(h))))
-                            hi = b.shuffle_vector(top, top, ir.Constant(ir.VectorType(I32, h), list(range(h, w))))
-                            fn = cgutils.get_or_insert_function(b.module, ir.FunctionType(lo.type, [lo.type, lo.type]),
-                                                                f"llvm.maxnum.v{h}f32")
-                            top = b.call(fn, [lo, hi])
-                            w = h
-                        top = b.call(smax, [b.extract_element(top, _c(0, I32)), b.extract_element(top, _c(1, I32))])
+                            top = _maxnum(b, top, b.select(live, v, ninf))
                         mi = b.gep(mp, [i])
-                        b.store(b.call(smax, [b.load(mi), top]), mi)
+                        b.store(_maxnum(b, b.load(mi), _hmax(b, top)), mi)
                     if slot == 0:
                         put()
                     else:

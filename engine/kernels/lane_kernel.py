@@ -155,8 +155,9 @@ def lane_layers(nthreads, lo, hi, kv0, prods, layer_prods, buf, offs, dims,
         xq_buf = np.empty(maxn + 32, dtype=np.int16)  # each thread quantizes a product's input itself
         dxb = np.empty(maxn // 32, dtype=np.float32)
         sxb = np.empty(maxn // 32, dtype=np.float32)
-        s = np.empty((group, score_columns(chunk)), dtype=np.float32)  # attend_chunk's scratch: scores,
-        vrows = np.empty((2, chunk), dtype=np.uint64)  # the K and V rows' addresses, the key tiles
+        # attend_chunk's scratch: the scores, the K and V rows' addresses, the key tiles
+        s = np.empty((group, score_columns(chunk)), dtype=np.float32)
+        kvrows = np.empty((2, chunk), dtype=np.uint64)
         kt = np.empty((key_tiles(chunk), dim, TILE_KEYS), dtype=np.float32)
         ph = 0
         timed = th == 0 and stamps.shape[0] != 0
@@ -193,7 +194,7 @@ def lane_layers(nthreads, lo, hi, kv0, prods, layer_prods, buf, offs, dims,
                 ci, kh = task // kvh, task % kvh
                 c0 = first + ci * chunk
                 attend_chunk(k_pool, v_pool, qa, ka, va, ks0, ks1, ks2, vs0, vs1, vs2, table, bt, kh, c0,
-                             min(pos + 1, c0 + chunk) - c0, scale, softcap, s, vrows, kt, part_m[ci, kh], part_l[ci, kh],
+                             min(pos + 1, c0 + chunk) - c0, scale, softcap, s, kvrows, kt, part_m[ci, kh], part_l[ci, kh],
                              part_o[ci, kh])
                 finish(ctr, ph)
             wait_done(ctr, ph, nch * kvh)
