@@ -309,6 +309,26 @@ def axpy_f32(typingctx, a, x_addr, y_addr, n):  # type: ignore[no-untyped-def]
 
 
 @intrinsic
+def f32_bits(typingctx, x):  # type: ignore[no-untyped-def]
+    """A float32's bits as an int32 (a bit cast: no conversion)."""
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        return builder.bitcast(args[0], I32)
+
+    return types.int32(types.float32), codegen
+
+
+@intrinsic
+def bits_f32(typingctx, i):  # type: ignore[no-untyped-def]
+    """An int32's bits as a float32 (f32_bits undone)."""
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        return builder.bitcast(args[0], F32)
+
+    return types.float32(types.int32), codegen
+
+
+@intrinsic
 def max_f32(typingctx, x_addr, n):  # type: ignore[no-untyped-def]
     """max(x[i] for i < n) of a float32 vector at a raw address (-inf when n = 0): 32 lanes of maxnum at a
     time, then the tail. numba's max() over a loop does not vectorise (it keeps Python's NaN order), which

@@ -226,8 +226,8 @@ def lane_layers(nthreads, lo, hi, kv0, prods, layer_prods, buf, offs, dims,
                 c0, c1 = (0, mid) if part == 0 else (mid, ffn)
                 if c1 > c0:
                     a_half = buf[offs[ACT] + c0:offs[ACT] + c1].reshape((1, c1 - c0))
-                    _gated_s(buf[offs[G] + c0:offs[G] + c1].reshape((1, c1 - c0)),
-                             buf[offs[G] + ffn + c0:offs[G] + ffn + c1].reshape((1, c1 - c0)), gelu, a_half)
+                    _gated_s(buf[offs[G] + c0:offs[G] + c1].reshape((1, c1 - c0)), 0,
+                             buf[offs[G] + ffn + c0:offs[G] + ffn + c1].reshape((1, c1 - c0)), 0, gelu, a_half)
                     if not floats:
                         _quantize(a_half, sq_buf[sq_skip + c0:sq_skip + c1].reshape((1, c1 - c0)),
                                   sdx[c0 // 32:c1 // 32].reshape((1, (c1 - c0) // 32)),

@@ -88,27 +88,46 @@ def _exp32(t: float) -> float:  # pragma: no cover - numba
 
 
 @njit(parallel=True, nogil=True, fastmath=True, error_model="numpy", cache=True)
-def _gated(g: np.ndarray, u: np.ndarray, gelu: bool, out: np.ndarray) -> None:  # pragma: no cover
-    """(error_model="numpy": python's raises a ZeroDivisionError check in every division, which keeps
+def _gated(g: np.ndarray, g0: int, u: np.ndarray, u0: int, gelu: bool, out: np.ndarray) -> None:  # pragma: no cover
+    """out = act(g[:, g0:g0 + n]) * u[:, u0:u0 + n], n = out.shape[1]: the gate and up columns may be two
+    ranges of one array (the fused gate+up product's output), read in place.
+    (error_model="numpy": python's raises a ZeroDivisionError check in every division, which keeps
     the loop scalar.) gelu_tanh(x) = 0.5 x (1 + tanh z) = x / (1 + exp(-2z)), z = sqrt(2/pi) (x + 0.044715 x^3): the
     second form has no cancellation in the left tail (1 + tanh z for z << 0) and one vectorisable
     exp; silu(x) = x / (1 + exp(-x))."""
-    rows, n = g.shape
+    rows, n = out.shape
     k = np.float32(-2.0 * math.sqrt(2.0 / math.pi)) if gelu else np.float32(-1.0)
     cubic = np.float32(0.044715) if gelu else np.float32(0.0)
+    gs, us = np.uint64(g0), np.uint64(u0)
     for r in prange(rows):
         gr, ur, orow = g[r], u[r], out[r]
         for i in range(n):
             ui = np.uint64(i)  # unsigned: no negative-index fix-up, so the serial twin vectorises too
-            x = gr[ui]
-            orow[ui] = x / (np.float32(1.0) + _exp32(k * (x + cubic * x * x * x))) * ur[ui]
+            x = gr[gs + ui]
+            orow[ui] = x / (np.float32(1.0) + _exp32(k * (x + cubic * x * x * x))) * ur[us + ui]
 
 
 def gated_act(g: np.ndarray, u: np.ndarray, act: str) -> np.ndarray:
     """act(gate) * up with act = silu or gelu (tanh approximation)."""
-    out = np.empty_like(g)
-    launch(_gated, 16 * g.size, np.ascontiguousarray(g), np.ascontiguousarray(u), act == "gelu_tanh", out)
+    out = np.empty(g.shape, np.float32)
+    (yg, g0), (yu, u0) = row_columns(g), row_columns(u)
+    launch(_gated, 16 * g.size, yg, g0, yu, u0, act == "gelu_tanh", out)
     return out
+
+
+def row_columns(a: np.ndarray) -> tuple[np.ndarray, int]:
+    """a float32 [rows, n] as (y, c): a C-contiguous y [rows, >= c + n] with a == y[:, c:c + n]. The fused
+    gate+up product's two outputs are column ranges of one array, and copying them out cost more than the
+    activation itself (80 rows of Qwen 2.5 0.5B: 0.53 of 0.73 ms). Anything else is copied."""
+    base = a.base
+    if a.flags.c_contiguous or not isinstance(base, np.ndarray):
+        return np.ascontiguousarray(a, dtype=np.float32), 0
+    off = a.__array_interface__["data"][0] - base.__array_interface__["data"][0]
+    if (a.dtype == base.dtype == np.float32 and base.ndim == 2 and base.flags.c_contiguous
+            and base.shape[0] == a.shape[0] and base.strides == a.strides and 0 <= off < base.strides[0]
+            and off % 4 == 0 and off // 4 + a.shape[1] <= base.shape[1]):
+        return base, off // 4
+    return np.ascontiguousarray(a, dtype=np.float32), 0
 
 
 def gated_act_ref(g: np.ndarray, u: np.ndarray, act: str) -> np.ndarray:

@@ -18,42 +18,51 @@ from typing import Any
 import numpy as np
 from numba import njit, prange
 
-from engine.kernels.blockdot import U
+from engine.kernels.blockdot import U, bits_f32, f32_bits
 from engine.kernels.parallel import specialised
 from engine.kernels.tiledot import X_MAX, dq_tile, tdot1, tdot2, tdot4, tdot8
 from engine.quant.tiles import ALL_KINDS, FLOAT_KINDS, KINDS, QB, SB_BYTES, SB_VALUES, TILE, kind_group
 
 KINDS_IN = ALL_KINDS  # the kinds a compilation holds (a literal bit mask; `specialised` rebinds it)
+PAR_QUANTIZE = 8  # rows from which gemm_tiles quantizes them in parallel (below, a team start costs more)
 LANE_BLOCK = 64  # lanes per pass over a thread's tiles: 64 x 2048 int16 activations = 256 KiB
 
 
 @njit(inline="always", cache=True)
-def quantize_rows_i16(x, xq, dx, sxd):  # type: ignore[no-untyped-def]
-    """x float32 [B, n] -> xq int16 [B, n], dx and sxd float32 [B, n / 32]: x ~ xq * dx per block,
+def quantize_row_i16(x, xq, dx, sxd):  # type: ignore[no-untyped-def]
+    """One row: x float32 [n] -> xq int16 [n], dx and sxd float32 [n / 32]: x ~ xq * dx per block,
     dx = max|x| / 32767, xq = rint(x / dx), sxd = dx * sum(xq) (Q4_K's min term). A block holding
-    inf or NaN gets dx = NaN, so the product is NaN as the float product would be."""
-    lanes, n = x.shape
-    for lane in range(lanes):
-        for blk in range(n // QB):
-            o = blk * QB
-            amax = np.float32(0.0)
+    inf or NaN gets dx = NaN, so the product is NaN as the float product would be. The block's max|x|
+    is an integer max over the bits with the sign cleared (non-negative floats order as their bits, inf
+    and NaN above every finite value): it vectorises, and it sees a NaN, which a float max() skips when
+    the NaN comes second. Indices are unsigned: no negative-index fix-up in the loops."""
+    for blk in range(x.shape[0] // QB):
+        o = U(blk * QB)
+        top = np.int32(0)
+        for i in range(QB):
+            top = max(top, f32_bits(x[o + U(i)]) & np.int32(0x7FFFFFFF))
+        if top >= np.int32(0x7F800000):
+            dx[blk] = np.float32(np.nan)
+            sxd[blk] = np.float32(np.nan)
             for i in range(QB):
-                amax = max(amax, abs(x[lane, o + i]))
-            if not np.isfinite(amax):
-                dx[lane, blk] = np.float32(np.nan)
-                sxd[lane, blk] = np.float32(np.nan)
-                for i in range(QB):
-                    xq[lane, o + i] = 0
-                continue
-            d = np.float32(amax / np.float32(X_MAX))
-            inv = np.float32(1.0) / d if d > 0 else np.float32(0.0)
-            s = 0
-            for i in range(QB):
-                q = np.int16(np.rint(x[lane, o + i] * inv))
-                xq[lane, o + i] = q
-                s += np.int64(q)
-            dx[lane, blk] = d
-            sxd[lane, blk] = d * np.float32(s)
+                xq[o + U(i)] = 0
+            continue
+        d = np.float32(bits_f32(top) / np.float32(X_MAX))
+        inv = np.float32(1.0) / d if d > 0 else np.float32(0.0)
+        s = np.int32(0)  # |sum| <= 32 * 32767
+        for i in range(QB):
+            q = np.int16(np.rint(x[o + U(i)] * inv))
+            xq[o + U(i)] = q
+            s += np.int32(q)
+        dx[blk] = d
+        sxd[blk] = d * np.float32(s)
+
+
+@njit(inline="always", cache=True)
+def quantize_rows_i16(x, xq, dx, sxd):  # type: ignore[no-untyped-def]
+    """x float32 [B, n] -> xq int16 [B, n], dx and sxd float32 [B, n / 32], a row at a time (quantize_row_i16)."""
+    for lane in range(x.shape[0]):
+        quantize_row_i16(x[lane], xq[lane], dx[lane], sxd[lane])
 
 
 @njit(parallel=True, nogil=True, cache=True)
@@ -77,7 +86,10 @@ def gemm_tiles(kind, w, x, out):  # type: ignore[no-untyped-def]
     xq = buf[skip: skip + lanes * m].reshape((lanes, m))
     dx = np.empty((lanes, m // QB), dtype=np.float32)
     sxd = np.empty((lanes, m // QB), dtype=np.float32)
-    if m:
+    if m and lanes >= PAR_QUANTIZE:  # a row per worker: serial, this pass was ~15% of an 80-row ffn_down
+        for lane in prange(lanes):
+            quantize_row_i16(x[lane], xq[lane], dx[lane], sxd[lane])
+    elif m:
         quantize_rows_i16(x, xq, dx, sxd)
     wa, oa = U(w.ctypes.data), U(out.ctypes.data)
     ws, os_ = U(w.strides[0]), U(out.strides[0])

@@ -79,6 +79,35 @@ def test_activation_quantizer_matches_the_obvious_one() -> None:
     assert np.abs(xq).max() == 32767 and not xq[4].any() and not dx[4].any()
 
 
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+@pytest.mark.parametrize("at", [0, 1, 17, 31])
+def test_a_block_holding_a_non_finite_value_quantizes_to_nan_wherever_it_sits(bad: float, at: int) -> None:
+    """A NaN after the block's first value was missed by a float max() (max(a, nan) is a): its block got a
+    finite scale and the NaN became a 0, so the product lost it. Only that block of that row turns NaN."""
+    x = RNG.standard_normal((9, 96)).astype(np.float32)
+    x[3, 32 + at] = bad
+    xq, dx, sxd = np.empty(x.shape, np.int16), np.empty((9, 3), np.float32), np.empty((9, 3), np.float32)
+    T.quantize_rows_i16(x, xq, dx, sxd)
+    assert np.isnan(dx[3, 1]) and np.isnan(sxd[3, 1]) and not xq[3, 32:64].any()
+    assert np.isfinite(np.delete(dx.ravel(), 3 * 3 + 1)).all()
+    raw, tiles = _weight(0, QT.Q8_0, 20, 96)
+    out = np.empty((9, 20), np.float32)
+    T.gemm_for(0)(0, tiles, x, out)  # 9 rows: gemm_tiles quantizes them in parallel
+    assert np.isnan(out[3]).all() and np.isfinite(np.delete(out, 3, axis=0)).all()
+
+
+def test_parallel_quantizing_gives_the_serial_bits() -> None:
+    """gemm_tiles quantizes >= PAR_QUANTIZE rows a row per worker; every row's product is the bits it gets alone."""
+    raw, tiles = _weight(3, QT.Q6_K, 40, 512)
+    x = (RNG.standard_normal((T.PAR_QUANTIZE + 3, 512)) * RNG.lognormal(0, 2, (T.PAR_QUANTIZE + 3, 512))).astype(np.float32)
+    full = np.empty((x.shape[0], 40), np.float32)
+    T.gemm_for(3)(3, tiles, x, full)
+    for r in range(x.shape[0]):
+        one = np.empty((1, 40), np.float32)
+        T.gemm_for(3)(3, tiles, x[r:r + 1], one)
+        assert np.array_equal(one[0], full[r])
+
+
 @pytest.mark.parametrize("kind,qtype,sb", KINDS, ids=IDS)
 @pytest.mark.parametrize("rows,mult", [(37, 1), (256, 3), (16, 8)])
 @pytest.mark.slow

@@ -70,7 +70,9 @@ def test_rmsnorm_twin(rows: int, width: int) -> None:
 def test_gated_twin(gelu: bool, rows: int, width: int) -> None:
     g = RNG.standard_normal((rows, width)).astype(np.float32) * 4
     u = RNG.standard_normal((rows, width)).astype(np.float32)
-    _assert_same(ops._gated, lambda: (g, u, gelu, np.zeros_like(g)))
+    _assert_same(ops._gated, lambda: (g, 0, u, 0, gelu, np.zeros_like(g)))
+    gu = np.concatenate([u, g], axis=1)  # the fused product's layout (here up first): columns read in place
+    _assert_same(ops._gated, lambda: (gu, width, gu, 0, gelu, np.zeros_like(g)))
 
 
 @pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)

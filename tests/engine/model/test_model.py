@@ -10,7 +10,16 @@ import pytest
 from engine import Session, synthetic_model
 from engine.gguf.config import ROPE_NEOX, ROPE_NORM, ModelConfig
 from engine.kernels.attention import paged_attention, reference_attention
-from engine.kernels.ops import apply_rope, apply_rope_ref, gated_act, gated_act_ref, rmsnorm, rmsnorm_ref, rope_tables
+from engine.kernels.ops import (
+    apply_rope,
+    apply_rope_ref,
+    gated_act,
+    gated_act_ref,
+    rmsnorm,
+    rmsnorm_ref,
+    rope_tables,
+    row_columns,
+)
 from engine.model.forward import Model
 from engine.model.kv import BlockPool, PageTable
 from engine.model.linear import matmul_rows
@@ -139,6 +148,22 @@ def test_ops_match_references() -> None:
         np.testing.assert_allclose(gated_act(x, u, act), gated_act_ref(x, u, act), rtol=1e-5, atol=1e-6)
         assert np.array_equal(gated_act(x[2:3], u[2:3], act)[0], gated_act(x, u, act)[2])
     assert np.array_equal(rmsnorm(x[3:4], g, 1e-6)[0], rmsnorm(x, g, 1e-6)[3])
+
+
+def test_gated_act_reads_column_ranges_of_one_array_in_place() -> None:
+    """The fused gate+up product returns two column views of one array: read where they are, same bits as copies."""
+    rng = np.random.default_rng(5)
+    gu = rng.standard_normal((7, 2 * 192)).astype(np.float32) * 3
+    g, u = gu[:, :192], gu[:, 192:]
+    assert row_columns(g)[0] is gu and row_columns(g)[1] == 0
+    assert row_columns(u)[0] is gu and row_columns(u)[1] == 192
+    for act in ("silu", "gelu_tanh"):
+        assert np.array_equal(gated_act(g, u, act), gated_act(g.copy(), u.copy(), act))
+        assert np.array_equal(gated_act(u, g, act), gated_act(u.copy(), g.copy(), act))
+    # not a column range of a C-contiguous array (every other row; a transposed view): copied, same values
+    for view in (gu[::2, :192], np.ascontiguousarray(gu.T)[:192].T):
+        y, c = row_columns(view)
+        assert c == 0 and y.flags.c_contiguous and np.array_equal(y, view) and not np.shares_memory(y, view)
 
 
 @pytest.mark.parametrize("act", ["gelu_tanh", "silu"])
