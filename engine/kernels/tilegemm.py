@@ -18,12 +18,17 @@ from typing import Any
 import numpy as np
 from numba import njit, prange
 
+from engine.kernels.amxdot import AMX_KINDS, LANES, amx_ready, scratch_bytes, split_row, tdot16x, tile_config, tile_release
 from engine.kernels.blockdot import U, bits_f32, f32_bits
 from engine.kernels.parallel import specialised
 from engine.kernels.tiledot import X_MAX, dq_tile, tdot1, tdot2, tdot4, tdot8
 from engine.quant.tiles import ALL_KINDS, FLOAT_KINDS, KINDS, QB, SB_BYTES, SB_VALUES, TILE, kind_group
 
 KINDS_IN = ALL_KINDS  # the kinds a compilation holds (a literal bit mask; `specialised` rebinds it)
+AMX = 0  # 1: 16-lane groups of AMX_KINDS run on AMX (engine/kernels/amxdot.py; gemm_for binds it)
+# lanes a pass over a tile needs before it goes to AMX: one 16-lane group alone was slower than vpdpwssd
+# (a tile's unpacking is not shared; 16-lane decode of Qwen 2.5 0.5B measured 7% slower), two or more faster
+AMX_MIN_LANES = 2 * LANES
 PAR_QUANTIZE = 8  # rows from which gemm_tiles quantizes them in parallel (below, a team start costs more)
 LANE_BLOCK = 64  # lanes per pass over a thread's tiles: 64 x 2048 int16 activations = 256 KiB
 
@@ -91,10 +96,27 @@ def gemm_tiles(kind, w, x, out):  # type: ignore[no-untyped-def]
             quantize_row_i16(x[lane], xq[lane], dx[lane], sxd[lane])
     elif m:
         quantize_rows_i16(x, xq, dx, sxd)
+    amx = AMX and m and lanes >= AMX_MIN_LANES and AMX_KINDS >> kind & 1
+    ng = lanes // LANES if amx else 0  # 16-lane groups on AMX: activations split per block, scales side by side
+    xpk = np.empty((ng, m // QB, LANES, 2 * QB), dtype=np.int8)
+    dxt = np.empty((ng, m // QB, LANES), dtype=np.float32)
+    sxt = np.empty_like(dxt)
+    if amx:
+        for lane in prange(ng * LANES):
+            split_row(xq[lane], xpk[lane // LANES], lane % LANES)
+        for g in range(dxt.shape[0]):
+            for blk in range(dxt.shape[1]):
+                for j in range(LANES):
+                    dxt[g, blk, j] = dx[g * LANES + j, blk]
+                    sxt[g, blk, j] = sxd[g * LANES + j, blk]
     wa, oa = U(w.ctypes.data), U(out.ctypes.data)
     ws, os_ = U(w.strides[0]), U(out.strides[0])
     nc = min(ntiles, 64)
     for c in prange(nc):
+        scratch = np.empty(scratch_bytes(m) if amx else 0, dtype=np.uint8)  # this worker's AMX scratch
+        sa = U(scratch.ctypes.data)
+        if amx:
+            tile_config()
         # lanes in blocks of LANE_BLOCK (a prefill chunk's activations stay in L2 while the chunk's
         # tiles pass), each tile meeting the block's lanes 8, 4, 2, 1 at a time
         for l0 in range(0, lanes, LANE_BLOCK):
@@ -103,6 +125,10 @@ def gemm_tiles(kind, w, x, out):  # type: ignore[no-untyped-def]
                 valid = min(TILE, rows - t * TILE)
                 wt, ot = wa + U(t) * ws, oa + U(t * TILE * 4)
                 b = l0
+                if amx and l1 - l0 >= AMX_MIN_LANES:
+                    groups = (l1 - l0) // LANES
+                    tdot16x(KINDS_IN, kind, wt, xpk, dxt, sxt, b, groups, nsb, ot + U(b) * os_, os_, valid, sa)
+                    b += groups * LANES
                 while b + 8 <= l1:
                     tdot8(KINDS_IN, kind, wt, xq, dx, sxd, x, b, nsb, ot + U(b) * os_, os_, valid)
                     b += 8
@@ -115,6 +141,8 @@ def gemm_tiles(kind, w, x, out):  # type: ignore[no-untyped-def]
                 while b < l1:
                     tdot1(KINDS_IN, kind, wt, xq, dx, sxd, x, b, nsb, ot + U(b) * os_, os_, valid)
                     b += 1
+        if amx:
+            tile_release()
 
 
 @njit(cache=True, nogil=True)
@@ -141,7 +169,7 @@ def dq_rows_tiles(kind, w, rows, out):  # type: ignore[no-untyped-def]
 @functools.cache  # a lookup per product call: an int key, not specialised()'s sort
 def gemm_for(kind: int) -> Any:
     """gemm_tiles compiled for the kind group holding `kind` (launch it as gemm_tiles)."""
-    return specialised(gemm_tiles, KINDS_IN=kind_group(kind))
+    return specialised(gemm_tiles, KINDS_IN=kind_group(kind), AMX=int(amx_ready()))
 
 
 @functools.cache
