@@ -119,8 +119,11 @@ def gemm_tiles(kind, w, x, out):  # type: ignore[no-untyped-def]
             tile_config()
         # lanes in blocks of LANE_BLOCK (a prefill chunk's activations stay in L2 while the chunk's
         # tiles pass), each tile meeting the block's lanes 8, 4, 2, 1 at a time
-        for l0 in range(0, lanes, LANE_BLOCK):
+        l0 = 0
+        while l0 < lanes:
             l1 = min(lanes, l0 + LANE_BLOCK)
+            if amx and lanes - l1 < AMX_MIN_LANES:  # a last block too small for AMX joins this one
+                l1 = lanes
             for t in range(c * ntiles // nc, (c + 1) * ntiles // nc):
                 valid = min(TILE, rows - t * TILE)
                 wt, ot = wa + U(t) * ws, oa + U(t * TILE * 4)
@@ -141,6 +144,7 @@ def gemm_tiles(kind, w, x, out):  # type: ignore[no-untyped-def]
                 while b < l1:
                     tdot1(KINDS_IN, kind, wt, xq, dx, sxd, x, b, nsb, ot + U(b) * os_, os_, valid)
                     b += 1
+            l0 = l1
         if amx:
             tile_release()
 
