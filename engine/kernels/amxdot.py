@@ -156,7 +156,8 @@ def _epilogue(b: ir.IRBuilder, kind: int, n_sc: int, slot: ir.Value, cbuf: ir.Va
 
 def _amx_codegen(kind: int) -> Callable:  # type: ignore[type-arg]
     def codegen(context, b, signature, args):  # type: ignore[no-untyped-def]
-        wa, xv, dv, sv, lane_v, groups, nsb, oa, os_, valid_v, scr = args
+        wa, xv, dv, sv, lane_v, groups, nsb, oa, os_, valid_v, scrv = args
+        scr = b.ptrtoint(context.make_array(signature.args[10])(context, b, value=scrv).data, I64)
         xarr = context.make_array(signature.args[1])(context, b, value=xv)
         darr = context.make_array(signature.args[2])(context, b, value=dv)
         sarr = context.make_array(signature.args[3])(context, b, value=sv)
@@ -258,15 +259,17 @@ def tile_release(typingctx):  # type: ignore[no-untyped-def]
 @intrinsic(prefer_literal=True)
 def tdot16x(typingctx, kinds, kind, w_addr, xpk, dx, sxd, lane, groups, n_super, out_addr, out_stride, valid,  # type: ignore[no-untyped-def]
             scratch):
-    """One tile of 16 rows (raw address) against `groups` groups of 16 lanes from `lane` on AMX: xhi int8 and
-    xlo uint8 [B, n] (`split_row` of the int16 activations), the block scales dx and dx * sum(xq) (float32
-    [B, n / 32]); row i of lane g goes to out_addr + g * out_stride + 4 i for i < valid. `scratch`: the
-    address of scratch_bytes(n) bytes (the tile in B layout, the result tiles). `kinds` a literal mask: only
-    the kinds of AMX_KINDS in it get a body (a kind outside does nothing: gemm_tiles checks it first)."""
+    """One tile of 16 rows (raw address) against `groups` groups of 16 lanes from `lane` (a multiple of 16) on
+    AMX: xpk int8 [B / 16, n / 32, 16, 64] (`split_row` of the int16 activations), the block scales dx and
+    dx * sum(xq) side by side (float32 [B / 16, n / 32, 16]); row i of lane g goes to out_addr + g * out_stride
+    + 4 i for i < valid. `scratch`: a uint8 array of scratch_bytes(n) (the tile in B layout, the result tiles;
+    an array, so numba keeps it alive). The thread must hold the tile configuration (`tile_config`). `kinds` a
+    literal mask: only the kinds of AMX_KINDS in it get a body (a kind outside does nothing)."""
     if not isinstance(kinds, types.IntegerLiteral):
         raise TypeError("tdot16x: the tile kinds must be a literal bit mask")
     u = types.uint64
-    sig = types.void(kinds, types.int64, u, xpk, dx, sxd, types.int64, types.int64, types.int64, u, u, types.int64, u)
+    sig = types.void(kinds, types.int64, u, xpk, dx, sxd, types.int64, types.int64, types.int64, u, u, types.int64,
+                     scratch)
     amx_mask = kinds.literal_value & AMX_KINDS
     if not amx_mask:
         return sig, lambda context, b, signature, args: context.get_dummy_value()

@@ -29,7 +29,8 @@ AMX = 0  # 1: 16-lane groups of AMX_KINDS run on AMX (engine/kernels/amxdot.py; 
 # lanes a pass over a tile needs before it goes to AMX: one 16-lane group alone was slower than vpdpwssd
 # (a tile's unpacking is not shared; 16-lane decode of Qwen 2.5 0.5B measured 7% slower), two or more faster
 AMX_MIN_LANES = 2 * LANES
-PAR_QUANTIZE = 8  # rows from which gemm_tiles quantizes them in parallel (below, a team start costs more)
+PAR_QUANTIZE = 1 << 16  # values (rows x n) from which gemm_tiles quantizes rows in parallel: a second team
+# start in every product cost speculation's few-row verification 7% of its speed (1 lane, 9 rows)
 LANE_BLOCK = 64  # lanes per pass over a thread's tiles: 64 x 2048 int16 activations = 256 KiB
 
 
@@ -70,6 +71,15 @@ def quantize_rows_i16(x, xq, dx, sxd):  # type: ignore[no-untyped-def]
         quantize_row_i16(x[lane], xq[lane], dx[lane], sxd[lane])
 
 
+@njit(inline="always", cache=True)
+def _block_end(l0, lanes, amx):  # type: ignore[no-untyped-def]
+    """Where the lane block from l0 ends: LANE_BLOCK lanes; on AMX a last block too small for it joins this one."""
+    l1 = min(lanes, l0 + LANE_BLOCK)
+    if amx and lanes - l1 < AMX_MIN_LANES:
+        l1 = lanes
+    return l1
+
+
 @njit(parallel=True, nogil=True, cache=True)
 def gemm_tiles(kind, w, x, out):  # type: ignore[no-untyped-def]
     """out[B, rows] = x[B, n] @ W.T for a tiled weight w (kind: a tiles.KINDS code; shape
@@ -91,7 +101,7 @@ def gemm_tiles(kind, w, x, out):  # type: ignore[no-untyped-def]
     xq = buf[skip: skip + lanes * m].reshape((lanes, m))
     dx = np.empty((lanes, m // QB), dtype=np.float32)
     sxd = np.empty((lanes, m // QB), dtype=np.float32)
-    if m and lanes >= PAR_QUANTIZE:  # a row per worker: serial, this pass was ~15% of an 80-row ffn_down
+    if m and lanes * m >= PAR_QUANTIZE:  # a row per worker: serial, this pass was ~15% of an 80-row ffn_down
         for lane in prange(lanes):
             quantize_row_i16(x[lane], xq[lane], dx[lane], sxd[lane])
     elif m:
@@ -112,26 +122,31 @@ def gemm_tiles(kind, w, x, out):  # type: ignore[no-untyped-def]
     wa, oa = U(w.ctypes.data), U(out.ctypes.data)
     ws, os_ = U(w.strides[0]), U(out.strides[0])
     nc = min(ntiles, 64)
+    sbytes = scratch_bytes(m) if amx else 0
     for c in prange(nc):
-        scratch = np.empty(scratch_bytes(m) if amx else 0, dtype=np.uint8)  # this worker's AMX scratch
-        sa = U(scratch.ctypes.data)
-        if amx:
+        t0, t1 = c * ntiles // nc, (c + 1) * ntiles // nc
+        if amx:  # the lane blocks' 16-lane groups on AMX (scratch passed in: the call keeps it alive)
+            scratch = np.empty(sbytes, dtype=np.uint8)
             tile_config()
+            l0 = 0
+            while l0 < lanes:
+                l1 = _block_end(l0, lanes, amx)
+                if l1 - l0 >= AMX_MIN_LANES:
+                    for t in range(t0, t1):
+                        tdot16x(KINDS_IN, kind, wa + U(t) * ws, xpk, dxt, sxt, l0, (l1 - l0) // LANES, nsb,
+                                oa + U(t * TILE * 4) + U(l0) * os_, os_, min(TILE, rows - t * TILE), scratch)
+                l0 = l1
+            tile_release()
         # lanes in blocks of LANE_BLOCK (a prefill chunk's activations stay in L2 while the chunk's
-        # tiles pass), each tile meeting the block's lanes 8, 4, 2, 1 at a time
+        # tiles pass), each tile meeting the block's lanes (those AMX did not take) 8, 4, 2, 1 at a time
         l0 = 0
         while l0 < lanes:
-            l1 = min(lanes, l0 + LANE_BLOCK)
-            if amx and lanes - l1 < AMX_MIN_LANES:  # a last block too small for AMX joins this one
-                l1 = lanes
-            for t in range(c * ntiles // nc, (c + 1) * ntiles // nc):
+            l1 = _block_end(l0, lanes, amx)
+            lo = l0 + (l1 - l0) // LANES * LANES if amx and l1 - l0 >= AMX_MIN_LANES else l0
+            for t in range(t0, t1 if lo < l1 else t0):
                 valid = min(TILE, rows - t * TILE)
                 wt, ot = wa + U(t) * ws, oa + U(t * TILE * 4)
-                b = l0
-                if amx and l1 - l0 >= AMX_MIN_LANES:
-                    groups = (l1 - l0) // LANES
-                    tdot16x(KINDS_IN, kind, wt, xpk, dxt, sxt, b, groups, nsb, ot + U(b) * os_, os_, valid, sa)
-                    b += groups * LANES
+                b = lo
                 while b + 8 <= l1:
                     tdot8(KINDS_IN, kind, wt, xq, dx, sxd, x, b, nsb, ot + U(b) * os_, os_, valid)
                     b += 8
