@@ -29,8 +29,8 @@ AMX = 0  # 1: 16-lane groups of AMX_KINDS run on AMX (engine/kernels/amxdot.py; 
 # lanes a pass over a tile needs before it goes to AMX: one 16-lane group alone was slower than vpdpwssd
 # (a tile's unpacking is not shared; 16-lane decode of Qwen 2.5 0.5B measured 7% slower), two or more faster
 AMX_MIN_LANES = 2 * LANES
-PAR_QUANTIZE = 1 << 16  # values (rows x n) from which gemm_tiles quantizes rows in parallel: a second team
-# start in every product cost speculation's few-row verification 7% of its speed (1 lane, 9 rows)
+PAR_QUANTIZE = (16, 1 << 15)  # rows and values from which gemm_tiles quantizes rows in parallel: a second
+# team start in every product cost speculation's few-row verification 7% of its speed (1 lane, 9 rows)
 LANE_BLOCK = 64  # lanes per pass over a thread's tiles: 64 x 2048 int16 activations = 256 KiB
 
 
@@ -101,7 +101,8 @@ def gemm_tiles(kind, w, x, out):  # type: ignore[no-untyped-def]
     xq = buf[skip: skip + lanes * m].reshape((lanes, m))
     dx = np.empty((lanes, m // QB), dtype=np.float32)
     sxd = np.empty((lanes, m // QB), dtype=np.float32)
-    if m and lanes * m >= PAR_QUANTIZE:  # a row per worker: serial, this pass was ~15% of an 80-row ffn_down
+    # a row per worker: serial, this pass was ~15% of an 80-row ffn_down
+    if m and lanes >= PAR_QUANTIZE[0] and lanes * m >= PAR_QUANTIZE[1]:
         for lane in prange(lanes):
             quantize_row_i16(x[lane], xq[lane], dx[lane], sxd[lane])
     elif m:

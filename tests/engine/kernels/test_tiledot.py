@@ -91,7 +91,7 @@ def test_a_block_holding_a_non_finite_value_quantizes_to_nan_wherever_it_sits(ba
     assert np.isnan(dx[3, 1]) and np.isnan(sxd[3, 1]) and not xq[3, 32:64].any()
     assert np.isfinite(np.delete(dx.ravel(), 3 * 3 + 1)).all()
     raw, tiles = _weight(0, QT.Q8_0, 20, 96)
-    for rows in (9, T.PAR_QUANTIZE // 96 + 1):  # gemm_tiles quantizes these serially, then a row per worker
+    for rows in (9, T.PAR_QUANTIZE[1] // 96 + 1):  # gemm_tiles quantizes these serially, then a row per worker
         xs = np.concatenate([x] * (rows // 9 + 1))[:rows]
         out = np.empty((rows, 20), np.float32)
         T.gemm_for(0)(0, tiles, xs, out)
@@ -102,7 +102,7 @@ def test_a_block_holding_a_non_finite_value_quantizes_to_nan_wherever_it_sits(ba
 def test_parallel_quantizing_gives_the_serial_bits() -> None:
     """gemm_tiles quantizes >= PAR_QUANTIZE values a row per worker; every row's product is the bits it gets alone."""
     raw, tiles = _weight(3, QT.Q6_K, 40, 512)
-    rows = T.PAR_QUANTIZE // 512 + 3
+    rows = max(T.PAR_QUANTIZE[0], T.PAR_QUANTIZE[1] // 512) + 3
     x = (RNG.standard_normal((rows, 512)) * RNG.lognormal(0, 2, (rows, 512))).astype(np.float32)
     full = np.empty((x.shape[0], 40), np.float32)
     T.gemm_for(3)(3, tiles, x, full)
