@@ -6,7 +6,7 @@ measured on a 2-core Xeon: 117 G multiply-adds/s); AMX's TDPBSSD does a 16x16x64
 (3.0 T multiply-adds/s a core measured on the same host).
 
 The same integers, so the same bits: AMX multiplies bytes, the activations are int16. Each is split,
-xq = 256 * hi + lo (hi signed, lo unsigned; `split_rows`), and a block's two products, TDPBSSD (hi x w)
+xq = 256 * hi + lo (hi signed, lo unsigned; `split_row`), and a block's two products, TDPBSSD (hi x w)
 and TDPBUSD (lo x w), give 256 * C_hi + C_lo: the exact int32 sum vpdpwssd gives (|C_hi| <= 32 * 128 * 128,
 so the shift cannot overflow). The float part per 32-value block is tiledot's, the same operations in the
 same order (acc = fma(float(I), scale * dx, acc), then the min term), so a lane's logits are the same bits

@@ -83,7 +83,9 @@ def _block_end(l0, lanes, amx):  # type: ignore[no-untyped-def]
 @njit(parallel=True, nogil=True, cache=True)
 def gemm_tiles(kind, w, x, out):  # type: ignore[no-untyped-def]
     """out[B, rows] = x[B, n] @ W.T for a tiled weight w (kind: a tiles.KINDS code; shape
-    tiles.tiled_shape), parallel over tiles; each lane group of 8, 4, 2 or 1 meets a tile at a time."""
+    tiles.tiled_shape), parallel over tiles; with AMX bound (from AMX_MIN_LANES rows, AMX_KINDS) a lane block's
+    16-lane groups meet a tile on the tile unit (engine/kernels/amxdot.py), and every other lane group of 8, 4,
+    2 or 1 meets it on vpdpwssd: the same bits either way."""
     ntiles, tile_bytes = w.shape
     lanes, n = x.shape
     rows = out.shape[1]
