@@ -40,8 +40,9 @@ def quantize_row_i16(x, xq, dx, sxd):  # type: ignore[no-untyped-def]
     dx = max|x| / 32767, xq = rint(x / dx), sxd = dx * sum(xq) (Q4_K's min term). A block holding
     inf or NaN gets dx = NaN, so the product is NaN as the float product would be. The block's max|x|
     is an integer max over the bits with the sign cleared (non-negative floats order as their bits, inf
-    and NaN above every finite value): it vectorises, and it sees a NaN, which a float max() skips when
-    the NaN comes second. Indices are unsigned: no negative-index fix-up in the loops."""
+    and NaN above every finite value): it vectorises, and it sees a NaN, which the float max() it replaced
+    never did (max(0, nan) is 0: the block kept a finite scale and the NaN became a 0). Indices are
+    unsigned: no negative-index fix-up in the loops."""
     for blk in range(x.shape[0] // QB):
         o = U(blk * QB)
         top = np.int32(0)

@@ -82,8 +82,9 @@ def test_activation_quantizer_matches_the_obvious_one() -> None:
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
 @pytest.mark.parametrize("at", [0, 1, 17, 31])
 def test_a_block_holding_a_non_finite_value_quantizes_to_nan_wherever_it_sits(bad: float, at: int) -> None:
-    """A NaN after the block's first value was missed by a float max() (max(a, nan) is a): its block got a
-    finite scale and the NaN became a 0, so the product lost it. Only that block of that row turns NaN."""
+    """A NaN anywhere in a block was missed by the float max() this replaced (max(0, nan) is 0): its block got
+    a finite scale and the NaN became a 0, so the product lost it (inf was caught). Only that block of that
+    row turns NaN."""
     x = RNG.standard_normal((9, 96)).astype(np.float32)
     x[3, 32 + at] = bad
     xq, dx, sxd = np.empty(x.shape, np.int16), np.empty((9, 3), np.float32), np.empty((9, 3), np.float32)
