@@ -188,10 +188,10 @@ def _amx_codegen(kind: int) -> Callable:  # type: ignore[type-arg]
 
         # 2. every lane group against the unpacked tile, block by block
         with cgutils.for_range(b, groups) as grp:
-            gi = b.sdiv(lane_v, _c(LANES))
-            x0 = b.ptrtoint(b.gep(xarr.data, [b.mul(b.add(gi, grp.index), b.mul(nblk, _c(LANES * 64)))]), I64)
-            dx0 = b.gep(darr.data, [b.mul(b.add(gi, grp.index), b.mul(nblk, _c(LANES)))])
-            sx0 = b.gep(sarr.data, [b.mul(b.add(gi, grp.index), b.mul(nblk, _c(LANES)))])
+            gi = b.add(b.sdiv(lane_v, _c(LANES)), grp.index)  # the group's index in xpk, dx, sxd
+            x0 = b.ptrtoint(b.gep(xarr.data, [b.mul(gi, b.mul(nblk, _c(LANES * 64)))]), I64)
+            dx0 = b.gep(darr.data, [b.mul(gi, b.mul(nblk, _c(LANES)))])
+            sx0 = b.gep(sarr.data, [b.mul(gi, b.mul(nblk, _c(LANES)))])
             for s_ in slots:
                 b.store(ir.Constant(VF16, [0.0] * TILE), s_)
             # software-pipelined: block k's products are issued before block k-1's results are read back,

@@ -123,7 +123,6 @@ def _hsum(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
     return b.extract_element(v, _c(0, I32))
 
 
-
 def _maxnum(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
     """llvm.maxnum of two floats or two float vectors (NaN loses to a number)."""
     t = x.type
@@ -141,6 +140,7 @@ def _hmax(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
         hi = b.shuffle_vector(v, v, ir.Constant(ir.VectorType(I32, h), list(range(h, n))))
         v, n = _maxnum(b, lo, hi), h
     return _maxnum(b, b.extract_element(v, _c(0, I32)), b.extract_element(v, _c(1, I32)))
+
 
 Unpack = Callable[[ir.IRBuilder, ir.Value, ir.Value], list[tuple[ir.Value, int]]]
 

@@ -30,7 +30,7 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from engine.kernels.blockdot import P8, VF16, _at, _c, _fma, _prefetch, _splat
+from engine.kernels.blockdot import P8, VF16, _at, _c, _fma, _prefetch, _splat, bits_f32
 from engine.kernels.tiledot import VI16, _dpwssd, _load, _store_lanes, lane_rows
 
 TILE = 16  # rows per tile: one zmm of int32 row sums
@@ -58,12 +58,6 @@ def _pair(lo, hi, inv):  # type: ignore[no-untyped-def]  # pragma: no cover - nu
     return a | (np.int32(np.rint(hi * inv)) << np.int32(16))
 
 
-@njit(inline="always", cache=True)
-def _as_float(bits, cell, cellf):  # type: ignore[no-untyped-def]  # pragma: no cover - numba
-    cell[0] = bits
-    return cellf[0]
-
-
 @njit(nogil=True, cache=True)
 def build_tiles(a, vals, scales):  # type: ignore[no-untyped-def]  # pragma: no cover - numba
     """a float32 [R, C] (C-contiguous) -> tiles of its rows: vals int32 [tiles, blocks, 16, 16] (int16 pairs),
@@ -75,8 +69,6 @@ def build_tiles(a, vals, scales):  # type: ignore[no-untyped-def]  # pragma: no 
     if nt * TILE < rows or nb * QB < cols or scales.shape[0] != nt or scales.shape[1] != nb:
         raise ValueError("build_tiles: the tiles do not hold the matrix")
     ai = a.view(np.int32)
-    cell = np.empty(1, dtype=np.int32)
-    cellf = cell.view(np.float32)
     buf = np.zeros(QB, dtype=np.float32)
     for t in range(nt):
         for i in range(TILE):
@@ -91,7 +83,7 @@ def build_tiles(a, vals, scales):  # type: ignore[no-untyped-def]  # pragma: no 
                     buf[j] = a[r, c0 + j]
                 for j in range(m, QB):
                     buf[j] = 0.0
-                d = np.float32(_as_float(top, cell, cellf) / np.float32(LIMIT))
+                d = np.float32(bits_f32(top) / np.float32(LIMIT))
                 if top >= np.int32(0x7F800000):  # inf or NaN
                     d = np.float32(np.nan)
                     buf[:] = 0.0
@@ -147,8 +139,6 @@ def quantize_rows(x, cols, xq, dx):  # type: ignore[no-untyped-def]  # pragma: n
     if xq.shape[0] != lanes or dx.shape[0] != lanes or xq.shape[1] != nb * QB or cols > nb * QB or cols > x.shape[1]:
         raise ValueError("quantize_rows: shapes do not match")
     xi = x.view(np.int32)
-    cell = np.empty(1, dtype=np.int32)
-    cellf = cell.view(np.float32)
     for lane in range(lanes):
         for blk in range(nb):
             o = blk * QB
@@ -161,8 +151,7 @@ def quantize_rows(x, cols, xq, dx):  # type: ignore[no-untyped-def]  # pragma: n
                 for i in range(QB):
                     xq[lane, o + i] = 0
                 continue
-            cell[0] = top
-            d = np.float32(cellf[0] / np.float32(LIMIT))
+            d = np.float32(bits_f32(top) / np.float32(LIMIT))
             inv = np.float32(1.0) / d if d > 0 else np.float32(0.0)
             for i in range(m):
                 xq[lane, o + i] = np.int16(np.rint(x[lane, o + i] * inv))

@@ -81,6 +81,12 @@ def _block_end(l0, lanes, amx):  # type: ignore[no-untyped-def]
     return l1
 
 
+@njit(inline="always", cache=True)
+def _amx_end(l0, l1, amx):  # type: ignore[no-untyped-def]
+    """The first lane of block [l0, l1) that AMX does not take: past its 16-lane groups, or l0 (too few lanes)."""
+    return l0 + (l1 - l0) // LANES * LANES if amx and l1 - l0 >= AMX_MIN_LANES else l0
+
+
 @njit(parallel=True, nogil=True, cache=True)
 def gemm_tiles(kind, w, x, out):  # type: ignore[no-untyped-def]
     """out[B, rows] = x[B, n] @ W.T for a tiled weight w (kind: a tiles.KINDS code; shape
@@ -117,12 +123,10 @@ def gemm_tiles(kind, w, x, out):  # type: ignore[no-untyped-def]
     sxt = np.empty_like(dxt)
     if amx:
         for lane in prange(ng * LANES):
-            split_row(xq[lane], xpk[lane // LANES], lane % LANES)
-        for g in range(dxt.shape[0]):
-            for blk in range(dxt.shape[1]):
-                for j in range(LANES):
-                    dxt[g, blk, j] = dx[g * LANES + j, blk]
-                    sxt[g, blk, j] = sxd[g * LANES + j, blk]
+            g, j = lane // LANES, lane % LANES
+            split_row(xq[lane], xpk[g], j)
+            dxt[g, :, j] = dx[lane]
+            sxt[g, :, j] = sxd[lane]
     wa, oa = U(w.ctypes.data), U(out.ctypes.data)
     ws, os_ = U(w.strides[0]), U(out.strides[0])
     nc = min(ntiles, 64)
@@ -135,10 +139,10 @@ def gemm_tiles(kind, w, x, out):  # type: ignore[no-untyped-def]
             l0 = 0
             while l0 < lanes:
                 l1 = _block_end(l0, lanes, amx)
-                if l1 - l0 >= AMX_MIN_LANES:
-                    for t in range(t0, t1):
-                        tdot16x(KINDS_IN, kind, wa + U(t) * ws, xpk, dxt, sxt, l0, (l1 - l0) // LANES, nsb,
-                                oa + U(t * TILE * 4) + U(l0) * os_, os_, min(TILE, rows - t * TILE), scratch)
+                groups = (_amx_end(l0, l1, amx) - l0) // LANES
+                for t in range(t0, t1 if groups else t0):
+                    tdot16x(KINDS_IN, kind, wa + U(t) * ws, xpk, dxt, sxt, l0, groups, nsb,
+                            oa + U(t * TILE * 4) + U(l0) * os_, os_, min(TILE, rows - t * TILE), scratch)
                 l0 = l1
             tile_release()
         # lanes in blocks of LANE_BLOCK (a prefill chunk's activations stay in L2 while the chunk's
@@ -146,7 +150,7 @@ def gemm_tiles(kind, w, x, out):  # type: ignore[no-untyped-def]
         l0 = 0
         while l0 < lanes:
             l1 = _block_end(l0, lanes, amx)
-            lo = l0 + (l1 - l0) // LANES * LANES if amx and l1 - l0 >= AMX_MIN_LANES else l0
+            lo = _amx_end(l0, l1, amx)
             for t in range(t0, t1 if lo < l1 else t0):
                 valid = min(TILE, rows - t * TILE)
                 wt, ot = wa + U(t) * ws, oa + U(t * TILE * 4)
