@@ -32,6 +32,7 @@ from engine.kernels.parallel import ORDERED_FASTMATH, SMALL_WORK, launch, prefil
 # Why at least 64: kvtype.tile_scores walks the keys 64 at a time; Gemma 3's 16-position chunks (head_dim 256)
 # computed four times the scores they kept (16 lanes of stories: 0.97-0.99x -> 0.94x with speculation on).
 KV_TASK_BYTES = 16 << 10
+TASK_SPANS = 16  # spans of tasks the threads share out (each allocates its scratch once)
 PAR_KV_BYTES = 48 << 10  # K+V bytes a call reads below which one thread runs it (waking the team costs more)
 
 
@@ -109,20 +110,56 @@ def _paged_attention(
         los[t] = lo
         first[t + 1] = first[t] + (row_pos[t] - lo + chunk) // chunk
     nch = first[t_rows]
+    # runs: a lane's consecutive rows at consecutive positions whose chunks start at the same place (a draft's
+    # verification rows; not under a sliding window that has moved). A task is (run, chunk, KV head): the
+    # chunk's keys are transposed into tiles and its values widened once for every row of the run that reads them.
+    run_row = np.zeros(t_rows + 1, dtype=np.int64)  # run i: rows run_row[i] .. run_row[i + 1] - 1
+    nruns = 0
+    for t in range(t_rows):
+        if t == 0 or row_lane[t] != row_lane[t - 1] or row_pos[t] != row_pos[t - 1] + 1 or los[t] != los[t - 1]:
+            run_row[nruns] = t
+            nruns += 1
+    run_row[nruns] = t_rows
+    run_first = np.zeros(nruns + 1, dtype=np.int64)  # run i's chunks (its last row's): run_first[i] ..
+    for i in range(nruns):
+        last = run_row[i + 1] - 1
+        run_first[i + 1] = run_first[i] + first[last + 1] - first[last]
     part_m = np.empty((nch, kvh, group), dtype=np.float32)
     part_l = np.empty((nch, kvh, group), dtype=np.float32)
     part_o = np.empty((nch, kvh, group, dim), dtype=np.float32)
-    for task in prange(nch * kvh):
-        ci, kh = task // kvh, task % kvh
-        t = np.searchsorted(first, ci, side="right") - 1
-        lo = los[t] + (ci - first[t]) * chunk
-        n = min(row_pos[t] + 1, lo + chunk) - lo
+    tasks = run_first[nruns] * kvh
+    spans = min(tasks, TASK_SPANS)
+    for sp in prange(spans):  # scratch once per span of tasks, not per task (3 allocations a task: ~1/4 of its time)
         s = np.empty((group, score_columns(chunk)), dtype=np.float32)
         rows = np.empty((2, chunk), dtype=np.uint64)
         kt = np.empty((key_tiles(chunk), dim, TILE_KEYS), dtype=np.float32)
-        attend_chunk(k_pool, v_pool, qa + np.uint64(t * n_heads * dim * 4), ka, va, ks0, ks1, ks2, vs0, vs1, vs2,
-                     tables[row_lane[t]], bt, kh, lo, n, scale, softcap, s, rows, kt, part_m[ci, kh], part_l[ci, kh],
-                     part_o[ci, kh])
+        vw = np.empty((chunk, dim), dtype=np.float32)
+        for task in range(tasks * sp // spans, tasks * (sp + 1) // spans):
+            rc, kh = task // kvh, task % kvh
+            ri = np.searchsorted(run_first, rc, side="right") - 1
+            c = rc - run_first[ri]
+            a, b = run_row[ri], run_row[ri + 1]
+            lo = los[a] + c * chunk
+            n = min(row_pos[b - 1] + 1, lo + chunk) - lo
+            table = tables[row_lane[a]]
+            if b - a == 1:
+                attend_chunk(k_pool, v_pool, qa + np.uint64(a * n_heads * dim * 4), ka, va, ks0, ks1, ks2, vs0, vs1,
+                             vs2, table, bt, kh, lo, n, scale, softcap, s, rows, kt, part_m[first[a] + c, kh],
+                             part_l[first[a] + c, kh], part_o[first[a] + c, kh])
+                continue
+            chunk_rows(ka, va, ks0, ks1, ks2, vs0, vs1, vs2, table, bt, kh, lo, n, rows)
+            kv_key_tiles(k_pool, np.uint64(rows[0].ctypes.data), n, dim, np.uint64(kt.ctypes.data))
+            wa = np.uint64(vw.ctypes.data)
+            for j in range(n):  # the values widened once; the rows' P.V read them as float32 (the same bits)
+                kv_get(v_pool, wa + np.uint64(j * dim * 4), rows[1, j], dim)
+                rows[1, j] = wa + np.uint64(j * dim * 4)
+            for t in range(a, b):
+                if c >= first[t + 1] - first[t]:
+                    continue  # the run's earlier rows end a chunk sooner
+                nt = min(row_pos[t] + 1, lo + chunk) - lo
+                ci = first[t] + c
+                chunk_softmax_pv(vw, qa + np.uint64(t * n_heads * dim * 4), kh, nt, scale, softcap, s, rows, kt,
+                                 part_m[ci, kh], part_l[ci, kh], part_o[ci, kh])
     for th in prange(t_rows * kvh):
         t, kh = th // kvh, th % kvh
         merge_chunks(part_m[first[t]:first[t + 1], kh], part_l[first[t]:first[t + 1], kh],
@@ -146,10 +183,14 @@ def attend_chunk(kp, vp, qa, ka, va, ks0, ks1, ks2, vs0, vs1, vs2, table, bt, kh
     stay in registers across the positions (kvtype.kv_pvs8 / kv_pvs4). Before, one grouped dot per position
     (a reduction tree each), serial max and sum chains and one P.V chain per head cost ~190 cycles a position
     and KV head on Qwen 2.5 0.5B's 7 heads of 64 (f16 pool, in L2); this costs ~120 (docs/engine.md)."""
-    group, dim = po.shape
-    srow = np.uint64(s.strides[0] // 4)
-    sa = np.uint64(s.ctypes.data)
-    qk = qa + np.uint64(kh * group * dim * 4)
+    chunk_rows(ka, va, ks0, ks1, ks2, vs0, vs1, vs2, table, bt, kh, lo, n, rows)
+    kv_key_tiles(kp, np.uint64(rows[0].ctypes.data), n, po.shape[1], np.uint64(kt.ctypes.data))
+    chunk_softmax_pv(vp, qa, kh, n, scale, softcap, s, rows, kt, pm, pl, po)
+
+
+@njit(nogil=True, fastmath=ORDERED_FASTMATH, error_model="numpy", cache=True)
+def chunk_rows(ka, va, ks0, ks1, ks2, vs0, vs1, vs2, table, bt, kh, lo, n, rows):  # type: ignore[no-untyped-def]  # pragma: no cover - numba
+    """The addresses of positions lo..lo+n-1's K rows (rows[0]) and V rows (rows[1]) for KV head kh."""
     # positions walk their blocks by (block, offset) counters: a division per position (p // bt, p % bt:
     # a 64-bit idiv, 40+ cycles) cost as much as the position's q.k dots
     krows, vrows = rows[0], rows[1]
@@ -162,11 +203,20 @@ def attend_chunk(kp, vp, qa, ka, va, ks0, ks1, ks2, vs0, vs1, vs2, table, bt, kh
         if off == bt:
             blk, off = blk + 1, 0
         prefetch_ahead(krow)  # the K rows come cold from DRAM: ask for the ones a block on
+
+
+@njit(nogil=True, fastmath=ORDERED_FASTMATH, error_model="numpy", cache=True)
+def chunk_softmax_pv(vp, qa, kh, n, scale, softcap, s, rows, kt, pm, pl, po):  # type: ignore[no-untyped-def]  # pragma: no cover - numba
+    """attend_chunk's part per query row: its group's scores against the key tiles kt (their first n positions),
+    the softmax and P.V over the V rows at rows[1] (vp: their element type)."""
+    group, dim = po.shape
+    srow = np.uint64(s.strides[0] // 4)
+    sa = np.uint64(s.ctypes.data)
+    qk = qa + np.uint64(kh * group * dim * 4)
     # the chunk's keys as tiles of 16 positions (widened and transposed once for all heads), then every
     # head's scores as one FMA chain over the dimensions per score: 4 FMAs a position and head for 64 dims,
     # against a dot and a reduction tree per position before (~75 cycles a position for Qwen's 7 heads)
     kta = np.uint64(kt.ctypes.data)
-    kv_key_tiles(kp, np.uint64(krows.ctypes.data), n, dim, kta)
     tile_scores(kta, n, dim, qk, group, np.float32(scale), sa, np.int64(srow), np.uint64(pm.ctypes.data))
     for g in range(group):  # each head's (scaled) scores become unnormalised probabilities in place
         row = s[g]
@@ -179,7 +229,7 @@ def attend_chunk(kp, vp, qa, ka, va, ks0, ks1, ks2, vs0, vs1, vs2, table, bt, kh
         for j in range(n):
             row[j] = _exp32(row[j] - m)  # vectorisable (libm's expf is a scalar call per score)
         pl[g] = sum_f32(ga, n)  # one fixed order (32 lanes, then the tree), not a serial chain
-    ra = np.uint64(vrows.ctypes.data)
+    ra = np.uint64(rows[1].ctypes.data)
     g = 0
     while g < group:  # each V row widened once for up to 8 heads, their sums independent chains
         left = group - g

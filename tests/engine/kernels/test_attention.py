@@ -76,14 +76,16 @@ def test_a_chunk_writes_only_its_scratch(dim: int, heads: int, kvh: int, kind: s
 
 @pytest.mark.parametrize("window,softcap", [(0, 0.0), (40, 0.0), (0, 30.0)])
 def test_a_row_gets_the_same_bits_beside_any_rows(window: int, softcap: float) -> None:
-    """Rows of three lanes (one row, a verification's six, a chunk of 20) in one call: every row's output is
-    bit for bit the row computed alone, and close to the float64 reference."""
+    """Rows of four lanes (one row, a verification's six, a chunk of 20, eight rows across a key-chunk boundary:
+    the run's first rows have one chunk fewer than its last) in one call: every row's output is bit for bit the
+    row computed alone, and close to the float64 reference."""
     rng = np.random.default_rng(3)
     heads, kvh, dim, bt = 14, 2, 64, 16
-    nb = 60
+    nb = 80
     kp = kvtype.encode(rng.standard_normal((nb, bt, kvh, dim)), kvtype.storage("f16"))
     vp = kvtype.encode(rng.standard_normal((nb, bt, kvh, dim)), kvtype.storage("f16"))
-    lanes = [(list(range(0, 20)), 300, 1), (list(range(20, 40)), 250, 6), (list(range(40, 60)), 97, 20)]
+    lanes = [(list(range(0, 20)), 300, 1), (list(range(20, 40)), 250, 6), (list(range(40, 60)), 97, 20),
+             (list(range(60, 80)), chunk_positions(dim) - 4, 8)]
     rows = RaggedRows.of([b for b, _, _ in lanes], [s for _, s, _ in lanes], [c for _, _, c in lanes], bt)
     q = rng.standard_normal((sum(c for _, _, c in lanes), heads, dim)).astype(np.float32)
     together = batched_attention(q, kp, vp, rows, window, 0.125, softcap)
