@@ -7,8 +7,9 @@ with 500 tokens of context, 8 rows cost 18.2 ms and 9 rows 21.9 (a pass of 8 and
 33.8 and 17 rows 37.0. And the steps are the host's: an AVX2 host without VNNI (Zen 2) spends ~10 ms a
 row where Zen 4 spends ~2, against a read of the weights ~2.4x slower (bench/spec_rows.py prints both).
 So the costs are measured on the model and host they serve (`measure`, once per model at the
-scheduler's warm-up), from eight steps: 1, 2, 4 and 8 rows directly, and the passes of 8, 4, 2 and 1 as
-what 16, 12, 10 and 9 rows add to 8.
+scheduler's warm-up), from ten steps: 1, 2, 4 and 8 rows directly, the passes of 8, 4, 2 and 1 as
+what 16, 12, 10 and 9 rows add to 8, and from 32 rows (WIDE) what 16 rows more add, timed as 32 and 64
+rows (an AMX host's tile unit takes 16-row groups there, at ~0.8x what passes of 8 cost).
 
 And each row attends to its lane's context: the staircase is timed at a short one, and what a row adds per
 position past it (`attention`, ms per 1000) is timed too, from 8 rows at two contexts. It is not small: on
@@ -31,6 +32,11 @@ import numpy as np
 from engine.model.resident import PAD_LANES
 
 GROUPS = (8, 4, 2, 1)  # the tile kernels' lane groups, widest first
+# Rows from which a step's cost is timed as such, not summed from passes of 8: on an AMX host the tile
+# kernels take 16-lane groups on the tile unit from 32 rows (tilegemm.AMX_MIN_LANES), and there 48 to 96
+# rows cost 10-21% less than the passes of 8 said (bench/spec_rows.py, 16 lanes of 600 positions): a
+# 16-lane step drafted too little.
+WIDE = 32
 
 
 def lane_groups(rows: int) -> list[int]:
@@ -49,13 +55,14 @@ class StepCosts:
     """ms of a step: `small` for steps of 1, 2, 4 and 8 rows (fewer than two passes of 8: their read of the
     weights is not all hidden behind compute), and past 8 rows what each further pass of 8, 4, 2 or 1 adds;
     all timed with rows at `context` positions of one lane. `attention`: ms a row adds per 1000 positions past
-    that; `lane`: ms each lane past the first adds."""
+    that; `lane`: ms each lane past the first adds; `wide`: steps of WIDE rows and more, timed."""
 
     small: dict[int, float]
     passes: dict[int, float]
     attention: float = 0.0
     context: int = 0
     lane: float = 0.0
+    wide: tuple[float, float] = (0.0, 0.0)  # (ms of WIDE rows, ms each 16 rows past them add); 0: passes of 8
 
     def __call__(self, rows: int, positions: int = 0, lanes: int = 1) -> float:
         """A step of `rows` rows of `lanes` lanes, attending to `positions` positions in all (the sum over its
@@ -68,6 +75,12 @@ class StepCosts:
         if rows < 8:
             first, *more = lane_groups(rows)
             return self.small[first] + sum(self.passes[g] for g in more) + extra
+        if rows >= WIDE and self.wide[0] > 0:
+            # 16-row groups past WIDE, the rest as passes of 8, 4, 2, 1 but never dearer than a group (on AMX
+            # 15 rows are padded to 16 and take one)
+            at, per16 = self.wide
+            rest = min(per16, sum(self.passes[g] for g in lane_groups(rows % 16)))
+            return at + per16 * ((rows - WIDE) // 16) + rest + extra
         return (self.small[8] + self.passes[8] * (rows // 8 - 1) + sum(self.passes[g] for g in lane_groups(rows % 8))
                 + extra)
 
@@ -107,7 +120,7 @@ def measure(model: object, context: int = 64, reps: int = 5, far: int = 512) -> 
         # the groups' own steps, then 8 + a pass of each group: 16, 12, 10 and 9 rows; 4 lanes of a row;
         # 8 rows `far` positions on
         steps: dict[object, tuple[list[Session], list[int]]] = {
-            rows: (near[:1], [rows]) for rows in sorted(set(GROUPS) | {8 + g for g in GROUPS})}
+            rows: (near[:1], [rows]) for rows in sorted(set(GROUPS) | {8 + g for g in GROUPS} | {WIDE, 2 * WIDE})}
         steps["lanes"] = (near, [1] * 4)
         if reach is not None:
             steps["far"] = ([reach], [8])
@@ -131,7 +144,8 @@ def measure(model: object, context: int = 64, reps: int = 5, far: int = 512) -> 
     for g in sorted(GROUPS):  # more rows never cost less: a noisy smaller step sets the floor
         most = small[g] = max(ms[g], most)
     attention = max(0.0, (far_ms - ms[8]) / (8 * far) * 1000) if far else 0.0  # ms a row per 1000 positions
+    wide = (max(ms[WIDE], small[8]), max((ms[2 * WIDE] - ms[WIDE]) / (WIDE // 16), floor))
     costs = StepCosts(small=small, passes={g: max(ms[8 + g] - ms[8], floor) for g in GROUPS}, attention=attention,
-                      context=context, lane=lane)
+                      context=context, lane=lane, wide=wide)
     _measured[model] = costs
     return costs

@@ -73,6 +73,12 @@ def test_lane_groups_follow_the_tile_kernels_padding() -> None:
     assert rows_reach(100, 1) == 101 and rows_reach(100, 3) == 101 + 102 + 103 and rows_reach(0, 0) == 0
     lanes = StepCosts(small=c.small, passes=c.passes, lane=0.5)  # and each lane past the first its own share
     assert lanes(16, 0, 16) == pytest.approx(c(16) + 7.5) and lanes(16, 0, 1) == c(16) and lanes(16) == c(16)
+    # from WIDE rows the timed wide steps: 16 rows at a time, the rest as passes (here cheaper than 2 x 16.0)
+    wide = StepCosts(small=c.small, passes=c.passes, wide=(60.0, 20.0), attention=2.0, context=100)
+    assert wide(31) == c(31) and wide(32) == 60.0 and wide(41) == 60.0 + 16.0 + 3.5
+    # 15 rows past a group: two passes of 8 (32.0), capped at a group
+    assert wide(47) == 60.0 + 20.0 and wide(63) == 60.0 + 20.0 + 20.0
+    assert wide(64) == 100.0 and wide(80, 80 * 600) == pytest.approx(120.0 + 80.0)
 
 
 def test_the_step_spends_its_rows_on_the_staircase() -> None:
@@ -148,6 +154,7 @@ def test_the_attention_term_is_what_far_rows_add(monkeypatch: pytest.MonkeyPatch
     cost = measure(model(), context=40, reps=1, far=500)
     assert cost.context == 40 and cost.attention == pytest.approx(1.0) and cost.lane == pytest.approx(0.5)
     assert cost.small[1] == pytest.approx(3.04) and cost.passes[8] == pytest.approx(8 * 1.04)
+    assert cost.wide == pytest.approx((2 + 32 * 1.04, 16 * 1.04))  # 32 rows, and what each 16 more add
 
 
 def test_step_costs_are_measured_on_the_model_at_warm_up() -> None:
