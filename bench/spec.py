@@ -15,8 +15,10 @@ For each mode and lane count: decode tok/s (tokens after the first / the time be
 last; with 16 lanes the aggregate over every lane, each batch's prompts already in the prefix cache),
 acceptance (kept / drafted draft tokens), tokens per drafting lane-step, steps, and the share of the
 decode ceiling (stream-read GB/s / weight bytes a step reads) the rate is: past 100% is more than one
-token per read of the weights. The modes take turns, round by round in a rotated order; the rates are over
-every round, the ratios against off's, with the spread of the per-round ratios beside them.
+token per read of the weights. The modes take turns, round by round in a rotated order, on ONE scheduler
+booted as `fak serve` boots it (NativeScheduler.set_speculative between runs; its loop thread is the only
+one that runs kernels); the rates are over every round, the ratios against off's, with the spread of the
+per-round ratios beside them.
 """
 
 from __future__ import annotations
@@ -24,13 +26,13 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from dataclasses import replace
 
 import numpy as np
 from decode import bytes_per_token  # bench/decode.py (the script's own directory is on sys.path)
 
 from engine.model.diag import stream_read_gbps
 from engine.model.sampling import SamplingParams
-from engine.sched.draft import SuffixStore
 from engine.sched.lane import Request
 from engine.sched.scheduler import NativeScheduler
 from fak.runtime.boot import SchedOptions, boot
@@ -151,54 +153,56 @@ def run(sched: NativeScheduler, prompts: list[list[int]], new: int, workload: st
 
 def bench(alias: str, workload: str, lanes_list: list[int], new: int, spec_tokens: int, rounds: int,
           words: int = 0) -> None:
-    b = boot(alias, sched=SchedOptions.resolve(env=False), scheduler=False, show=False)
-    model, tok = b.model, b.tokenizer
+    # ONE scheduler, its mode switched between runs (set_speculative), booted as `fak serve` boots it: its
+    # loop thread warms the kernels and is the only thread that launches them. A scheduler a mode was a loop
+    # thread a mode, each with its own OpenMP team, and on 2 cores a second team made every kernel launch wait
+    # for a worker's wake-up (16-lane edit off 163 tok/s with three schedulers, 212 with one)
+    opts = replace(SchedOptions.resolve(env=False), speculative="suffix", spec_tokens=spec_tokens, kv_cache_dir="off")
+    b = boot(alias, sched=opts, show=False)
+    model, tok, sched = b.model, b.tokenizer, b.scheduler
     prompts = edit_prompts(tok, words) if workload == "edit" else plain_prompts(tok, words)
     per_token = bytes_per_token(model)
-    # one scheduler warms up at a time: a warm-up times the step costs speculation chooses on, and timed
-    # beside another's warm-up they came out up to 2x high, a different staircase each run
-    scheds = {}
-    for m in MODES:
-        scheds[m] = NativeScheduler(model, tokenizer=tok, eos_ids=(), warm=True, speculative=m, spec_tokens=spec_tokens)
-        scheds[m].warmed.wait()
     print(f"\n{workload}: {alias}, {len(prompts)} prompts ({', '.join(str(len(p)) for p in prompts)} tokens), "
           f"{new} new tokens each, weights read per step {per_token / 1e6:.0f} MB")
     for lanes in lanes_list:
         batch = [prompts[i % len(prompts)] for i in range(lanes)] if lanes > 1 else None
-        for s in scheds.values():  # every prompt's full blocks cached, in each scheduler
-            run(s, prompts, 2)
-        bw = stream_read_gbps(256 << 20, 3)
+        for m in MODES:  # every prompt's full blocks cached
+            sched.set_speculative(m, spec_tokens)
+            run(sched, prompts, 2)
+        bw = sched.call(lambda: stream_read_gbps(256 << 20, 3)).result()  # on the thread that runs the kernels
         ceiling = bw * 1e9 / per_token
         # the modes take turns, round by round, in a rotated order: this shared host's speed drifts by
         # 10-20% over a minute, and a mode measured only first (or only last) would carry that drift
         toks: dict[str, float] = dict.fromkeys(MODES, 0.0)
         secs: dict[str, float] = dict.fromkeys(MODES, 0.0)
         steps: dict[str, int] = dict.fromkeys(MODES, 0)
-        st0 = {m: s.stats() for m, s in scheds.items()}
+        counts: dict[str, np.ndarray] = {m: np.zeros(4) for m in MODES}  # drafted, accepted, lane steps, emitted
         ratios: dict[str, list[float]] = {m: [] for m in MODES}
         ref: list[list[int]] | None = None
         for r in range(rounds):
             order = MODES[r % len(MODES):] + MODES[: r % len(MODES)]
-            # each round starts suffix's memory of earlier outputs afresh: a round repeats the last one's
-            # requests word for word, and drafting a whole answer remembered from it is not the workload
-            drafter = scheds["suffix"].drafter
-            if drafter is not None:
-                drafter.store = SuffixStore()
             this: dict[str, float] = {}
             for m in order:
-                s = scheds[m]
+                # a fresh drafter each run: suffix's memory of earlier outputs starts afresh, as a round repeats
+                # the last one's requests word for word, and drafting a whole answer remembered from it is not
+                # the workload
+                sched.set_speculative(m, spec_tokens)
+                st0 = sched.stats()
                 if batch is None:  # single stream: each prompt alone, rates over the whole set
                     outs, t, n_tok, n_steps = [], 0.0, 0, 0
                     for i, p in enumerate(prompts):
-                        o, rate, n = run(s, [p], new, workload, i)
+                        o, rate, n = run(sched, [p], new, workload, i)
                         outs += o
                         t += (len(o[0]) - 1) / rate
                         n_tok += len(o[0]) - 1
                         n_steps += n
                 else:
-                    outs, rate, n_steps = run(s, batch, new, workload)
+                    outs, rate, n_steps = run(sched, batch, new, workload)
                     n_tok = sum(len(o) - 1 for o in outs)
                     t = n_tok / rate
+                st = sched.stats()
+                counts[m] += [st.spec_drafted - st0.spec_drafted, st.spec_accepted - st0.spec_accepted,
+                              st.spec_lane_steps - st0.spec_lane_steps, st.spec_emitted - st0.spec_emitted]
                 if ref is None:
                     ref = outs
                 elif outs != ref:
@@ -215,10 +219,8 @@ def bench(alias: str, workload: str, lanes_list: list[int], new: int, spec_token
         rep = repeated_share(batch or prompts, ref)
         print(f"  {lanes} lane{'s' if lanes > 1 else ''} (ceiling {ceiling:.1f} tok/s a lane at {bw:.1f} GB/s), "
               f"{rounds} round{'s' if rounds > 1 else ''}, {rep:.0%} of output tokens end a 4-gram seen before:")
-        for m, s in scheds.items():
-            st = s.stats()
-            drafted, accepted = st.spec_drafted - st0[m].spec_drafted, st.spec_accepted - st0[m].spec_accepted
-            lsteps, emitted = st.spec_lane_steps - st0[m].spec_lane_steps, st.spec_emitted - st0[m].spec_emitted
+        for m in MODES:
+            drafted, accepted, lsteps, emitted = counts[m]
             rate = toks[m] / secs[m]
             acc = f"{accepted / drafted:5.1%}" if drafted else "   - "
             tps = f"{emitted / lsteps:4.2f}" if lsteps else "  - "
@@ -227,8 +229,7 @@ def bench(alias: str, workload: str, lanes_list: list[int], new: int, spec_token
             print(f"    {m:7s} {rate:7.1f} tok/s  {rate / base:5.2f}x {spread:>9s}  acceptance {acc}  "
                   f"tokens/drafting step {tps}  steps {steps[m] // rounds:5d}  {share:6.1%} of the ceiling"
                   f"{' a lane' if batch is not None else ''}")
-    for s in scheds.values():
-        s.close()
+    sched.close()
 
 
 def main() -> None:

@@ -51,6 +51,13 @@ def _delegate(part: str, name: str) -> property:
                     lambda self, value: setattr(getattr(self, part), name, value))
 
 
+def _check_speculative(mode: str, spec_tokens: int) -> None:
+    if mode not in SPECULATIVE_MODES:
+        raise EngineError(f"speculative must be one of {', '.join(SPECULATIVE_MODES)}, got {mode!r}")
+    if spec_tokens < 1:
+        raise EngineError(f"spec_tokens must be >= 1, got {spec_tokens}")
+
+
 class NativeScheduler(GrammarHost):
     def __init__(
         self,
@@ -131,10 +138,7 @@ class NativeScheduler(GrammarHost):
         self.output = OutputProcessor(self.planner, self.prefix, self.eos_ids, self._c, self._prof)
         # speculative decoding (engine/sched/draft.py): a decoding lane feeds its pending token plus a draft
         # and keeps what the model confirms. In-process models only: a pipeline's stages return one row each
-        if speculative not in SPECULATIVE_MODES:
-            raise EngineError(f"speculative must be one of {', '.join(SPECULATIVE_MODES)}, got {speculative!r}")
-        if spec_tokens < 1:
-            raise EngineError(f"spec_tokens must be >= 1, got {spec_tokens}")
+        _check_speculative(speculative, spec_tokens)
         self.speculative = speculative if self._view[0].kind == "single" else "off"
         self.drafter = Drafter(self.speculative, spec_tokens) if self.speculative != "off" else None
         self.output.drafter = self.drafter
@@ -239,6 +243,31 @@ class NativeScheduler(GrammarHost):
             self._calls.append((fn, fut))
             self._cond.notify()
         return fut
+
+    def set_speculative(self, mode: str, spec_tokens: int | None = None) -> None:
+        """Switch speculative decoding to `mode` (off | ngram | suffix; `spec_tokens`: the longest draft, else
+        the current one) between two iterations; lanes in flight go on in the new mode (a draft is proposed
+        and verified within one step: none is pending between steps). A drafting mode's step costs are timed
+        on the loop thread the first time one is set, if this scheduler warms up (`warm`). A benchmark
+        compares the modes on ONE scheduler this way: a scheduler a mode would be a loop thread a mode, each
+        with its own OpenMP team, and on 2 cores a second team made every kernel launch wait for a worker's
+        wake-up (bench/spec.py: 16-lane decode 163 tok/s with three schedulers, 212 with one)."""
+        tokens = spec_tokens if spec_tokens is not None else (self.drafter.max_tokens if self.drafter else 8)
+        _check_speculative(mode, tokens)
+        if mode != "off" and self._view[0].kind != "single":
+            raise EngineError("speculative decoding needs an in-process model (a pipeline's stages return one row each)")
+
+        def switch() -> None:
+            if mode != "off" and self._warm and self.step_costs is ZEN4_QWEN:
+                self.step_costs = measure_step_costs(self.model)
+            self.speculative = mode
+            self.drafter = Drafter(mode, tokens) if mode != "off" else None
+            self.output.drafter = self.drafter
+
+        if self._thread is None:
+            switch()
+        else:
+            self.call(switch).result()
 
     def _run_calls(self) -> None:
         with self._cond:

@@ -236,6 +236,43 @@ def test_bad_settings_are_refused() -> None:
         NativeScheduler(model(), speculative="ngram", spec_tokens=0, thread=False)
 
 
+def test_the_mode_switches_between_steps() -> None:
+    """set_speculative: off -> ngram -> off on one scheduler, a lane in flight across each switch; the tokens
+    are the unspeculated ones, drafts are verified only while a drafting mode is on; bad settings refused
+    and the mode left as it was. On a threaded scheduler the switch runs on its loop thread."""
+    prompts = _prompts()
+    sched = NativeScheduler(model(), prefill_chunk=32, speculative="off", thread=False)
+    hs = [sched.admit(Request(p, max_new_tokens=48)) for p in prompts]
+    for _ in range(4):
+        sched.step()
+    assert sched.stats().spec_drafted == 0
+    sched.set_speculative("ngram", 6)
+    assert sched.speculative == "ngram" and sched.drafter is not None and sched.drafter.max_tokens == 6
+    for _ in range(12):
+        sched.step()
+    drafted = sched.stats().spec_drafted
+    assert drafted > 0
+    sched.set_speculative("off")
+    assert sched.drafter is None and sched.output.drafter is None
+    while sched.step():
+        pass
+    assert sched.stats().spec_drafted == drafted
+    for p, h in zip(prompts, hs, strict=True):
+        assert h.result(0).token_ids == solo(p, 48, 32)
+    with pytest.raises(EngineError, match="speculative must be one of off, ngram, suffix, got 'eagle'"):
+        sched.set_speculative("eagle")
+    with pytest.raises(EngineError, match="spec_tokens must be >= 1, got 0"):
+        sched.set_speculative("ngram", 0)
+    assert sched.speculative == "off" and sched.drafter is None
+    sched.close()
+    with NativeScheduler(model(), speculative="off") as threaded:
+        threaded.set_speculative("suffix")
+        assert threaded.speculative == "suffix" and threaded.drafter is not None
+        assert threaded.drafter.store is not None
+        r = threaded.admit(Request(prompts[1], max_new_tokens=24)).result(60)
+        assert r.token_ids == solo(prompts[1], 24, 32) and threaded.stats().spec_drafted > 0
+
+
 # -- greedy identity ------------------------------------------------------------------------------
 @pytest.mark.parametrize("mode", ["ngram", "suffix"])
 def test_greedy_tokens_equal_without_speculation(mode: str) -> None:
