@@ -18,6 +18,7 @@ build or hold (a per-n-gram dict over a 16k-token prompt was 100k+ entries a lan
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
@@ -173,6 +174,12 @@ class Drafter:
     # Drafts must raise the step's expected rate by this much: what StepCosts does not see (each lane's
     # own overhead, rows' attention past its linear term); bench/spec_rows.py prints model and truth.
     MARGIN = 1.1
+    # The choice's objective. Fair: the sum over the step's lanes of log(their rate) (proportional fairness):
+    # a draft token is worth what it adds to log(1 + its lane's expected gain), against each lane's share of
+    # the dearer step. The step's tokens per ms (False) spent the rows on a few sure lanes and slowed every
+    # other lane of the batch: 16 lanes of stories 0.90-0.96x with it, 0.98-1.00x fair (bench/spec.py's
+    # workload, in turn in one process); a lane alone chooses the same either way.
+    FAIR = True
 
     def __init__(self, mode: str, max_tokens: int, store: SuffixStore | None = None) -> None:
         self.mode, self.max_tokens = mode, max_tokens
@@ -208,28 +215,39 @@ class Drafter:
                cost: StepCosts, positions: list[int] | None = None, base_positions: int = 0,
                lanes: int = 1) -> list[list[int]]:
         """The drafts cut to what the step verifies: lane i keeps its first n_i tokens, the n_i chosen to
-        maximise (base_rows + sum of the kept tokens' p_i^j) / cost(base_rows + sum n_i, positions they
-        attend to). base_rows: the step's rows without drafts, one a decoding lane and a prefill chunk's,
-        each worth one (a prompt row is work the step does anyway: draft rows must pay at its rate, not a
-        decode-only one), attending to base_positions in all, from `lanes` lanes; positions: each drafting
+        maximise the sum over the step's lanes of log(1 + g_i) - log(cost(base_rows + sum n_i, positions they
+        attend to)), g_i the sum of lane i's kept tokens' p_i^j (FAIR; else the step's rate, (base_rows + sum
+        g_i) / cost), by at least MARGIN in each lane's rate. base_rows: the step's rows without drafts, one a
+        decoding lane and a prefill chunk's, each worth one to the step's rate (a prompt row is work the step
+        does anyway: draft rows must pay at its rate, not a decode-only one), attending to base_positions in
+        all, from `lanes` lanes (at least the drafting ones: a lane each in the fair sum); positions: each drafting
         lane's context (what each of its draft rows attends to; none: the attention is not counted);
         generated: each drafting lane's count of emitted tokens (where its shadow is checked)."""
+        # a draft token's worth: its chance p^j, or (fair) what it adds to log(1 + its lane's expected gain)
         values: list[tuple[float, int]] = []
         for i, (state, draft) in enumerate(zip(states, drafts, strict=True)):
-            p, v = min(state.keep_rate, self.SURE), 1.0
+            p, v, g = min(state.keep_rate, self.SURE), 1.0, 0.0
             for _ in draft:
                 v *= p
-                values.append((v, i))
+                values.append((math.log1p(g + v) - math.log1p(g) if self.FAIR else v, i))
+                g += v
         values.sort(key=lambda x: -x[0])  # stable: a lane's tokens stay in order (their values fall)
         at = positions if positions is not None else [0] * len(drafts)
-        gain, best, best_rate = 0.0, 0, self.MARGIN * base_rows / cost(base_rows, base_positions, lanes)
+        n_lanes = max(lanes, len(drafts))
         reach = base_positions
+        base_cost = cost(base_rows, base_positions, lanes)
+        best, best_score, score = 0, 0.0, 0.0
         for d, (v, i) in enumerate(values, 1):
-            gain += v
             reach += at[i]
-            rate = (base_rows + gain) / cost(base_rows + d, reach, lanes)
-            if rate > best_rate:
-                best, best_rate = d, rate
+            grown = cost(base_rows + d, reach, lanes) / base_cost
+            if self.FAIR:  # every lane's rate in the product: sum of log(1 + gain) against each lane's slower step
+                score += v
+                better = score - n_lanes * math.log(self.MARGIN * grown)
+            else:  # the step's tokens per ms
+                score += v
+                better = math.log((base_rows + score) / base_rows) - math.log(self.MARGIN * grown)
+            if better > best_score:
+                best, best_score = d, better
         take = [0] * len(drafts)
         for _, i in values[:best]:
             take[i] += 1
