@@ -239,12 +239,11 @@ class Drafter:
         best, best_score, score = 0, 0.0, 0.0
         for d, (v, i) in enumerate(values, 1):
             reach += at[i]
+            score += v
             grown = cost(base_rows + d, reach, lanes) / base_cost
             if self.FAIR:  # every lane's rate in the product: sum of log(1 + gain) against each lane's slower step
-                score += v
                 better = score - n_lanes * math.log(self.MARGIN * grown)
             else:  # the step's tokens per ms
-                score += v
                 better = math.log((base_rows + score) / base_rows) - math.log(self.MARGIN * grown)
             if better > best_score:
                 best, best_score = d, better

@@ -139,6 +139,7 @@ class NativeScheduler(GrammarHost):
         # speculative decoding (engine/sched/draft.py): a decoding lane feeds its pending token plus a draft
         # and keeps what the model confirms. In-process models only: a pipeline's stages return one row each
         _check_speculative(speculative, spec_tokens)
+        self.spec_tokens = spec_tokens  # kept with speculation off too: set_speculative's default
         self.speculative = speculative if self._view[0].kind == "single" else "off"
         self.drafter = Drafter(self.speculative, spec_tokens) if self.speculative != "off" else None
         self.output.drafter = self.drafter
@@ -252,7 +253,7 @@ class NativeScheduler(GrammarHost):
         compares the modes on ONE scheduler this way: a scheduler a mode would be a loop thread a mode, each
         with its own OpenMP team, and on 2 cores a second team made every kernel launch wait for a worker's
         wake-up (bench/spec.py: 16-lane decode 163 tok/s with three schedulers, 212 with one)."""
-        tokens = spec_tokens if spec_tokens is not None else (self.drafter.max_tokens if self.drafter else 8)
+        tokens = spec_tokens if spec_tokens is not None else self.spec_tokens
         _check_speculative(mode, tokens)
         if mode != "off" and self._view[0].kind != "single":
             raise EngineError("speculative decoding needs an in-process model (a pipeline's stages return one row each)")
@@ -260,7 +261,7 @@ class NativeScheduler(GrammarHost):
         def switch() -> None:
             if mode != "off" and self._warm and self.step_costs is ZEN4_QWEN:
                 self.step_costs = measure_step_costs(self.model)
-            self.speculative = mode
+            self.speculative, self.spec_tokens = mode, tokens
             self.drafter = Drafter(mode, tokens) if mode != "off" else None
             self.output.drafter = self.drafter
 

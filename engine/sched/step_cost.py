@@ -29,14 +29,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from engine.kernels.tilegemm import AMX_MIN_LANES, LANES
 from engine.model.resident import PAD_LANES
 
 GROUPS = (8, 4, 2, 1)  # the tile kernels' lane groups, widest first
 # Rows from which a step's cost is timed as such, not summed from passes of 8: on an AMX host the tile
-# kernels take 16-lane groups on the tile unit from 32 rows (tilegemm.AMX_MIN_LANES), and there 48 to 96
+# kernels take groups of LANES (16) lanes on the tile unit from AMX_MIN_LANES (32) rows, and there 48 to 96
 # rows cost 10-21% less than the passes of 8 said (bench/spec_rows.py, 16 lanes of 600 positions): a
 # 16-lane step drafted too little.
-WIDE = 32
+WIDE = AMX_MIN_LANES
 
 
 def lane_groups(rows: int) -> list[int]:
@@ -62,7 +63,7 @@ class StepCosts:
     attention: float = 0.0
     context: int = 0
     lane: float = 0.0
-    wide: tuple[float, float] = (0.0, 0.0)  # (ms of WIDE rows, ms each 16 rows past them add); 0: passes of 8
+    wide: tuple[float, float] = (0.0, 0.0)  # (ms of WIDE rows, ms each LANES rows past them add); 0: passes of 8
 
     def __call__(self, rows: int, positions: int = 0, lanes: int = 1) -> float:
         """A step of `rows` rows of `lanes` lanes, attending to `positions` positions in all (the sum over its
@@ -76,11 +77,11 @@ class StepCosts:
             first, *more = lane_groups(rows)
             return self.small[first] + sum(self.passes[g] for g in more) + extra
         if rows >= WIDE and self.wide[0] > 0:
-            # 16-row groups past WIDE, the rest as passes of 8, 4, 2, 1 but never dearer than a group (on AMX
-            # 15 rows are padded to 16 and take one)
-            at, per16 = self.wide
-            rest = min(per16, sum(self.passes[g] for g in lane_groups(rows % 16)))
-            return at + per16 * ((rows - WIDE) // 16) + rest + extra
+            # groups of LANES rows past WIDE, the rest as passes of 8, 4, 2, 1 but never dearer than a group
+            # (on AMX 15 rows are padded to 16 and take one)
+            at, per_group = self.wide
+            rest = min(per_group, sum(self.passes[g] for g in lane_groups(rows % LANES)))
+            return at + per_group * ((rows - WIDE) // LANES) + rest + extra
         return (self.small[8] + self.passes[8] * (rows // 8 - 1) + sum(self.passes[g] for g in lane_groups(rows % 8))
                 + extra)
 
@@ -144,7 +145,7 @@ def measure(model: object, context: int = 64, reps: int = 5, far: int = 512) -> 
     for g in sorted(GROUPS):  # more rows never cost less: a noisy smaller step sets the floor
         most = small[g] = max(ms[g], most)
     attention = max(0.0, (far_ms - ms[8]) / (8 * far) * 1000) if far else 0.0  # ms a row per 1000 positions
-    wide = (max(ms[WIDE], small[8]), max((ms[2 * WIDE] - ms[WIDE]) / (WIDE // 16), floor))
+    wide = (max(ms[WIDE], small[8]), max((ms[2 * WIDE] - ms[WIDE]) / (WIDE // LANES), floor))
     costs = StepCosts(small=small, passes={g: max(ms[8 + g] - ms[8], floor) for g in GROUPS}, attention=attention,
                       context=context, lane=lane, wide=wide)
     _measured[model] = costs

@@ -289,9 +289,9 @@ def test_the_mode_switches_between_steps() -> None:
         sched.set_speculative("ngram", 0)
     assert sched.speculative == "off" and sched.drafter is None
     sched.close()
-    with NativeScheduler(model(), speculative="off") as threaded:
-        threaded.set_speculative("suffix")
-        assert threaded.speculative == "suffix" and threaded.drafter is not None
+    with NativeScheduler(model(), speculative="off", spec_tokens=5) as threaded:
+        threaded.set_speculative("suffix")  # the longest draft the scheduler was built with
+        assert threaded.speculative == "suffix" and threaded.drafter is not None and threaded.drafter.max_tokens == 5
         assert threaded.drafter.store is not None
         r = threaded.admit(Request(prompts[1], max_new_tokens=24)).result(60)
         assert r.token_ids == solo(prompts[1], 24, 32) and threaded.stats().spec_drafted > 0
