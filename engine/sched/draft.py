@@ -213,14 +213,15 @@ class Drafter:
 
     def choose(self, states: list[LaneDraft], drafts: list[list[int]], generated: list[int], base_rows: int,
                cost: StepCosts, positions: list[int] | None = None, base_positions: int = 0,
-               lanes: int = 1) -> list[list[int]]:
+               lanes: int = 1, held: int = 0) -> list[list[int]]:
         """The drafts cut to what the step verifies: lane i keeps its first n_i tokens, the n_i chosen to
         maximise the sum over the step's lanes of log(1 + g_i) - log(cost(base_rows + sum n_i, positions they
         attend to)), g_i the sum of lane i's kept tokens' p_i^j (FAIR; else the step's rate, (base_rows + sum
         g_i) / cost), by at least MARGIN in each lane's rate. base_rows: the step's rows without drafts, one a
         decoding lane and a prefill chunk's, each worth one to the step's rate (a prompt row is work the step
         does anyway: draft rows must pay at its rate, not a decode-only one), attending to base_positions in
-        all, from `lanes` lanes (at least the drafting ones: a lane each in the fair sum); positions: each drafting
+        all, from `lanes` lanes (at least the drafting ones: a lane each in the fair sum), holding `held` positions
+        in all (what their first rows attend to); positions: each drafting
         lane's context (what each of its draft rows attends to; none: the attention is not counted);
         generated: each drafting lane's count of emitted tokens (where its shadow is checked)."""
         # a draft token's worth: its chance p^j, or (fair) what it adds to log(1 + its lane's expected gain)
@@ -235,12 +236,12 @@ class Drafter:
         at = positions if positions is not None else [0] * len(drafts)
         n_lanes = max(lanes, len(drafts))
         reach = base_positions
-        base_cost = cost(base_rows, base_positions, lanes)
+        base_cost = cost(base_rows, base_positions, lanes, held)
         best, best_score, score = 0, 0.0, 0.0
         for d, (v, i) in enumerate(values, 1):
             reach += at[i]
             score += v
-            grown = cost(base_rows + d, reach, lanes) / base_cost
+            grown = cost(base_rows + d, reach, lanes, held) / base_cost
             if self.FAIR:  # every lane's rate in the product: sum of log(1 + gain) against each lane's slower step
                 better = score - n_lanes * math.log(self.MARGIN * grown)
             else:  # the step's tokens per ms

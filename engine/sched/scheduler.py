@@ -486,7 +486,8 @@ class NativeScheduler(GrammarHost):
             chosen = self.drafter.choose([decoders[i].draft for i in drafting], [drafts[i] for i in drafting],
                                          [len(decoders[i].generated) for i in drafting],
                                          len(decoders) + sum(len(ids) for _, ids in prefills), self.step_costs,
-                                         [held[i] for i in drafting], reach, len(decoders) + len(prefills))
+                                         [held[i] for i in drafting], reach, len(decoders) + len(prefills),
+                                         sum(held) + sum(ln.session.length for ln, _ in prefills))
             for i, d in zip(drafting, chosen, strict=True):
                 drafts[i] = d
         if any(drafts) and not self.pool.growable:

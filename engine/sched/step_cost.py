@@ -64,15 +64,22 @@ class StepCosts:
     context: int = 0
     lane: float = 0.0
     wide: tuple[float, float] = (0.0, 0.0)  # (ms of WIDE rows, ms each LANES rows past them add); 0: passes of 8
+    # ms a lane's first row adds per 1000 positions of its context on top of `attention`: a lane's first row
+    # reads its keys and values, its further rows share each chunk of them (engine/kernels/attention.py), and
+    # `attention` is timed as 8 rows of one lane. 16 lanes of 600 positions, timed on the loop thread: a plain
+    # step 79 ms, said 72 without it (80 with), and 32 rows 1.33x that, said 1.54x (1.48x with it): the base
+    # step looked cheap and its first draft rows dear
+    first: float = 0.0
 
-    def __call__(self, rows: int, positions: int = 0, lanes: int = 1) -> float:
+    def __call__(self, rows: int, positions: int = 0, lanes: int = 1, held: int = 0) -> float:
         """A step of `rows` rows of `lanes` lanes, attending to `positions` positions in all (the sum over its
-        rows)."""
+        rows), the lanes holding `held` positions in all before it (what their first rows attend to)."""
         # called once a candidate draft token each step, and a mixed step's rows run to hundreds: the full
         # passes of 8 are counted, not listed
         if rows <= 0:
             return 0.0
-        extra = self.attention * max(0, positions - rows * self.context) / 1000 + self.lane * max(0, lanes - 1)
+        extra = (self.attention * max(0, positions - rows * self.context) + self.first * max(0, held - lanes * self.context)
+                 ) / 1000 + self.lane * max(0, lanes - 1)
         if rows < 8:
             first, *more = lane_groups(rows)
             return self.small[first] + sum(self.passes[g] for g in more) + extra
@@ -125,6 +132,7 @@ def measure(model: object, context: int = 64, reps: int = 5, far: int = 512) -> 
         steps["lanes"] = (near, [1] * 4)
         if reach is not None:
             steps["far"] = ([reach], [8])
+            steps["far1"] = ([reach], [1])
         times: dict[object, list[float]] = {k: [] for k in steps}
         for _ in range(reps):  # the steps take turns: a drift of the host's speed lands on all of them alike
             for k, (ss, rows) in steps.items():
@@ -145,8 +153,10 @@ def measure(model: object, context: int = 64, reps: int = 5, far: int = 512) -> 
     for g in sorted(GROUPS):  # more rows never cost less: a noisy smaller step sets the floor
         most = small[g] = max(ms[g], most)
     attention = max(0.0, (far_ms - ms[8]) / (8 * far) * 1000) if far else 0.0  # ms a row per 1000 positions
+    # a lone row's attention per 1000 positions, past what a row sharing its lane's chunks costs
+    first = max(0.0, (ms["far1"] - ms[1]) / far * 1000 - attention) if far else 0.0
     wide = (max(ms[WIDE], small[8]), max((ms[2 * WIDE] - ms[WIDE]) / (WIDE // LANES), floor))
     costs = StepCosts(small=small, passes={g: max(ms[8 + g] - ms[8], floor) for g in GROUPS}, attention=attention,
-                      context=context, lane=lane, wide=wide)
+                      context=context, lane=lane, wide=wide, first=first)
     _measured[model] = costs
     return costs

@@ -96,7 +96,7 @@ class ScriptedDrafter(Drafter):
                 draft[i] = (draft[i] + 1) % self.vocab
         return draft
 
-    def choose(self, states, drafts, generated, base_rows, cost, positions=None, base_positions=0, lanes=1):  # type: ignore[no-untyped-def]
+    def choose(self, states, drafts, generated, base_rows, cost, positions=None, base_positions=0, lanes=1, held=0):  # type: ignore[no-untyped-def]
         return drafts  # the script decides the lengths
 
     def verified(self, state, drafted, accepted):  # type: ignore[no-untyped-def]

@@ -122,6 +122,26 @@ def test_a_long_context_makes_draft_rows_dear() -> None:
     assert d.choose([rated(8.5, 10.0)], [draft], [5], 1, costs) == [draft[:7]]
 
 
+
+def test_a_lanes_first_row_reads_its_context_alone() -> None:
+    """`first`: what a lane's first row adds per 1000 positions of its context on top of `attention` (its
+    further rows share each key chunk). It is the lanes' (held), not the rows': drafts do not add it, so it
+    makes the plain step dearer and the same draft rows cheaper beside it. 16 lanes of 2000 positions at
+    p = 0.9: 32 draft rows without it, 64 with 1 ms a lane per 1000."""
+    c = StepCosts(small=ZEN4_QWEN.small, passes=ZEN4_QWEN.passes, wide=(40.0, 14.0), attention=0.7, context=64,
+                  lane=0.5)
+    f = StepCosts(small=c.small, passes=c.passes, wide=c.wide, attention=0.7, context=64, lane=0.5, first=1.0)
+    reach = 16 * 2000
+    assert f(16, reach, 16) == c(16, reach, 16)  # no lanes' contexts given: not counted
+    assert f(16, reach, 16, reach) == pytest.approx(c(16, reach, 16) + 16 * (2000 - 64) / 1000)
+    assert f(32, 2 * reach, 16, reach) - f(16, reach, 16, reach) == pytest.approx(c(32, 2 * reach, 16) - c(16, reach, 16))
+    assert f(1, 40, 1, 40) == c(1, 40, 1)  # under the timed context: the staircase
+    d, draft = Drafter("ngram", 8), list(range(10, 18))
+    many = [rated(9.0, 10.0) for _ in range(16)]
+    without = d.choose(many, [draft] * 16, [3] * 16, 16, c, [2000] * 16, reach, 16, reach)
+    with_first = d.choose(many, [draft] * 16, [3] * 16, 16, f, [2000] * 16, reach, 16, reach)
+    assert sum(map(len, without)) == 32 and sum(map(len, with_first)) == 64
+
 def test_many_lanes_make_the_step_dear_and_its_drafts_worth_more() -> None:
     """Each lane of a step costs its own share: 16 compute-bound rows at 2 ms a lane cost 63.8 ms, not 33.8,
     and at that price a pass of draft rows pays where alone it does not."""
@@ -187,6 +207,7 @@ def test_step_costs_are_measured_on_the_model_at_warm_up() -> None:
     assert measure(m) is cost  # once per model: the schedulers sharing it share the figures
     assert 0 < cost(1) <= cost(2) <= cost(4) <= cost(8) and all(v > 0 for v in cost.passes.values())
     assert set(cost.small) == {1, 2, 4, 8} and set(cost.passes) == {1, 2, 4, 8}
+    assert cost.first >= 0.0 and cost.attention >= 0.0
     assert cost(17) == pytest.approx(cost(16) + cost.passes[1]) and cost(24) > cost(16)
     sched = NativeScheduler(m, speculative="ngram", thread=False, warm=True)
     assert sched.step_costs is cost
@@ -499,7 +520,7 @@ class _Fixed(Drafter):
     def propose(self, state, prompt, generated, scope):  # type: ignore[no-untyped-def]
         return [self.token] if len(generated) == 1 else []
 
-    def choose(self, states, drafts, generated, base_rows, cost, positions=None, base_positions=0, lanes=1):  # type: ignore[no-untyped-def]
+    def choose(self, states, drafts, generated, base_rows, cost, positions=None, base_positions=0, lanes=1, held=0):  # type: ignore[no-untyped-def]
         return drafts  # the test verifies this one token, whatever it costs
 
 
