@@ -1,7 +1,7 @@
 """Speculative decoding, side by side in one run: --speculative off vs ngram vs suffix.
 
     python bench/spec.py [--lanes 1,16] [--new 160] [--workloads edit,plain] [--spec-tokens K] [--rounds 3]
-                         [--preamble WORDS]
+                         [--preamble WORDS] [--waves W]
 
 Workloads (the outputs of every mode are asserted equal to speculation off's):
   edit   Qwen2.5-Coder 0.5B instruct (resident): an 80-line Python file returned with one change, a
@@ -9,6 +9,9 @@ Workloads (the outputs of every mode are asserted equal to speculation off's):
          different arguments;
   plain  Gemma 3 270M base continuing story openings (text that does not repeat), sampled at temperature
          0.8, top-p 0.95, a seed per prompt (greedy, a base model loops on its last sentence).
+--waves W (more than one lane): lanes x W requests, LANES in flight, a finished lane taking the next request at
+once (a server under that many concurrent clients), each a different prompt: another variant of each edit task
+(another name to rename to, another change to diff, another list of paths), a story under another seed.
 --preamble puts WORDS words of earlier context before every prompt (random words, seeded: a long agent
 session's history that the reply does not copy), so every row attends to thousands of positions.
 For each mode and lane count: decode tok/s (tokens after the first / the time between the first and the
@@ -24,6 +27,7 @@ per-round ratios beside them.
 from __future__ import annotations
 
 import argparse
+import queue
 import sys
 import time
 from dataclasses import replace
@@ -83,21 +87,34 @@ def preamble(words: int) -> str:
     return "Notes from earlier in this session: " + " ".join(sentences) + "\n\n"
 
 
-def edit_prompts(tok, words: int = 0) -> list[list[int]]:  # type: ignore[no-untyped-def]
+RENAMES = ["parse_row", "parse_record", "parse_entry", "row_to_item", "read_item", "item_from_row"]
+DIFFS = ["makes `total_value` round its result to 2 places", "makes `load` skip rows whose sku is empty",
+         "makes `summary` also report the number of items under the key \"count\"",
+         "makes `parse_price` reject prices above 1000000", "makes `main` print the summary as JSON",
+         "makes `Item.value` return 0 for a negative quantity"]
+PATHS = ["src/app.py", "src/models/user.py", "tests/test_app.py", "docs/index.md", "setup.cfg", "src/cli.py",
+         "src/models/order.py", "tests/conftest.py", "README.md", "pyproject.toml"]
+
+
+def edit_prompts(tok, words: int = 0, variants: int = 1) -> list[list[int]]:  # type: ignore[no-untyped-def]
+    """The three edit tasks, `variants` times over (variant v: another name to rename to, another change to
+    diff, the paths list turned by v), interleaved: task i % 3 of variant i // 3."""
     src = python_file()
-    tasks = [
-        f"Here is a file:\n```python\n{src}```\nRename the function `parse_line` to `parse_row` everywhere. "
-        "Return the whole file in one ```python block and nothing else.",
-        f"Here is `inventory.py`:\n```python\n{src}```\nWrite a unified diff (--- a/inventory.py, +++ "
-        "b/inventory.py) that makes `total_value` round its result to 2 places. Reply with the diff only.",
-        "Call the tool read_file once for each of these paths, one JSON object per line, each exactly "
-        '{"name": "read_file", "arguments": {"path": "<path>", "encoding": "utf-8"}}: '
-        "src/app.py, src/models/user.py, tests/test_app.py, docs/index.md, setup.cfg",
-    ]
     out = []
-    for t in tasks:
-        text = tok.apply_chat_template([{"role": "user", "content": preamble(words) + t}], add_generation_prompt=True)
-        out.append(list(tok.encode(text)))
+    for v in range(variants):
+        paths = ", ".join((PATHS[v % len(PATHS):] + PATHS[:v % len(PATHS)])[:5])
+        tasks = [
+            f"Here is a file:\n```python\n{src}```\nRename the function `parse_line` to `{RENAMES[v % len(RENAMES)]}` "
+            "everywhere. Return the whole file in one ```python block and nothing else.",
+            f"Here is `inventory.py`:\n```python\n{src}```\nWrite a unified diff (--- a/inventory.py, +++ "
+            f"b/inventory.py) that {DIFFS[v % len(DIFFS)]}. Reply with the diff only.",
+            "Call the tool read_file once for each of these paths, one JSON object per line, each exactly "
+            '{"name": "read_file", "arguments": {"path": "<path>", "encoding": "utf-8"}}: ' + paths,
+        ]
+        for t in tasks:
+            text = tok.apply_chat_template([{"role": "user", "content": preamble(words) + t}],
+                                           add_generation_prompt=True)
+            out.append(list(tok.encode(text)))
     return out
 
 
@@ -151,8 +168,42 @@ def run(sched: NativeScheduler, prompts: list[list[int]], new: int, workload: st
     return [r.token_ids for r in res], tokens / (max(ends) - min(starts)), sched.stats().steps - steps0
 
 
+def sustained(sched: NativeScheduler, prompts: list[list[int]], lanes: int, new: int, workload: str
+              ) -> tuple[list[list[int]], float, int]:
+    """Every prompt, `lanes` of them in flight: a finished request's lane goes to the next prompt at once, as
+    a server under that many concurrent clients runs (prompt i sampled as `sampling_for(workload, i)`);
+    (tokens of each, decode tok/s aggregated from the first token to the last, steps)."""
+    steps0 = sched.stats().steps
+    done: queue.SimpleQueue[int] = queue.SimpleQueue()
+    hs: list = []  # type: ignore[type-arg]
+
+    def admit(i: int) -> None:
+        h = sched.admit(Request(prompts[i], max_new_tokens=new, stop_on_eos=False, sampling=sampling_for(workload, i)))
+        told = [False]
+
+        def notify() -> None:  # on the loop thread after each event: the finish is passed on, once
+            if h.done and not told[0]:
+                told[0] = True
+                done.put(i)
+
+        h.watch(notify)
+        hs.append(h)
+
+    for i in range(min(lanes, len(prompts))):
+        admit(i)
+    for _ in range(len(prompts)):
+        done.get(timeout=3600)
+        if len(hs) < len(prompts):
+            admit(len(hs))
+    res = [h.result(timeout=3600) for h in hs]
+    tokens = sum(len(r.token_ids) - 1 for r in res)
+    starts = [h._lane.first_token_at for h in hs]  # type: ignore[attr-defined]
+    ends = [h._lane.token_times[-1] for h in hs]  # type: ignore[attr-defined]
+    return [r.token_ids for r in res], tokens / (max(ends) - min(starts)), sched.stats().steps - steps0
+
+
 def bench(alias: str, workload: str, lanes_list: list[int], new: int, spec_tokens: int, rounds: int,
-          words: int = 0) -> None:
+          words: int = 0, waves: int = 1) -> None:
     # ONE scheduler, its mode switched between runs (set_speculative), booted as `fak serve` boots it: its
     # loop thread warms the kernels and is the only thread that launches them. A scheduler a mode was a loop
     # thread a mode, each with its own OpenMP team, and on 2 cores a second team made every kernel launch wait
@@ -161,12 +212,18 @@ def bench(alias: str, workload: str, lanes_list: list[int], new: int, spec_token
     b = boot(alias, sched=opts, show=False)
     model, tok, sched = b.model, b.tokenizer, b.scheduler
     prompts = edit_prompts(tok, words) if workload == "edit" else plain_prompts(tok, words)
+    # with --waves: every lane count's requests are different prompts (another variant of each edit task, a
+    # story under another seed), so no request is drafted from a remembered identical answer
+    many = (edit_prompts(tok, words, -(-max(lanes_list) * waves // 3)) if workload == "edit"
+            else plain_prompts(tok, words) * -(-max(lanes_list) * waves // len(STORIES)))
     per_token = bytes_per_token(model)
     print(f"\n{workload}: {alias}, {len(prompts)} prompts ({', '.join(str(len(p)) for p in prompts)} tokens), "
           f"{new} new tokens each, weights read per step {per_token / 1e6:.0f} MB")
     for lanes in lanes_list:
         batch = [prompts[i % len(prompts)] for i in range(lanes)] if lanes > 1 else None
-        run(sched, prompts, 2)  # every prompt's full blocks cached
+        if batch is not None and waves > 1:
+            batch = many[:lanes * waves]
+        run(sched, prompts if batch is None else list({tuple(p): p for p in batch}.values()), 2)  # prompts cached
         bw = sched.call(lambda: stream_read_gbps(256 << 20, 3)).result()  # on the thread that runs the kernels
         ceiling = bw * 1e9 / per_token
         # the modes take turns, round by round, in a rotated order: this shared host's speed drifts by
@@ -194,6 +251,10 @@ def bench(alias: str, workload: str, lanes_list: list[int], new: int, spec_token
                         t += (len(o[0]) - 1) / rate
                         n_tok += len(o[0]) - 1
                         n_steps += n
+                elif waves > 1:
+                    outs, rate, n_steps = sustained(sched, batch, lanes, new, workload)
+                    n_tok = sum(len(o) - 1 for o in outs)
+                    t = n_tok / rate
                 else:
                     outs, rate, n_steps = run(sched, batch, new, workload)
                     n_tok = sum(len(o) - 1 for o in outs)
@@ -238,16 +299,20 @@ def main() -> None:
     ap.add_argument("--spec-tokens", type=int, default=SchedOptions.spec_tokens)
     ap.add_argument("--rounds", type=int, default=3, help="rounds of every mode, in turns (rates over all of them)")
     ap.add_argument("--preamble", type=int, default=0, help="words of earlier context before every prompt")
+    ap.add_argument("--waves", type=int, default=1, help="with more than one lane: lanes x WAVES requests, LANES of "
+                    "them in flight (a finished lane takes the next at once), every one a different prompt")
     a = ap.parse_args()
     if a.preamble < 0:
         ap.error(f"--preamble: words of earlier context must be 0 or more, not {a.preamble}")
+    if a.waves < 1:
+        ap.error(f"--waves: requests per lane must be 1 or more, not {a.waves}")
     lanes = [int(x) for x in a.lanes.split(",")]
     print(f"bench/spec.py: {time.strftime('%Y-%m-%d %H:%M')}, lanes {lanes}, --spec-tokens {a.spec_tokens}, "
-          f"--preamble {a.preamble}, edit greedy, plain sampled with a seed a prompt, outputs asserted equal")
+          f"--preamble {a.preamble}, --waves {a.waves}, edit greedy, plain sampled with a seed a prompt, outputs asserted equal")
     np.random.seed(0)
     for w in a.workloads.split(","):
         bench("qwen2.5-coder-0.5b" if w == "edit" else "gemma3-270m", w, lanes, a.new, a.spec_tokens, a.rounds,
-              a.preamble)
+              a.preamble, a.waves)
 
 
 if __name__ == "__main__":
