@@ -275,6 +275,7 @@ class Lane:
     session: Any = None  # engine.model.session.Session while the lane holds KV (or is swapped: the detached session)
     generated: list[int] = field(default_factory=list)
     pending: int | None = None  # last sampled token, not yet fed to the model
+    presampled: int | None = None  # this step's first row's token, drawn beside other lanes' (OutputProcessor.presample)
     replay: list[int] = field(default_factory=list)  # recompute: generated ids to re-feed, logits ignored
     swap_data: bytes | None = None  # swap: the lane's KV blocks as host bytes
     swap_length: int = 0

@@ -452,6 +452,8 @@ class NativeScheduler(GrammarHost):
         for i, (lane, ids) in enumerate(prefills):
             self.output.after_prefill(lane, ids, logits[i])
         at = len(prefills)
+        firsts = list(itertools.accumulate([1 + len(d) for d in drafts], initial=at))[:-1]
+        self.output.presample([(lane, logits[i]) for lane, i in zip(decoders, firsts, strict=True)])
         for lane, draft in zip(decoders, drafts, strict=True):
             if draft:
                 state = lane.draft  # (finishing drops the lane's drafting state)
@@ -541,6 +543,7 @@ class NativeScheduler(GrammarHost):
         for q in (sched.running, sched.preempted, sched.waiting):
             for lane in list(q):
                 self.output.finish(lane, FinishReason.CANCELLED, "scheduler closed")
+        self.output.close()
         if self.prefix is not None:
             self.prefix.clear()
         if self.kv_disk is not None:
