@@ -81,8 +81,8 @@ class StepCosts:
         extra = (self.attention * max(0, positions - rows * self.context) + self.first * max(0, held - lanes * self.context)
                  ) / 1000 + self.lane * max(0, lanes - 1)
         if rows < 8:
-            first, *more = lane_groups(rows)
-            return self.small[first] + sum(self.passes[g] for g in more) + extra
+            head, *more = lane_groups(rows)
+            return self.small[head] + sum(self.passes[g] for g in more) + extra
         if rows >= WIDE and self.wide[0] > 0:
             # groups of LANES rows past WIDE, the rest as passes of 8, 4, 2, 1 but never dearer than a group
             # (on AMX 15 rows are padded to 16 and take one)
