@@ -160,11 +160,16 @@ def run(sched: NativeScheduler, prompts: list[list[int]], new: int, workload: st
     steps0 = sched.stats().steps
     hs = [sched.admit(Request(p, max_new_tokens=new, stop_on_eos=False, sampling=sampling_for(workload, first + i)))
           for i, p in enumerate(prompts)]
+    return finished(sched, hs, steps0)
+
+
+def finished(sched: NativeScheduler, hs: list, steps0: int) -> tuple[list[list[int]], float, int]:  # type: ignore[type-arg]
+    """(tokens of each handle, decode tok/s aggregated, steps since steps0). Decode time: from the first token
+    any lane emitted (prompts are prefix-cache hits by then) to the last."""
     res = [h.result(timeout=3600) for h in hs]
-    # decode time: from the first token any lane emitted (prompts are prefix-cache hits by then) to the last
     tokens = sum(len(r.token_ids) - 1 for r in res)
-    starts = [h._lane.first_token_at for h in hs]  # type: ignore[attr-defined]
-    ends = [h._lane.token_times[-1] for h in hs]  # type: ignore[attr-defined]
+    starts = [h._lane.first_token_at for h in hs]
+    ends = [h._lane.token_times[-1] for h in hs]
     return [r.token_ids for r in res], tokens / (max(ends) - min(starts)), sched.stats().steps - steps0
 
 
@@ -195,11 +200,7 @@ def sustained(sched: NativeScheduler, prompts: list[list[int]], lanes: int, new:
         done.get(timeout=3600)
         if len(hs) < len(prompts):
             admit(len(hs))
-    res = [h.result(timeout=3600) for h in hs]
-    tokens = sum(len(r.token_ids) - 1 for r in res)
-    starts = [h._lane.first_token_at for h in hs]  # type: ignore[attr-defined]
-    ends = [h._lane.token_times[-1] for h in hs]  # type: ignore[attr-defined]
-    return [r.token_ids for r in res], tokens / (max(ends) - min(starts)), sched.stats().steps - steps0
+    return finished(sched, hs, steps0)
 
 
 def bench(alias: str, workload: str, lanes_list: list[int], new: int, spec_tokens: int, rounds: int,
@@ -251,12 +252,9 @@ def bench(alias: str, workload: str, lanes_list: list[int], new: int, spec_token
                         t += (len(o[0]) - 1) / rate
                         n_tok += len(o[0]) - 1
                         n_steps += n
-                elif waves > 1:
-                    outs, rate, n_steps = sustained(sched, batch, lanes, new, workload)
-                    n_tok = sum(len(o) - 1 for o in outs)
-                    t = n_tok / rate
                 else:
-                    outs, rate, n_steps = run(sched, batch, new, workload)
+                    outs, rate, n_steps = (sustained(sched, batch, lanes, new, workload) if waves > 1
+                                           else run(sched, batch, new, workload))
                     n_tok = sum(len(o) - 1 for o in outs)
                     t = n_tok / rate
                 st = sched.stats()

@@ -451,17 +451,16 @@ class NativeScheduler(GrammarHost):
             self._c["steps"] += 1
         for i, (lane, ids) in enumerate(prefills):
             self.output.after_prefill(lane, ids, logits[i])
-        at = len(prefills)
-        firsts = list(itertools.accumulate([1 + len(d) for d in drafts], initial=at))[:-1]
-        self.output.presample([(lane, logits[i]) for lane, i in zip(decoders, firsts, strict=True)])
-        for lane, draft in zip(decoders, drafts, strict=True):
+        # each decoding lane's first row: its pending token's, then its draft's
+        firsts = list(itertools.accumulate([1 + len(d) for d in drafts], initial=len(prefills)))[:-1]
+        self.output.presample([(lane, logits[at]) for lane, at in zip(decoders, firsts, strict=True)])
+        for lane, draft, at in zip(decoders, drafts, firsts, strict=True):
             if draft:
                 state = lane.draft  # (finishing drops the lane's drafting state)
                 accepted = self.output.after_verify(lane, logits[at:at + 1 + len(draft)], draft)
                 self.drafter.verified(state, len(draft), accepted)  # type: ignore[union-attr]
             else:
                 self.output.after_step(lane, logits[at])
-            at += 1 + len(draft)
 
     def _drafts(self, decoders: list[Lane], prefills: list[tuple[Lane, list[int]]]) -> list[list[int]]:
         """A draft for each decoding lane that can take one (none while replaying a recompute), all dropped

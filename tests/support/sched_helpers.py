@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from functools import lru_cache
 
 import numpy as np
@@ -11,6 +12,7 @@ from engine import Session
 from engine.model.forward import Model
 from engine.model.synthetic import SYNTHETIC_CONFIG, synthetic_weights
 from engine.sched.draft import Drafter
+from engine.sched.lane import LaneResult, Request
 from engine.sched.scheduler import NativeScheduler
 
 # numba keeps its default thread count here (it was set to 1 at import, for every test of the session):
@@ -108,3 +110,14 @@ def use_drafter(sched: NativeScheduler, drafter: Drafter) -> NativeScheduler:
     assert sched.drafter is not None
     sched.drafter = sched.output.drafter = drafter
     return sched
+
+
+def run_to_end(sched: NativeScheduler, reqs: list[Request],
+               after_step: Callable[[NativeScheduler], None] | None = None) -> list[LaneResult]:
+    """Admit `reqs` to a thread=False scheduler and step it until every one is finished (`after_step` runs
+    after each step); their results, in order."""
+    hs = [sched.admit(r) for r in reqs]
+    while sched.step():
+        if after_step is not None:
+            after_step(sched)
+    return [h.result(0) for h in hs]

@@ -14,7 +14,7 @@ from engine.model.sampling import SamplingParams
 from engine.sched.lane import Request
 from engine.sched.output import token_logprob
 from engine.sched.scheduler import NativeScheduler
-from support.sched_helpers import ScriptedDrafter, model, rand_prompt, use_drafter
+from support.sched_helpers import ScriptedDrafter, model, rand_prompt, run_to_end, use_drafter
 
 
 def reference(z: np.ndarray, token: int, k: int) -> tuple[float, list[tuple[int, float]]]:
@@ -47,10 +47,7 @@ def test_ties_at_the_kth_value_go_to_the_lowest_ids() -> None:
 
 
 def _sampled(sched: NativeScheduler, reqs: list[Request]) -> list[list[int]]:
-    hs = [sched.admit(r) for r in reqs]
-    while sched.step():
-        pass
-    return [h.result(0).token_ids for h in hs]
+    return [r.token_ids for r in run_to_end(sched, reqs)]
 
 
 def test_rows_drawn_on_two_threads_are_the_rows_drawn_in_turn(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -84,3 +81,4 @@ def test_rows_drawn_on_two_threads_are_the_rows_drawn_in_turn(monkeypatch: pytes
                        ScriptedDrafter(answers, k=4, wrong_every=3))
     assert _sampled(spec, reqs) == ref
     assert spec.stats().spec_accepted > 0
+    spec.close()

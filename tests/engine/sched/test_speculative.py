@@ -17,21 +17,21 @@ from engine.sched.lane import FinishReason, Request
 from engine.sched.scheduler import NativeScheduler
 from engine.sched.step_cost import ZEN4_QWEN, StepCosts, lane_groups, measure, rows_reach
 from engine.tokenizer.tokenizer import ByteTokenizer
-from support.sched_helpers import ScriptedDrafter, model, rand_prompt, solo, use_drafter
+from support.sched_helpers import ScriptedDrafter, model, rand_prompt, run_to_end, solo, use_drafter
 
 
 def _run(sched: NativeScheduler, reqs: list[Request], check: bool = True) -> list:  # type: ignore[type-arg]
     """Step a thread=False scheduler to the end; after every step each running lane holds exactly the
     blocks its length needs (a rejected draft's blocks went back)."""
-    hs = [sched.admit(r) for r in reqs]
     bt = sched.pool.block_tokens
-    while sched.step():
-        if check:
-            for lane in sched._running:
-                if lane.session is not None:
-                    assert len(lane.session.kv.blocks) == -(-lane.session.length // bt)
-                    assert len(lane.session.tokens) == lane.session.length
-    return [h.result(0) for h in hs]
+
+    def blocks_fit(sched: NativeScheduler) -> None:
+        for lane in sched._running:
+            if lane.session is not None:
+                assert len(lane.session.kv.blocks) == -(-lane.session.length // bt)
+                assert len(lane.session.tokens) == lane.session.length
+
+    return run_to_end(sched, reqs, blocks_fit if check else None)
 
 
 def rated(kept: float, tried: float) -> LaneDraft:
