@@ -78,7 +78,8 @@ class OutputProcessor:
         s = lane.session
         if self.prefix is not None:
             full = min(s.length, len(lane.prompt_ids)) // self.block_tokens
-            self.prefix.insert(lane.prompt_ids, s.kv.blocks, full, lane.request.kv_descriptor)
+            self.prefix.insert(lane.prompt_ids, s.kv.blocks, full, lane.request.kv_descriptor,
+                               self.planner.row_tail(lane))
         if s.length < len(lane.prompt_ids):
             return
         lane.to(LaneState.DECODING)
@@ -204,7 +205,8 @@ class OutputProcessor:
                 # blocks were filled by decode steps, not prefill chunks: with a BLAS prefill the next
                 # turn's logits differ from a cold run's in the last bits (2e-6 measured), not its tokens
                 full = min(s.length, len(s.tokens)) // self.block_tokens
-                self.prefix.insert(s.tokens, s.kv.blocks, full, lane.request.kv_descriptor)
+                self.prefix.insert(s.tokens, s.kv.blocks, full, lane.request.kv_descriptor,
+                                   self.planner.row_tail(lane))  # the prompt's tail chunk and decode rows
             s.kv.free()
         lane.session, lane.swap_data, lane.replay, lane.draft = None, None, [], None
         if self.drafter is not None and error is None and not lane.request.tainted and lane.generated:

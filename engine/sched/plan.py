@@ -34,7 +34,7 @@ from engine.sched.preemption import (
     swap_in,
     swap_out,
 )
-from engine.sched.prefix_cache import PrefixCache, hit_limit, prompt_hashes, waits_for_producer
+from engine.sched.prefix_cache import PrefixCache, hit_limit, prompt_hashes, row_tail, waits_for_producer
 
 
 @dataclass
@@ -213,8 +213,8 @@ class Planner:
                 if not lane.disk_checked:  # what memory lacks of the prompt's prefix, brought back from disk
                     lane.disk_checked = True
                     self.prefix.restore(lane.prompt_ids, hit_limit(lane), self.hit_align, lane.request.scope)
-                start = self.prefix.peek(lane.prompt_ids, hit_limit(lane), self.hit_align,
-                                         lane.request.scope)[0] * self.pool.block_tokens
+                start = self.prefix.peek(lane.prompt_ids, hit_limit(lane), self.hit_align, lane.request.scope,
+                                         self.row_tail(lane))[0] * self.pool.block_tokens
             end = self._chunk_end(lane, start)
             if chunks and end - start > budget:
                 break
@@ -222,6 +222,10 @@ class Planner:
             budget -= end - start
         decoders = [ln for ln in self.running if ln.state is LaneState.DECODING]
         return chunks, decoders
+
+    def row_tail(self, lane: Lane) -> int | None:
+        """The block where the lane's row-stable prompt tail starts (prefix_cache.row_tail)."""
+        return row_tail(lane, self.hit_align, self.config.prefill_chunk)
 
     def _chunk_end(self, lane: Lane, start: int) -> int:
         chunk = self.config.prefill_chunk
@@ -287,7 +291,7 @@ class Planner:
                 continue
             if not lane.prefix_checked:
                 if self.batch_prefill and self.prefix is not None and \
-                        waits_for_producer(self.prefix, lane, producing, self.hit_align):
+                        waits_for_producer(self.prefix, lane, producing, self.hit_align, self.row_tail(lane)):
                     continue
                 self._match_prefix(lane)
                 end = min(end, self._chunk_end(lane, lane.session.length))
@@ -303,7 +307,8 @@ class Planner:
         lane.prefix_checked = True
         if self.prefix is None:
             return
-        blocks = self.prefix.match(lane.prompt_ids, hit_limit(lane), self.hit_align, lane.request.scope)
+        blocks = self.prefix.match(lane.prompt_ids, hit_limit(lane), self.hit_align, lane.request.scope,
+                                   self.row_tail(lane))
         if blocks:
             n = len(blocks) * self.pool.block_tokens
             attach(lane.session, blocks, n)

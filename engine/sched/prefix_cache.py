@@ -46,6 +46,7 @@ class _Entry:
     desc: KVDescriptor = UNSCOPED
     hits: int = 0
     disk: bytes | None = None  # the block's name on disk (a digest of its whole token prefix), with a disk tier
+    rows: bool = False  # filled by the row-stable kernels (a prompt's last partial chunk, decode rows), not BLAS
 
 
 class PrefixCache:
@@ -65,12 +66,14 @@ class PrefixCache:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def match(self, tokens: list[int], max_tokens: int, align: int = 1, scope: str = PUBLIC) -> list[int]:
+    def match(self, tokens: list[int], max_tokens: int, align: int = 1, scope: str = PUBLIC,
+              tail: int | None = None) -> list[int]:
         """Blocks caching the longest full-block prefix of tokens[:max_tokens] in `scope`, a multiple of
-        `align` blocks long; each is incref'd for the caller."""
+        `align` blocks long, or past it into the prompt's row-stable tail from block `tail` on (`row_tail`);
+        each is incref'd for the caller."""
         bt = self.pool.block_tokens
         self.queries += 1
-        blocks = [e.block for e in self._cached_run(tokens, max_tokens, align, scope)]
+        blocks = [e.block for e in self._cached_run(tokens, max_tokens, align, scope, tail)]
         for b in reversed(blocks):  # touch leaf first so parents stay more recent (LRU evicts leaves first)
             h = self._by_block[b]
             self._entries[h].hits += 1
@@ -81,15 +84,20 @@ class PrefixCache:
             self.hit_tokens += len(blocks) * bt
         return blocks
 
-    def peek(self, tokens: list[int], max_tokens: int, align: int = 1, scope: str = PUBLIC) -> tuple[int, int]:
+    def peek(self, tokens: list[int], max_tokens: int, align: int = 1, scope: str = PUBLIC,
+             tail: int | None = None) -> tuple[int, int]:
         """(blocks `match` would map now, how many of them are reclaimable): no incref, no stats."""
-        run = self._cached_run(tokens, max_tokens, align, scope)
+        run = self._cached_run(tokens, max_tokens, align, scope, tail)
         return len(run), sum(1 for e in run if self.pool.refcount[e.block] == 1)
 
-    def _cached_run(self, tokens: list[int], max_tokens: int, align: int, scope: str) -> list[_Entry]:
+    def _cached_run(self, tokens: list[int], max_tokens: int, align: int, scope: str,
+                    tail: int | None = None) -> list[_Entry]:
         """Entries of the longest cached full-block prefix of tokens[:max_tokens] in `scope`, cut to a
         multiple of `align` blocks (each entry checked against its parent, its own tokens and its scope:
-        neither a hash collision nor a seed collision maps another's block)."""
+        neither a hash collision nor a seed collision maps another's block). A cut that reaches block
+        `tail` (where the prompt's last, partial chunk starts) runs on through the entries the row-stable
+        kernels filled: this prompt computes those positions with the same kernels, so the bits are the
+        ones it would compute (a BLAS-filled block there, from a longer prompt, would not be)."""
         bt = self.pool.block_tokens
         run: list[_Entry] = []
         parent = scope_seed(scope)
@@ -101,12 +109,18 @@ class PrefixCache:
                 break
             run.append(e)
             parent = h
-        return run[: len(run) - len(run) % align]
+        cut = len(run) - len(run) % align
+        if cut == tail:
+            while cut < len(run) and run[cut].rows:
+                cut += 1
+        return run[:cut]
 
-    def insert(self, tokens: list[int], blocks: list[int], n_full: int, desc: KVDescriptor = UNSCOPED) -> None:
+    def insert(self, tokens: list[int], blocks: list[int], n_full: int, desc: KVDescriptor = UNSCOPED,
+               rows_from: int | None = None) -> None:
         """Offer the first n_full full blocks of a lane (its prompt's after prefill, prompt + generated
-        when it finishes) under its descriptor; already-cached prefixes are kept, a tainted span is
-        refused whole."""
+        when it finishes) under its descriptor, blocks from `rows_from` on marked as filled by the
+        row-stable kernels (None: none, or not known); already-cached prefixes are kept, a tainted span
+        is refused whole."""
         if desc.taint:
             self.tainted_refused += n_full > 0
             return
@@ -121,7 +135,9 @@ class PrefixCache:
                 name = e.disk if e is not None and e.disk is not None else \
                     self.disk.next_name(name, desc.scope, tokens[i * bt : (i + 1) * bt])
             if e is None and blocks[i] not in self._by_block:
-                self._entries[h] = _Entry(blocks[i], tuple(tokens[i * bt : (i + 1) * bt]), parent, desc, disk=name)
+                rows = rows_from is not None and i >= rows_from
+                self._entries[h] = _Entry(blocks[i], tuple(tokens[i * bt : (i + 1) * bt]), parent, desc, disk=name,
+                                          rows=rows)
                 self._by_block[blocks[i]] = h
                 self.pool.incref(blocks[i])
                 added.append(h)
@@ -246,12 +262,21 @@ def prompt_hashes(lane: Lane, block_tokens: int) -> list[int]:
     return lane.prompt_hashes
 
 
-def waits_for_producer(cache: PrefixCache, lane: Lane, producing: set[int], align: int) -> bool:
+def row_tail(lane: Lane, align: int, chunk: int) -> int | None:
+    """The block where the lane's prompt's last, partial prefill chunk starts (None when hits need no
+    alignment, `align` 1): full chunks run through BLAS, that tail through the row-stable kernels, so a
+    hit may run past whole chunks into it only through blocks the row-stable kernels filled. A prompt that
+    is whole chunks has no partial chunk: its tail block lies past every block a hit may map."""
+    return None if align == 1 else len(lane.prompt_ids) // chunk * align
+
+
+def waits_for_producer(cache: PrefixCache, lane: Lane, producing: set[int], align: int,
+                       tail: int | None = None) -> bool:
     """In one batched forward, lanes cannot share what none has computed yet: a newcomer whose next
     uncached prompt block is being filled by another lane this iteration waits, then maps it from the
     prefix cache instead of computing it again."""
     hashes = prompt_hashes(lane, cache.pool.block_tokens)
-    hit = cache.peek(lane.prompt_ids, hit_limit(lane), align, lane.request.scope)[0]
+    hit = cache.peek(lane.prompt_ids, hit_limit(lane), align, lane.request.scope, tail)[0]
     return hit < len(hashes) and hashes[hit] in producing
 
 

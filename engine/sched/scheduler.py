@@ -11,7 +11,8 @@ loop thread and the model calls.
 Numerics: a greedy lane's output never depends on its batch mates, on prefix hits or on preemption.
 Chunks end on absolute multiples of `prefill_chunk`; a full chunk runs alone through BLAS
 (Session.prefill, ~2x faster per row on long prompts), every other row (a prompt's tail chunk, decode
-tokens) through the row-stable kernels of `forward_batch`, and prefix hits are whole chunks: so how
+tokens) through the row-stable kernels of `forward_batch`, and prefix hits are whole chunks, then (when
+they reach the prompt's own tail chunk) the tail's blocks that the row-stable kernels filled: so how
 each position is computed depends only on its own prompt. Recompute replays generated ids through
 decode rows; swap copies bytes. (batch_prefill=False: every chunk is its own Session.prefill.)
 """

@@ -90,7 +90,8 @@ def test_tainted_span_is_never_a_hit() -> None:
         assert (hit, cost) == (0, 256 + 21) and out == solo(system + q1, 6, 64)
         assert len(sched.prefix) == 0 and sched.stats().prefix_tainted_refused > 0
         assert _run(sched, Request(system + q2, max_new_tokens=6, scope="a"))[:2] == (0, 256 + 37)  # same scope
-        assert _run(sched, Request(system + q2, max_new_tokens=6, scope="a", tainted=True))[0] == 256
+        # the same prompt again: the whole chunks, then the blocks of its row-stable tail (256 + 37: 288)
+        assert _run(sched, Request(system + q2, max_new_tokens=6, scope="a", tainted=True))[0] == 288
         # ...a tainted request may map clean blocks of its scope; its own never join the cache
         assert _run(sched, Request(system + q3, max_new_tokens=6, scope="b"))[0] == 0  # another scope
         assert _run(sched, Request(system + q3, max_new_tokens=6))[0] == 0  # the public scope

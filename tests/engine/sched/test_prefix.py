@@ -134,6 +134,11 @@ def test_growable_pool_caps_unreferenced_cached_blocks() -> None:
 
 
 def _kv_after_prefill(sched: NativeScheduler, prompt: list[int], others: list[list[int]] = ()) -> np.ndarray:
+    return _prefilled(sched, prompt, others)[0]
+
+
+def _prefilled(sched: NativeScheduler, prompt: list[int], others: list[list[int]] = ()) -> tuple[np.ndarray, int]:
+    """(the prompt's KV, every layer, once prefilled; prompt tokens it mapped from the prefix cache); closes sched."""
     for o in others:
         sched.admit(Request(o, max_new_tokens=3))
     h = sched.admit(Request(prompt, max_new_tokens=40))
@@ -141,8 +146,66 @@ def _kv_after_prefill(sched: NativeScheduler, prompt: list[int], others: list[li
         sched.step()
     kv = h._lane.session.kv  # type: ignore[attr-defined]
     out = np.stack([np.concatenate(kv.gather(layer, len(prompt))) for layer in range(sched.pool.n_layers)])
+    hit = h._lane.prefix_hit_tokens  # type: ignore[attr-defined]
     sched.close()
-    return out
+    return out, hit
+
+
+def _cached(prompts: list[list[int]]) -> NativeScheduler:
+    """A BLAS-prefill scheduler (64-token chunks, 16-token blocks) that has run each prompt once."""
+    sched = NativeScheduler(model_blas(), thread=False, prefill_chunk=64)
+    for p in prompts:
+        sched.admit(Request(p, max_new_tokens=2))
+        while sched.step():
+            pass
+    return sched
+
+
+def test_the_same_prompt_again_maps_its_row_stable_tail_bit_exact() -> None:
+    """Full chunks run through BLAS, a prompt's last partial chunk through the row-stable kernels. The same
+    prompt again (a retry, n copies of one request) maps its whole chunks and then its tail's full blocks,
+    which it would compute with those same kernels: it prefills only the tokens past its last full block,
+    and every KV bit is a cold run's. So does a shorter prompt whose tail starts in the same chunk."""
+    rng = np.random.default_rng(31)
+    p = rand_prompt(rng, 2 * 64 + 50)  # chunks 0-64, 64-128 (BLAS), tail 128-178 (blocks 8, 9, 10 full)
+    for q, hit in ((p, 176), (p[:170], 160)):
+        cold, cold_hit = _prefilled(NativeScheduler(model_blas(), thread=False, prefill_chunk=64), q)
+        warm, warm_hit = _prefilled(_cached([p]), q)
+        assert (cold_hit, warm_hit) == (0, hit)
+        assert np.array_equal(cold, warm)
+
+
+def test_tail_blocks_are_mapped_only_where_both_prompts_compute_them_alike() -> None:
+    """A prompt that runs past a cached tail computes those positions in a full BLAS chunk, and a prompt
+    whose tail starts there computes them row-stable where a longer one cached BLAS blocks: either way the
+    cached blocks hold other bits, so the hit stops at the whole chunks and the KV is a cold run's."""
+    rng = np.random.default_rng(32)
+    p = rand_prompt(rng, 2 * 64 + 50)
+    longer = p[:176] + rand_prompt(rng, 80)  # 256 tokens: chunk 128-192 is a full one
+    for q, before in ((longer, p), (p, longer)):
+        cold, _ = _prefilled(NativeScheduler(model_blas(), thread=False, prefill_chunk=64), q)
+        warm, hit = _prefilled(_cached([before]), q)
+        assert hit == 128
+        assert np.array_equal(cold, warm)
+
+
+def test_copies_of_one_prompt_admitted_together_compute_its_tail_once() -> None:
+    """Four copies of a prompt in one batch: the first computes it, the others wait for its blocks (whole
+    chunks, then the row-stable tail) and prefill only the two tokens past its last full block; every copy
+    decodes what a lone run does."""
+    rng = np.random.default_rng(33)
+    p = rand_prompt(rng, 2 * 64 + 50)
+    sched = NativeScheduler(model_blas(), thread=False, prefill_chunk=64)
+    hs = [sched.admit(Request(p, max_new_tokens=6)) for _ in range(4)]
+    while sched.step():
+        pass
+    res = [h.result(0) for h in hs]
+    assert sorted(r.prefix_hit_tokens for r in res) == [0, 176, 176, 176]
+    assert sched.stats().prefill_tokens == 178 + 3 * 2
+    sched.close()
+    with NativeScheduler(model_blas(), prefill_chunk=64, prefix_cache=False) as alone:
+        ref = alone.admit(Request(p, max_new_tokens=6)).result(timeout=60).token_ids
+    assert all(r.token_ids == ref for r in res)
 
 
 def test_blas_chunks_give_the_same_kv_bits_with_or_without_cache_and_batch_mates() -> None:

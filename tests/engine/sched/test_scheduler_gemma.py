@@ -67,3 +67,20 @@ def test_swap_under_pressure_on_gemma(gemma) -> None:  # type: ignore[no-untyped
     assert st.preemptions_swap > 0 and st.swap_bytes_in == st.swap_bytes_out
     assert all(r.finish_reason is FinishReason.LENGTH for r in res)
     assert [r.token_ids for r in res] == alone
+
+
+def test_the_same_prompt_again_on_gemma_maps_its_tail_and_changes_no_bit(gemma) -> None:  # type: ignore[no-untyped-def]
+    """The resident quantized kernels: a repeated prompt maps its whole 64-token chunks (BLAS) and the
+    full blocks of its last, row-stable chunk, prefills the rest, and its logprobs are a cold run's bit
+    for bit (the tail's rows give the same bits however they are split)."""
+    model, tok = gemma
+    ids = tok.encode(" ".join(f"Item {i} is filed under shelf {i % 7}." for i in range(16)))
+    assert len(ids) % 64 > 16  # a tail chunk with a full block in it
+    req = Request(ids, max_new_tokens=8, stop_on_eos=False, logprobs=0)
+    with NativeScheduler(model, tokenizer=tok) as sched:
+        cold = sched.admit(req).result(timeout=300)
+        warm = sched.admit(Request(ids, max_new_tokens=8, stop_on_eos=False, logprobs=0)).result(timeout=300)
+    assert cold.prefix_hit_tokens == 0
+    assert warm.prefix_hit_tokens == (len(ids) - 1) // 16 * 16 > len(ids) // 64 * 64
+    assert warm.token_ids == cold.token_ids
+    assert [a.logprob for a in warm.logprobs] == [b.logprob for b in cold.logprobs]
