@@ -84,11 +84,11 @@ def _instrumented(times: Counter[str], calls: Counter[str], nbytes: Counter[str]
 
     product = QuantWeight.matmul
 
-    def matmul(self: QuantWeight, x: np.ndarray) -> np.ndarray:
+    def matmul(self: QuantWeight, x: np.ndarray, out: Any = None) -> np.ndarray:
         if not _ON[0]:
-            return product(self, x)
+            return product(self, x, out)
         t = pc()
-        r = product(self, x)
+        r = product(self, x, out)
         key = "product " + label(self)
         times[key] += pc() - t
         calls[key] += 1

@@ -227,6 +227,9 @@ def bench(alias: str, workload: str, lanes_list: list[int], new: int, spec_token
         run(sched, prompts if batch is None else list({tuple(p): p for p in batch}.values()), 2)  # prompts cached
         bw = sched.call(lambda: stream_read_gbps(256 << 20, 3)).result()  # on the thread that runs the kernels
         ceiling = bw * 1e9 / per_token
+        c = sched.step_costs  # timed at warm-up: what each step's choice of draft rows is priced on
+        print(f"  step costs (warm-up, ms): 8 rows {c.small[8]:.1f}, 16 {c(16):.1f}, 32 {c(32):.1f}, 64 {c(64):.1f}; "
+              f"a lane {c.lane:.2f}, a row per 1000 positions {c.attention:.2f}, a lane's first row {c.first:.2f}")
         # the modes take turns, round by round, in a rotated order: this shared host's speed drifts by
         # 10-20% over a minute, and a mode measured only first (or only last) would carry that drift
         toks: dict[str, float] = dict.fromkeys(MODES, 0.0)

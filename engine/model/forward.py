@@ -21,6 +21,7 @@ from engine.model.fuse import matmul_group
 from engine.model.kv import BlockPool, PageTable
 from engine.model.lane_step import LanePlan
 from engine.model.moe import Experts, moe_ffn
+from engine.model.scratch import Scratch
 
 
 @dataclass
@@ -109,12 +110,14 @@ class Model:
                          kv_dtype=self.kv_dtype)
 
     def forward(self, ids: np.ndarray, lanes: list[LaneInput], decode: bool,
-                trace: list[np.ndarray] | None = None, all_logits: bool = False, head: bool = True) -> np.ndarray:
+                trace: list[np.ndarray] | None = None, all_logits: bool = False, head: bool = True,
+                out: Scratch | None = None) -> np.ndarray:
         """Run sum(n) tokens through the model; K/V land in each lane's (already reserved) blocks.
 
         Returns logits [len(lanes), vocab] of each lane's last token (every row with all_logits); with
         head=False the final hidden state after the output norm instead, [rows, hidden].
-        Does not advance kv.length. `trace` collects the residual stream (oracle tests).
+        Does not advance kv.length. `trace` collects the residual stream (oracle tests). `out`: the
+        buffer the head's logits may be written into (engine/model/scratch.py).
         """
         ids = np.asarray(ids, dtype=np.int64)
         if int(ids.shape[0]) != sum(ln.n for ln in lanes):
@@ -127,7 +130,7 @@ class Model:
             if plan is not None and plan.head >= 0:
                 return self._logit_post(plan.run(self, x, lanes[0], 0, self.config.n_layers, 0, head=True))
         x = self.run_layers(x, lanes, decode, 0, self.config.n_layers, trace=trace)
-        return self.finish(x, lanes, all_logits, head, trace)
+        return self.finish(x, lanes, all_logits, head, trace, out)
 
     # The three parts of a forward, so a pipeline can run them in different processes (engine/pipeline/pipeline.py):
     # the embedding and the head where the scheduler is, a band of layers on each stage.
@@ -190,7 +193,7 @@ class Model:
         return x
 
     def finish(self, x: np.ndarray, lanes: list[LaneInput], all_logits: bool = False, head: bool = True,
-               trace: list[np.ndarray] | None = None) -> np.ndarray:
+               trace: list[np.ndarray] | None = None, out: Scratch | None = None) -> np.ndarray:
         """Output norm of each lane's last row (its last `logits` rows; every row with all_logits), then the LM
         head (head=True)."""
         c, w = self.config, self.weights
@@ -205,7 +208,7 @@ class Model:
             trace[-1] = hl  # HF reports the final state after the output norm
         if not head:
             return hl
-        return self._logit_post(linear.matmul(hl, w.output))  # the head always takes the row-stable path
+        return self._logit_post(linear.matmul(hl, w.output, out))  # the head always takes the row-stable path
 
     def _logit_post(self, logits: np.ndarray) -> np.ndarray:
         """The head's output as logits: granite's scale, gemma2's final softcap."""

@@ -15,6 +15,7 @@ from numba import njit, prange
 
 from engine.kernels.blockdot import dot_f32
 from engine.kernels.parallel import launch
+from engine.model.scratch import Scratch
 
 
 @njit(parallel=True, nogil=True, cache=True)
@@ -31,23 +32,23 @@ def _rows_kernel(x: np.ndarray, w: np.ndarray, out: np.ndarray) -> None:  # prag
             out[b, o] = dot_f32(xa + np.uint64(b) * xs, wa + np.uint64(o) * ws, n)
 
 
-def matmul_rows(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+def matmul_rows(x: np.ndarray, w: np.ndarray, out: Scratch | None = None) -> np.ndarray:
     """x [B, in] @ w[out, in].T with a per-row result independent of B (the reference-stable path)."""
     x = np.ascontiguousarray(x, dtype=np.float32)
-    out = np.empty((x.shape[0], w.shape[0]), dtype=np.float32)
-    launch(_rows_kernel, x.shape[0] * w.shape[0] * w.shape[1], x, w, out)
-    return out
+    y = out.take(x.shape[0], w.shape[0]) if out is not None else np.empty((x.shape[0], w.shape[0]), dtype=np.float32)
+    launch(_rows_kernel, x.shape[0] * w.shape[0] * w.shape[1], x, w, y)
+    return y
 
 
 def is_plain(w: Any) -> bool:
     return isinstance(w, np.ndarray)
 
 
-def matmul(x: np.ndarray, w: Any) -> np.ndarray:
-    """Decode product: f32[B, in] -> f32[B, out], deterministic per row."""
+def matmul(x: np.ndarray, w: Any, out: Scratch | None = None) -> np.ndarray:
+    """Decode product: f32[B, in] -> f32[B, out], deterministic per row (into `out`'s buffer when given)."""
     if isinstance(w, np.ndarray):
-        return matmul_rows(x, w)
-    return w.matmul(np.asarray(x))  # QuantWeight.matmul converts what is not float32 rows already
+        return matmul_rows(x, w, out)
+    return w.matmul(np.asarray(x), out)  # QuantWeight.matmul converts what is not float32 rows already
 
 
 def matmul_prefill(x: np.ndarray, w: Any) -> np.ndarray:

@@ -31,6 +31,7 @@ from engine.errors import EngineError
 from engine.kernels import tilegemm as T
 from engine.kernels.blockdot import gemm
 from engine.kernels.parallel import launch, prefill_pool, serial_twin, warming
+from engine.model.scratch import Scratch
 from engine.quant import rows as K
 from engine.quant import tiles as L
 from engine.quant.widen import WIDEN
@@ -93,8 +94,9 @@ class QuantWeight:
             raise EngineError(f"{self.name}: activation shape {x.shape} does not match weight {self.shape}")
         return x
 
-    def matmul(self, x: np.ndarray) -> np.ndarray:
-        """x [B, in] -> [B, out] (decode path: each row bit-identical whatever B is)."""
+    def matmul(self, x: np.ndarray, out: Scratch | None = None) -> np.ndarray:
+        """x [B, in] -> [B, out] (decode path: each row bit-identical whatever B is); written into `out`'s
+        buffer when given (a view of it is returned)."""
         x = np.asarray(x)
         squeeze = x.ndim == 1
         if squeeze or x.dtype != np.float32 or not x.flags.c_contiguous or x.shape[1] != self.shape[1]:
@@ -105,15 +107,16 @@ class QuantWeight:
         pad = PAD_LANES.get(b % 8, 0) if self._tile >= 0 else 0
         if pad:  # the last real row again: a lane's bits do not depend on its lane group, or on its mates
             x2 = np.concatenate([x2, np.repeat(x2[-1:], pad, axis=0)])
-        out = np.empty((x2.shape[0], self.shape[0]), dtype=np.float32)
+        y = out.take(x2.shape[0], self.shape[0]) if out is not None else \
+            np.empty((x2.shape[0], self.shape[0]), dtype=np.float32)
         work = x2.shape[0] * self.shape[0] * self.shape[1]
         # small products run on one thread (waking the team costs more than it saves)
         if self._tile >= 0:
-            launch(T.gemm_for(self._tile), work, self._tile, self.raw, x2, out)
-            out = out[:b]
+            launch(T.gemm_for(self._tile), work, self._tile, self.raw, x2, y)
+            y = y[:b]
         else:
-            launch(gemm, work, self.raw, x2, out, K.F16_LUT, K.KIND[self._kind])
-        return out[0] if squeeze else out
+            launch(gemm, work, self.raw, x2, y, K.F16_LUT, K.KIND[self._kind])
+        return y[0] if squeeze else y
 
     def matmul_prefill(self, x: np.ndarray) -> np.ndarray:
         """x [T, in] -> [T, out] for a prefill chunk: tiled weights run the decode kernel on all rows

@@ -16,6 +16,7 @@ from engine.errors import EngineError
 from engine.kernels.parallel import warming
 from engine.model.forward import LaneInput, Model
 from engine.model.kv import BlockPool, KVExhausted, PageTable
+from engine.model.scratch import Scratch
 
 
 class Session:
@@ -89,10 +90,11 @@ def step_batch(sessions: Sequence[Session], ids: Sequence[int] | np.ndarray) -> 
 
 
 def forward_batch(sessions: Sequence[Session], chunks: Sequence[Sequence[int]],
-                  logit_rows: Sequence[int] | None = None) -> np.ndarray:
+                  logit_rows: Sequence[int] | None = None, out: Scratch | None = None) -> np.ndarray:
     """Advance N sessions by a chunk of tokens each (prefill chunks and single decode tokens mixed)
     in ONE forward on the row-stable decode kernels; returns each session's last-token logits [N, vocab]
-    (with `logit_rows`, the logits of session i's last logit_rows[i] rows, in order: [sum, vocab]).
+    (with `logit_rows`, the logits of session i's last logit_rows[i] rows, in order: [sum, vocab]; with
+    `out`, possibly a view of its buffer: valid until its next use).
 
     Every row is computed as a serial `step` would compute it, so the result does not depend on the
     batch mates or on how a prompt was chunked (the continuous-batching scheduler relies on this).
@@ -117,7 +119,7 @@ def forward_batch(sessions: Sequence[Session], chunks: Sequence[Sequence[int]],
     rows = logit_rows if logit_rows is not None else [1] * len(arrs)
     _reserve(sessions, [int(a.size) for a in arrs])
     lanes = [LaneInput(s.kv, int(a.size), logits=int(m)) for s, a, m in zip(sessions, arrs, rows, strict=False)]
-    logits = model.forward(np.concatenate(arrs), lanes, decode=True)
+    logits = model.forward(np.concatenate(arrs), lanes, decode=True, out=out)
     for s, a in zip(sessions, arrs, strict=False):
         s._advance(a)
     return logits

@@ -34,6 +34,7 @@ import numpy as np
 from engine.errors import EngineError
 from engine.model.forward import LaneInput, Model
 from engine.model.kv import BlockPool, KVLost
+from engine.model.scratch import Scratch
 from engine.pipeline.partition import PartitionPlan
 from engine.pipeline.stage import Stage, serve
 from engine.wire.channel import Channel, parse_address
@@ -472,7 +473,8 @@ class PipelineModel(Model):
         return StagedPool(self.pipeline, self.config, num_blocks, block_tokens)
 
     def forward(self, ids: np.ndarray, lanes: list[LaneInput], decode: bool,
-                trace: list[np.ndarray] | None = None, all_logits: bool = False, head: bool = True) -> np.ndarray:
+                trace: list[np.ndarray] | None = None, all_logits: bool = False, head: bool = True,
+                out: Scratch | None = None) -> np.ndarray:
         if trace is not None:
             raise EngineError("a pipeline forward cannot trace the residual stream")
         ids = np.asarray(ids, dtype=np.int64)
@@ -483,7 +485,7 @@ class PipelineModel(Model):
         if self.pipeline.head_last:
             return self.pipeline.run(self.embed_rows(ids), lanes, decode, pool, {"all_logits": all_logits, "head": head})
         x = self.pipeline.run(self.embed_rows(ids), lanes, decode, pool)
-        return self.finish(x, lanes, all_logits, head)
+        return self.finish(x, lanes, all_logits, head, out=out)
 
     def embed(self, ids: list[int] | np.ndarray) -> np.ndarray:
         raise EngineError("embeddings are not served by a pipeline (its one KV pool is the scheduler's)")

@@ -87,9 +87,11 @@ class NativeScheduler(GrammarHost):
     ) -> None:
         self.config = SchedulerConfig(max_running=max_running, kv_blocks=kv_blocks, preempt_mode=preempt,
                                       victim_rule=victim, prefill_chunk=prefill_chunk, prefill_budget=prefill_budget)
+        from engine.model.scratch import Scratch
         from engine.model.session import Session, forward_batch, step_batch  # the model layer
 
         self._Session, self._step_batch, self._forward_batch = Session, step_batch, forward_batch
+        self._logits = Scratch()  # the mixed step's logits, reused step after step (engine/model/scratch.py)
         # True: prefill chunks ride in the decode step's forward (row-stable kernels, one weight pass per
         # iteration); False: each chunk is its own Session.prefill (BLAS), then one step_batch.
         self.batch_prefill = batch_prefill
@@ -440,10 +442,8 @@ class NativeScheduler(GrammarHost):
         self._prof.mark("plan")
         sessions, chunks = [ln.session for ln, _ in batch], [ids for _, ids in batch]
         try:
-            if any(drafts):  # every row of a drafting lane gets logits (the verification)
-                logits = self._forward_batch(sessions, chunks, [1] * len(prefills) + [len(ids) for _, ids in feed])
-            else:
-                logits = self._forward_batch(sessions, chunks)
+            rows = [1] * len(prefills) + [len(ids) for _, ids in feed] if any(drafts) else None  # verifications
+            logits = self._forward_batch(sessions, chunks, rows, out=self._logits)  # read within this step only
         except KVExhausted:
             return  # budget estimate was short: nothing changed, retry next iteration
         finally:

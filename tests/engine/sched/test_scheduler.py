@@ -289,11 +289,11 @@ def test_a_model_failure_fails_the_lanes_and_the_loop_keeps_serving(monkeypatch:
     real = sched._forward_batch
     calls = {"n": 0}
 
-    def flaky(sessions, chunks):  # type: ignore[no-untyped-def]
+    def flaky(sessions, chunks, *rows, **out):  # type: ignore[no-untyped-def]
         calls["n"] += 1
         if calls["n"] == 1:
             raise RuntimeError("boom")
-        return real(sessions, chunks)
+        return real(sessions, chunks, *rows, **out)
 
     monkeypatch.setattr(sched, "_forward_batch", flaky)
     r = sched.admit(Request([1, 2, 3], max_new_tokens=3)).result(timeout=60)
@@ -330,3 +330,47 @@ def test_a_half_width_kv_cache_keeps_batched_equal_to_alone(kv_dtype: str) -> No
         assert sched.pool.kv_dtype == kv_dtype and sched.pool.k.itemsize == 2
         results = [h.result(timeout=60) for h in [sched.admit(Request(p, max_new_tokens=12)) for p in prompts]]
     assert [r.token_ids for r in results] == [alone(p) for p in prompts]
+
+
+def _spy_logits(sched: NativeScheduler) -> list[np.ndarray]:
+    """Every logits array the scheduler's forwards return, in order."""
+    real, seen = sched._forward_batch, []
+
+    def spy(sessions, chunks, *rows, **out):  # type: ignore[no-untyped-def]
+        logits = real(sessions, chunks, *rows, **out)
+        seen.append(logits)
+        return logits
+
+    sched._forward_batch = spy  # type: ignore[method-assign]
+    return seen
+
+
+def test_every_steps_logits_land_in_one_reused_buffer() -> None:
+    """The mixed step's logits are a view of the scheduler's scratch buffer, step after step (no fresh
+    rows x vocabulary array each step: engine/model/scratch.py), and each step reads its own: the tokens
+    are a lone run's, with and without drafts (a draft's rows share the buffer too)."""
+    rng = np.random.default_rng(41)
+    prompts = [rand_prompt(rng, n) for n in (5, 40, 9)]
+    for mode in ("off", "ngram"):
+        sched = NativeScheduler(model(), thread=False, prefill_chunk=32, speculative=mode)
+        seen = _spy_logits(sched)
+        hs = [sched.admit(Request(p + p, max_new_tokens=12)) for p in prompts]
+        while sched.step():
+            pass
+        buf = sched._logits.take(1, 1)
+        assert len(seen) > 10 and all(np.shares_memory(logits, buf) for logits in seen[-8:])
+        assert [h.result(0).token_ids for h in hs] == [solo(p + p, 12, 32) for p in prompts]
+        assert (sched.stats().spec_accepted > 0) == (mode == "ngram")
+        sched.close()
+
+
+def test_scratch_views_share_one_buffer_grown_when_short() -> None:
+    from engine.model.scratch import Scratch
+
+    s = Scratch()
+    a = s.take(2, 3)
+    a[:] = 7.0
+    b = s.take(3, 2)  # same size: the same memory, what the last take wrote
+    assert b.shape == (3, 2) and b.flags.c_contiguous and np.shares_memory(a, b) and (b == 7.0).all()
+    c = s.take(4, 5)  # larger: a new buffer, the old views keep theirs
+    assert s.nbytes == 4 * 5 * 4 and not np.shares_memory(a, c) and (a == 7.0).all()
