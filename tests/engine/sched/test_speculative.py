@@ -238,6 +238,11 @@ def test_shadows_and_verifications_teach_the_keep_rate_and_misses_cool_down() ->
     assert st.cooldown == 16 and st.pause == 32
     d.verified(st, 1, 1)
     assert st.pause == 8  # a kept token: back to short pauses
+    # drafts never chosen (not worth their rows) miss as shadows: three in a row pause the lookups too
+    for i in range(3):
+        st.shadow = (i, 9, False)
+        d.propose(st, prompt, [3] * (i + 1), None)
+    assert st.cooldown == 8 - 1 and st.pause == 16  # paused (this propose was its first step)
 
 
 def test_long_and_short_matches_keep_their_own_rates() -> None:
@@ -272,6 +277,19 @@ def test_suffix_store_keeps_scopes_apart_and_drops_the_oldest() -> None:
     d = Drafter("suffix", 4, store)
     assert d.propose(LaneDraft(), [50, 8, 9], [], "a") == [10, 11]  # the lane has no match: the store's
     assert d.propose(LaneDraft(), [50, 8, 9], [], "b") == []
+
+
+def test_suffix_store_entries_never_run_into_each_other() -> None:
+    """A scope's entries share one log: a match never spans two of them, a draft stops where its entry
+    ends, an entry's last token drafts nothing, and of equal matches the latest entry's wins."""
+    store = SuffixStore()
+    for ids in ([1, 2, 3, 4], [7, 8, 1], [5, 6, 7], [7, 8, 2]):
+        store.add("a", ids)
+    assert store.match("a", np.array([1, 2]), 8) == (2, [3, 4])  # not on into [7, 8, 1]
+    assert store.match("a", np.array([3, 4]), 8) == (0, [])  # an entry's end: nothing follows it
+    assert store.match("a", np.array([4, 7]), 8) == (0, [])  # 4 ends one entry, 7 starts the next
+    assert store.match("a", np.array([7, 8]), 8) == (2, [2])  # [7, 8, 1] and [7, 8, 2]: the latest
+    assert store.match("a", np.array([6, 7, 8]), 8) == (2, [2])
 
 
 def test_bad_settings_are_refused() -> None:
@@ -464,7 +482,7 @@ def test_a_tainted_or_other_scope_output_never_drafts_for_another() -> None:
     sched = NativeScheduler(model(), prefill_chunk=16, speculative="suffix", thread=False)
     _run(sched, [Request(p, max_new_tokens=24, scope="alice"), Request(p[:9], max_new_tokens=24, tainted=True)])
     store = sched.drafter.store  # type: ignore[union-attr]
-    assert set(store._scopes) == {"alice"}  # the tainted request's output was not kept
+    assert set(store._logs) == {"alice"}  # the tainted request's output was not kept
     out = _run(sched, [Request(p, max_new_tokens=24, scope="bob")])[0]
     assert out.token_ids == solo(p, 24, 16)
 
