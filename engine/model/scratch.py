@@ -19,11 +19,12 @@ class Scratch:
         self._buf = np.empty(0, dtype=np.float32)
 
     def take(self, rows: int, cols: int) -> np.ndarray:
-        """A C-contiguous float32 [rows, cols] view of the buffer (grown when short): it holds what the
-        last `take` wrote until the next one."""
+        """A C-contiguous float32 [rows, cols] view of the buffer (grown by half again at least when short,
+        so a step's rows rising one by one do not reallocate it each time): it holds what the last `take`
+        wrote until the next one."""
         n = rows * cols
         if self._buf.size < n:
-            self._buf = np.empty(n, dtype=np.float32)
+            self._buf = np.empty(max(n, self._buf.size * 3 // 2), dtype=np.float32)
         return self._buf[:n].reshape(rows, cols)
 
     @property

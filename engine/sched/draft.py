@@ -35,13 +35,13 @@ LONG_N = 6  # a match this long or longer keeps its own keep rate (LaneDraft.rat
 class TokenLog:
     """A growing token sequence (numpy, capacity doubling) and the longest-match lookup over it."""
 
-    def __init__(self, ids: list[int] | None = None) -> None:
+    def __init__(self, ids: list[int] | np.ndarray | None = None) -> None:
         self._buf = np.zeros(64, dtype=np.int64)
         self.n = 0
-        if ids:
+        if ids is not None and len(ids):
             self.extend(ids)
 
-    def extend(self, ids: list[int]) -> None:
+    def extend(self, ids: list[int] | np.ndarray) -> None:
         need = self.n + len(ids)
         if need > self._buf.size:
             grown = np.zeros(max(need, 2 * self._buf.size), dtype=np.int64)
@@ -154,7 +154,7 @@ class SuffixStore:
             self._sizes[scope] -= n
             drop += n + 1
         if drop:
-            self._logs[scope] = TokenLog(log.tokens[drop:].tolist())
+            self._logs[scope] = TokenLog(log.tokens[drop:])
 
     def match(self, scope: str, tail: np.ndarray, k: int) -> tuple[int, list[int]]:
         """The longest match among the scope's entries, the most recent on a tie."""

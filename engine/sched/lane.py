@@ -299,6 +299,7 @@ class Lane:
     draft: Any = None  # engine.sched.draft.LaneDraft while speculative decoding is on
     # admit_prefilled: (blocks already in the pool covering the whole prompt, the prefill's last logits)
     imported: tuple[list[int], np.ndarray] | None = None
+    prefilled_elsewhere: bool = False  # admit_prefilled: how its prompt's KV was computed is not known here
 
     def to(self, new: LaneState) -> None:
         if new not in TRANSITIONS[self.state]:

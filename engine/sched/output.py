@@ -205,8 +205,9 @@ class OutputProcessor:
                 # blocks were filled by decode steps, not prefill chunks: with a BLAS prefill the next
                 # turn's logits differ from a cold run's in the last bits (2e-6 measured), not its tokens
                 full = min(s.length, len(s.tokens)) // self.block_tokens
+                rows_from = None if lane.prefilled_elsewhere else self.planner.row_tail(lane)
                 self.prefix.insert(s.tokens, s.kv.blocks, full, lane.request.kv_descriptor,
-                                   self.planner.row_tail(lane))  # the prompt's tail chunk and decode rows
+                                   rows_from)  # the prompt's tail chunk and decode rows (a local prompt's)
             s.kv.free()
         lane.session, lane.swap_data, lane.replay, lane.draft = None, None, [], None
         if self.drafter is not None and error is None and not lane.request.tainted and lane.generated:

@@ -120,7 +120,11 @@ class PrefixCache:
         """Offer the first n_full full blocks of a lane (its prompt's after prefill, prompt + generated
         when it finishes) under its descriptor, blocks from `rows_from` on marked as filled by the
         row-stable kernels (None: none, or not known); already-cached prefixes are kept, a tainted span
-        is refused whole."""
+        is refused whole. Where the cache holds one of the lane's blocks filled the other way, BLAS wins:
+        a row-stable block (a short prompt's tail) gives way to the lane's BLAS one, which every longer
+        prompt computes; a lane's row-stable block under a cached BLAS one ends the offer (its later blocks
+        were computed over its own bits: chained under the cached block, a hit would map a prefix no run
+        computed)."""
         if desc.taint:
             self.tainted_refused += n_full > 0
             return
@@ -131,11 +135,15 @@ class PrefixCache:
         name: bytes | None = None  # the previous block's disk name
         for i, h in enumerate(hashes):
             e = self._entries.get(h)
+            rows = rows_from is not None and i >= rows_from
+            if e is not None and e.block != blocks[i] and e.rows != rows:
+                if rows or blocks[i] in self._by_block:
+                    break
+                self._repoint(h, e, blocks[i])
             if self.disk is not None:
                 name = e.disk if e is not None and e.disk is not None else \
                     self.disk.next_name(name, desc.scope, tokens[i * bt : (i + 1) * bt])
             if e is None and blocks[i] not in self._by_block:
-                rows = rows_from is not None and i >= rows_from
                 self._entries[h] = _Entry(blocks[i], tuple(tokens[i * bt : (i + 1) * bt]), parent, desc, disk=name,
                                           rows=rows)
                 self._by_block[blocks[i]] = h
@@ -149,6 +157,16 @@ class PrefixCache:
         for h in reversed(hashes):
             if h in self._entries:
                 self._entries.move_to_end(h)
+
+    def _repoint(self, h: int, e: _Entry, block: int) -> None:
+        """Entry h holds `block` (filled through BLAS) instead of its row-stable one: lanes holding the old
+        block keep it, the cache's reference moves. (A disk copy keeps the old bits: a restore maps whole
+        chunks only, where a reply's decode-filled blocks already differ in the last bits.)"""
+        del self._by_block[e.block]
+        self.pool.release(e.block)
+        e.block, e.rows = block, False
+        self._by_block[block] = h
+        self.pool.incref(block)
 
     def restore(self, tokens: list[int], max_tokens: int, align: int = 1, scope: str = PUBLIC) -> int:
         """Load from disk the full-block prefix of tokens[:max_tokens] in `scope` that memory lacks, up to

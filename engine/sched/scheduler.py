@@ -221,7 +221,7 @@ class NativeScheduler(GrammarHost):
         if handle is None:
             handle = Handle(request, request.request_id or f"req-{seq}", self._request_cancel)
         lane = Lane(request=request, seq=seq, prompt_ids=ids, handle=handle, admitted_at=now(), grammar=matcher,
-                    imported=(list(blocks), logits))
+                    imported=(list(blocks), logits), prefilled_elsewhere=True)
         if self.tokenizer is not None:
             lane.text = TextTracker(self.tokenizer, request.stop_strings)
         lane.rng = np.random.default_rng(request.sampling.seed if request.sampling.seed is not None else seq)

@@ -260,3 +260,18 @@ def test_a_reused_reply_changes_the_next_turn_only_in_the_last_bits() -> None:
     assert warm.prefix_hit_tokens == 64 and cold.prefix_hit_tokens == 0
     assert warm.token_ids == cold.token_ids
     assert max(abs(a.logprob - b.logprob) for a, b in zip(warm.logprobs, cold.logprobs, strict=False)) < 1e-4
+
+
+def test_a_short_prompts_tail_gives_way_to_a_longer_prompts_blas_blocks() -> None:
+    """A short prompt's only chunk is partial: its blocks are row-stable. A longer prompt with the same start
+    computes them through BLAS and takes their place in the cache (every longer prompt computes them so),
+    its later blocks chained under its own: the same long prompt again maps all of it, bit-equal to a cold
+    run, and the short prompt again, finding BLAS blocks where its tail runs, computes its own."""
+    rng = np.random.default_rng(34)
+    system = rand_prompt(rng, 48)
+    short, long = system + rand_prompt(rng, 10), system + rand_prompt(rng, 130)  # 58 and 178 tokens
+    for q, hit in ((long, 176), (short, 0)):
+        cold, _ = _prefilled(NativeScheduler(model_blas(), thread=False, prefill_chunk=64), q)
+        warm, warm_hit = _prefilled(_cached([short, long]), q)
+        assert warm_hit == hit
+        assert np.array_equal(cold, warm)

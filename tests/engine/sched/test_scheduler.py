@@ -374,3 +374,5 @@ def test_scratch_views_share_one_buffer_grown_when_short() -> None:
     assert b.shape == (3, 2) and b.flags.c_contiguous and np.shares_memory(a, b) and (b == 7.0).all()
     c = s.take(4, 5)  # larger: a new buffer, the old views keep theirs
     assert s.nbytes == 4 * 5 * 4 and not np.shares_memory(a, c) and (a == 7.0).all()
+    s.take(4, 6)  # a little more: half again, so the next little more fits
+    assert s.nbytes == 30 * 4 and np.shares_memory(s.take(5, 6), s.take(1, 1))
