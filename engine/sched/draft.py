@@ -136,9 +136,8 @@ class SuffixStore:
 
     def __init__(self, capacity_tokens: int = 65536) -> None:
         self.capacity = capacity_tokens
-        self._logs: dict[str, TokenLog] = {}
+        self._logs: dict[str, TokenLog] = {}  # a scope's entries, each followed by SEP: log.n - entries tokens
         self._entries: dict[str, deque[int]] = {}  # each entry's length, oldest first
-        self._sizes: dict[str, int] = {}
 
     def add(self, scope: str, ids: list[int]) -> None:
         if len(ids) < MIN_N + 1:
@@ -147,12 +146,9 @@ class SuffixStore:
         log = self._logs.setdefault(scope, TokenLog())
         entries.append(len(ids))
         log.extend([*ids, self.SEP])
-        self._sizes[scope] = self._sizes.get(scope, 0) + len(ids)
-        drop = 0
-        while self._sizes[scope] > self.capacity and len(entries) > 1:
-            n = entries.popleft()
-            self._sizes[scope] -= n
-            drop += n + 1
+        drop = 0  # leading log positions the dropped entries held (tokens and separators)
+        while log.n - drop - len(entries) > self.capacity and len(entries) > 1:
+            drop += entries.popleft() + 1
         if drop:
             self._logs[scope] = TokenLog(log.tokens[drop:])
 
